@@ -1,0 +1,200 @@
+//! What a check sends to a backend, and the Redis backend.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::algo::Outcome;
+use crate::error::{Error, ErrorKind, Result};
+use crate::limiter::CompiledRule;
+
+/// The one script behind every check: the prelude, both algorithms and the
+/// stacked driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
+/// makes Redis refuse the whole script up front when it is out of memory,
+/// instead of failing half-way through the writes.
+pub const CHECK_SCRIPT: &str = concat!(
+    "#!lua\n",
+    include_str!("../lua/prelude.lua"),
+    "\n",
+    include_str!("../lua/sliding_window_log.lua"),
+    "\n",
+    include_str!("../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../lua/check.lua"),
+);
+
+/// Check (consume when every rule admits) or peek (never writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Check,
+    Peek,
+}
+
+/// A rule's algorithm parameters in backend units.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum RuleArgs {
+    Window { limit: u64, window_us: i64, shadow: bool },
+    Bucket { capacity: u64, rate: f64, shadow: bool },
+}
+
+impl RuleArgs {
+    pub fn shadow(&self) -> bool {
+        match *self {
+            RuleArgs::Window { shadow, .. } | RuleArgs::Bucket { shadow, .. } => shadow,
+        }
+    }
+
+    /// The four script arguments of this rule.
+    pub fn script_args(&self) -> [String; 4] {
+        let flag = |s: bool| if s { "1" } else { "0" }.to_string();
+        match *self {
+            RuleArgs::Window { limit, window_us, shadow } => [
+                "w".into(),
+                limit.to_string(),
+                window_us.to_string(),
+                flag(shadow),
+            ],
+            // `{}` prints the shortest text that reads back as the same f64,
+            // which is what Lua's tonumber gets.
+            RuleArgs::Bucket { capacity, rate, shadow } => {
+                ["b".into(), capacity.to_string(), format!("{rate}"), flag(shadow)]
+            }
+        }
+    }
+}
+
+/// The applicable rules of one check, with their keys.
+pub(crate) struct Plan<'a> {
+    pub keys: Vec<String>,
+    pub compiled: Vec<&'a CompiledRule>,
+    pub cost: u64,
+    pub call_id: String,
+    pub dedupe: bool,
+}
+
+/// A backend's answer: per-rule outcomes. (A re-sent call that was already
+/// applied is answered as admitted, with the current state.)
+pub(crate) struct Verdict {
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Redis on one node, through a multiplexed connection that reconnects by
+/// itself. Clones share the connection.
+#[derive(Clone)]
+pub(crate) struct RedisBackend(std::sync::Arc<RedisInner>);
+
+pub(crate) struct RedisInner {
+    client: redis::Client,
+    timeout: Duration,
+    conn: OnceLock<ConnectionManager>,
+    sha: String,
+}
+
+impl RedisBackend {
+    pub fn new(url: &str, timeout: Duration) -> Result<RedisBackend> {
+        let client = redis::Client::open(url).map_err(|e| {
+            Error::invalid_argument(format!("url: {url:?} is not a valid Redis URL")).with_source(e)
+        })?;
+        Ok(RedisBackend(std::sync::Arc::new(RedisInner {
+            client,
+            timeout,
+            conn: OnceLock::new(),
+            sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
+        })))
+    }
+
+    /// A handle to use after releasing the limiter's lock.
+    pub fn conn_handle(&self) -> RedisBackend {
+        self.clone()
+    }
+
+    /// The connection manager, made on first use (inside the runtime). It
+    /// connects lazily and reconnects in the background after a loss; each
+    /// reconnect tries twice, 10-200 ms apart, and the caller's timeout bounds
+    /// every wait.
+    fn conn(&self) -> Result<ConnectionManager> {
+        let this = &self.0;
+        if let Some(c) = this.conn.get() {
+            return Ok(c.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(this.timeout))
+            .set_response_timeout(Some(this.timeout))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(200));
+        let manager = ConnectionManager::new_lazy_with_config(this.client.clone(), config)?;
+        Ok(this.conn.get_or_init(|| manager).clone())
+    }
+
+    /// Run the check script: EVALSHA, and on NOSCRIPT load it and retry once.
+    /// Returns the time the script used and the verdict.
+    pub async fn eval(&self, plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> Result<(i64, Verdict)> {
+        let mut conn = self.conn()?;
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.0.sha).arg(plan.keys.len()).arg(&plan.keys);
+        cmd.arg(if mode == Mode::Check { "c" } else { "p" });
+        match now {
+            Some(t) => cmd.arg(t),
+            None => cmd.arg(""),
+        };
+        cmd.arg(&plan.call_id)
+            .arg(plan.cost)
+            .arg(if plan.dedupe { "1" } else { "0" });
+        for rule in &plan.compiled {
+            cmd.arg(&rule.script_args[..]);
+        }
+        let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
+            Ok(v) => v,
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(CHECK_SCRIPT)
+                    .query_async::<String>(&mut conn)
+                    .await?;
+                cmd.query_async(&mut conn).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        parse_reply(&reply, plan.keys.len())
+    }
+
+    /// Delete `keys`; returns how many existed.
+    pub async fn reset(&self, keys: &[String]) -> Result<u64> {
+        let mut conn = self.conn()?;
+        Ok(redis::cmd("DEL").arg(keys).query_async(&mut conn).await?)
+    }
+
+    /// Round trip to the server.
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn()?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        Ok(())
+    }
+}
+
+fn parse_reply(reply: &[i64], n: usize) -> Result<(i64, Verdict)> {
+    if reply.len() != 2 + 4 * n {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            format!(
+                "the check script returned {} values for {n} rules; is another version of throttlegate's script loaded under the same hash?",
+                reply.len()
+            ),
+        ));
+    }
+    let outcomes = reply[2..]
+        .chunks_exact(4)
+        .map(|c| Outcome {
+            allowed: c[0] == 1,
+            remaining: c[1].max(0) as u64,
+            retry_after_us: c[2],
+            reset_after_us: c[3],
+        })
+        .collect();
+    Ok((
+        reply[0],
+        Verdict { outcomes },
+    ))
+}

@@ -1,0 +1,279 @@
+//! Decisions, per-rule results, "most restrictive" selection and HTTP headers.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The outcome of one rule for one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleResult {
+    /// The rule's name.
+    pub rule: Arc<str>,
+    /// Whether this rule admits the request (for a shadow rule: would admit).
+    pub allowed: bool,
+    /// The rule is in shadow mode: reported, never the cause of a denial.
+    pub shadow: bool,
+    /// The rule's `limit` (sliding window) or `capacity` (token bucket).
+    pub limit: u64,
+    /// Units left after this check (floor for buckets). After a denial nothing
+    /// was consumed, so this is what is left now.
+    pub remaining: u64,
+    /// How long until a request of the same cost would pass this rule (zero when allowed).
+    pub retry_after: Duration,
+    /// How long until the rule's state is back to full (log empty, bucket full).
+    pub reset_after: Duration,
+    /// The window advertised in headers (`w`): the window, or the time a bucket takes to refill.
+    pub window: Duration,
+}
+
+/// The answer to one check: allowed or not, with the most restrictive rule's
+/// figures as the headline and every applied rule's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request is admitted.
+    pub allowed: bool,
+    /// The headline rule's limit (0 when no rule applied).
+    pub limit: u64,
+    /// The headline rule's remaining units.
+    pub remaining: u64,
+    /// When denied, the longest wait among the denying rules; zero when allowed.
+    pub retry_after: Duration,
+    /// The headline rule's time until it is back to full.
+    pub reset_after: Duration,
+    /// The most restrictive rule's name; `None` when no (non-shadow) rule applied.
+    pub rule: Option<Arc<str>>,
+    /// One result per applied rule, in policy order (shadow rules included).
+    pub results: Vec<RuleResult>,
+    /// True when the answer came from the failure policy (`on_backend_error`),
+    /// not from the backend.
+    pub degraded: bool,
+}
+
+/// Ceiling of a duration in whole seconds.
+pub fn ceil_secs(d: Duration) -> u64 {
+    let us = d.as_micros() as u64;
+    us.div_ceil(1_000_000)
+}
+
+/// Ceiling of a duration in whole milliseconds.
+pub fn ceil_millis(d: Duration) -> u64 {
+    let us = d.as_micros() as u64;
+    us.div_ceil(1_000)
+}
+
+/// Options of the header computation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeaderOptions {
+    /// Also emit `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`.
+    pub legacy: bool,
+}
+
+impl Decision {
+    /// Build a decision from per-rule results (policy order): pick the most
+    /// restrictive non-shadow rule as the headline.
+    ///
+    /// Denied: the denying rule with the longest `retry_after` (ties: policy
+    /// order). Allowed: the rule with the fewest `remaining` (ties: the shortest
+    /// `reset_after`, then policy order).
+    pub fn from_results(results: Vec<RuleResult>, degraded: bool) -> Decision {
+        let live = || results.iter().filter(|r| !r.shadow);
+        let allowed = live().all(|r| r.allowed);
+        let mut head: Option<&RuleResult> = None;
+        for r in live() {
+            if !allowed && r.allowed {
+                continue;
+            }
+            let better = match head {
+                None => true,
+                Some(h) if !allowed => r.retry_after > h.retry_after,
+                Some(h) => {
+                    (r.remaining, r.reset_after) < (h.remaining, h.reset_after)
+                }
+            };
+            if better {
+                head = Some(r);
+            }
+        }
+        let (limit, remaining, retry_after, reset_after, rule) = match head {
+            Some(h) => (
+                h.limit,
+                h.remaining,
+                if allowed { Duration::ZERO } else { h.retry_after },
+                h.reset_after,
+                Some(h.rule.clone()),
+            ),
+            None => (0, 0, Duration::ZERO, Duration::ZERO, None),
+        };
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+            rule,
+            results,
+            degraded,
+        }
+    }
+
+    /// The decision when no rule applies: admitted, nothing to report.
+    pub fn unlimited() -> Decision {
+        Decision::from_results(Vec::new(), false)
+    }
+
+    /// `retry_after` in whole milliseconds, rounded up.
+    pub fn retry_after_ms(&self) -> u64 {
+        ceil_millis(self.retry_after)
+    }
+
+    /// `reset_after` in whole milliseconds, rounded up.
+    pub fn reset_after_ms(&self) -> u64 {
+        ceil_millis(self.reset_after)
+    }
+
+    /// The HTTP headers for this decision, with the default options.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        self.headers_with(HeaderOptions::default())
+    }
+
+    /// The HTTP headers for this decision, identical bytes in every language.
+    ///
+    /// - `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (seconds,
+    ///   rounded up) from the headline rule;
+    /// - `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11)
+    ///   with one named entry per applied, non-shadow rule;
+    /// - `Retry-After` on a denial: the longest wait among the denying rules,
+    ///   in whole seconds rounded up, at least 1;
+    /// - with `legacy`, `X-RateLimit-*` copies of the first three.
+    ///
+    /// No header at all when no rule applied.
+    pub fn headers_with(&self, options: HeaderOptions) -> Vec<(&'static str, String)> {
+        let mut out = Vec::with_capacity(8);
+        if self.rule.is_none() {
+            return out;
+        }
+        let reset = ceil_secs(self.reset_after).to_string();
+        out.push(("RateLimit-Limit", self.limit.to_string()));
+        out.push(("RateLimit-Remaining", self.remaining.to_string()));
+        out.push(("RateLimit-Reset", reset.clone()));
+        let mut policy = String::new();
+        let mut current = String::new();
+        for r in self.results.iter().filter(|r| !r.shadow) {
+            if !policy.is_empty() {
+                policy.push_str(", ");
+                current.push_str(", ");
+            }
+            let _ = write!(
+                policy,
+                "\"{}\";q={};w={}",
+                r.rule,
+                r.limit,
+                ceil_secs(r.window).max(1)
+            );
+            let _ = write!(
+                current,
+                "\"{}\";r={};t={}",
+                r.rule,
+                r.remaining,
+                ceil_secs(r.reset_after)
+            );
+        }
+        out.push(("RateLimit-Policy", policy));
+        out.push(("RateLimit", current));
+        if !self.allowed {
+            out.push(("Retry-After", ceil_secs(self.retry_after).max(1).to_string()));
+        }
+        if options.legacy {
+            out.push(("X-RateLimit-Limit", self.limit.to_string()));
+            out.push(("X-RateLimit-Remaining", self.remaining.to_string()));
+            out.push(("X-RateLimit-Reset", reset));
+        }
+        out
+    }
+
+    /// The rules that denied this request (non-shadow), in policy order.
+    pub fn denying_rules(&self) -> impl Iterator<Item = &RuleResult> {
+        self.results.iter().filter(|r| !r.shadow && !r.allowed)
+    }
+
+    /// An `application/problem+json` body (RFC 9457) for a denial, naming the
+    /// violated rules. Identical bytes in every language.
+    pub fn problem_json(&self) -> String {
+        let rules: Vec<&str> = self.denying_rules().map(|r| &*r.rule).collect();
+        let body = serde_json::json!({
+            "type": "about:blank",
+            "title": "Too Many Requests",
+            "status": 429,
+            "detail": format!("rate limit exceeded: {}", rules.join(", ")),
+            "violated_rules": rules,
+            "retry_after": ceil_secs(self.retry_after).max(1),
+        });
+        body.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(name: &str, allowed: bool, remaining: u64, retry_ms: u64, reset_ms: u64) -> RuleResult {
+        RuleResult {
+            rule: name.into(),
+            allowed,
+            shadow: false,
+            limit: 10,
+            remaining,
+            retry_after: Duration::from_millis(retry_ms),
+            reset_after: Duration::from_millis(reset_ms),
+            window: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn most_restrictive_when_allowed() {
+        let d = Decision::from_results(vec![r("a", true, 5, 0, 900), r("b", true, 3, 0, 1000), r("c", true, 3, 0, 500)], false);
+        assert!(d.allowed);
+        assert_eq!(d.rule.as_deref(), Some("c"));
+        let d = Decision::from_results(vec![r("a", true, 3, 0, 500), r("b", true, 3, 0, 500)], false);
+        assert_eq!(d.rule.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn most_restrictive_when_denied() {
+        let d = Decision::from_results(vec![r("a", true, 0, 0, 10), r("b", false, 0, 2000, 3000), r("c", false, 0, 2500, 2600)], false);
+        assert!(!d.allowed);
+        assert_eq!(d.rule.as_deref(), Some("c"));
+        assert_eq!(d.retry_after, Duration::from_millis(2500));
+        let h = d.headers();
+        assert!(h.contains(&("Retry-After", "3".to_string())));
+    }
+
+    #[test]
+    fn shadow_never_denies() {
+        let mut s = r("s", false, 0, 9000, 9000);
+        s.shadow = true;
+        let d = Decision::from_results(vec![r("a", true, 4, 0, 100), s], false);
+        assert!(d.allowed);
+        assert_eq!(d.rule.as_deref(), Some("a"));
+        assert!(!d.headers().iter().any(|(_, v)| v.contains("\"s\"")));
+    }
+
+    #[test]
+    fn header_bytes() {
+        let d = Decision::from_results(vec![r("a", true, 4, 0, 1500), r("b", true, 9, 0, 100)], false);
+        let h = d.headers_with(HeaderOptions { legacy: true });
+        let expect = vec![
+            ("RateLimit-Limit", "10"),
+            ("RateLimit-Remaining", "4"),
+            ("RateLimit-Reset", "2"),
+            ("RateLimit-Policy", "\"a\";q=10;w=60, \"b\";q=10;w=60"),
+            ("RateLimit", "\"a\";r=4;t=2, \"b\";r=9;t=1"),
+            ("X-RateLimit-Limit", "10"),
+            ("X-RateLimit-Remaining", "4"),
+            ("X-RateLimit-Reset", "2"),
+        ];
+        let got: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(got, expect);
+        assert!(Decision::unlimited().headers().is_empty());
+    }
+}

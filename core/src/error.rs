@@ -1,0 +1,214 @@
+//! The one error type of throttlegate, shared by every front end.
+//!
+//! Each [`ErrorKind`] has a stable string id ([`ErrorKind::as_str`]) used as the
+//! Node `code` and the Python exception class, and a stable number
+//! ([`ErrorKind::code`]) used by the C API. Numbers are never reused.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// What went wrong, independent of the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A policy (from code, a file or a string) is malformed; the message names the field.
+    InvalidPolicy,
+    /// An argument of a call is invalid (cost, attributes, URL, option); the message names it.
+    InvalidArgument,
+    /// A file could not be read.
+    Io,
+    /// The backend could not be reached or the connection was lost.
+    BackendUnavailable,
+    /// The call did not complete within the configured timeout.
+    Timeout,
+    /// The backend answered with an error (out of memory, missing permission, script error).
+    Backend,
+    /// The limiter was closed.
+    Closed,
+    /// A bug in throttlegate (for example a caught panic). Please report it.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order of their numbers.
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::InvalidPolicy,
+        ErrorKind::InvalidArgument,
+        ErrorKind::Io,
+        ErrorKind::BackendUnavailable,
+        ErrorKind::Timeout,
+        ErrorKind::Backend,
+        ErrorKind::Closed,
+        ErrorKind::Internal,
+    ];
+
+    /// Stable identifier, e.g. `"invalid_policy"`. Never changes once released.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidPolicy => "invalid_policy",
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::Io => "io",
+            ErrorKind::BackendUnavailable => "backend_unavailable",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Backend => "backend",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// Stable number (the C API's result code). `0` is success and is never an error.
+    pub fn code(self) -> u32 {
+        match self {
+            ErrorKind::InvalidPolicy => 1,
+            ErrorKind::InvalidArgument => 2,
+            ErrorKind::Io => 3,
+            ErrorKind::BackendUnavailable => 4,
+            ErrorKind::Timeout => 5,
+            ErrorKind::Backend => 6,
+            ErrorKind::Closed => 7,
+            ErrorKind::Internal => 8,
+        }
+    }
+
+    /// True for failures of the backend (the ones `on_backend_error` applies to):
+    /// unreachable, too slow, or answering with an error.
+    pub fn is_backend_failure(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::BackendUnavailable | ErrorKind::Timeout | ErrorKind::Backend
+        )
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error: a kind, a message naming what is wrong, and an optional source.
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    temporary: bool,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+/// `Result` with throttlegate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            temporary: matches!(kind, ErrorKind::BackendUnavailable | ErrorKind::Timeout),
+            source: None,
+        }
+    }
+
+    /// Attach the underlying cause.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    /// Mark whether retrying later may succeed.
+    pub fn set_temporary(mut self, temporary: bool) -> Self {
+        self.temporary = temporary;
+        self
+    }
+
+    /// The kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// True when the same call may succeed later (connection lost, timeout).
+    pub fn is_temporary(&self) -> bool {
+        self.temporary
+    }
+
+    pub(crate) fn invalid_policy(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidPolicy, message)
+    }
+
+    pub(crate) fn invalid_argument(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidArgument, message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if self.temporary {
+            d.field("temporary", &true);
+        }
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if let Some(source) = &self.source {
+            let text = source.to_string();
+            if !text.is_empty() && !self.message.contains(&text) {
+                write!(f, ": {text}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|s| s.as_ref() as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        use redis::ErrorKind as K;
+        let unavailable = err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_timeout()
+            || matches!(
+                err.kind(),
+                K::ClusterConnectionNotFound
+                    | K::Server(redis::ServerErrorKind::BusyLoading)
+                    | K::Server(redis::ServerErrorKind::ClusterDown)
+                    | K::Server(redis::ServerErrorKind::MasterDown)
+                    | K::Server(redis::ServerErrorKind::TryAgain)
+            );
+        let kind = if unavailable {
+            ErrorKind::BackendUnavailable
+        } else if matches!(err.kind(), K::InvalidClientConfig) {
+            ErrorKind::InvalidArgument
+        } else {
+            ErrorKind::Backend
+        };
+        let message = if unavailable {
+            "redis is unavailable".to_string()
+        } else {
+            "redis answered with an error".to_string()
+        };
+        Error::new(kind, message)
+            .set_temporary(unavailable)
+            .with_source(err)
+    }
+}

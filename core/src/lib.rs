@@ -1,0 +1,53 @@
+//! # throttlegate
+//!
+//! A distributed rate limiter: sliding-window log (exact, the default) and
+//! token bucket, each a Lua script run atomically in Redis and natively in an
+//! embedded in-memory backend with identical results. One request is checked
+//! against every applicable rule of a [`Policy`] at once, all or nothing, in
+//! one round trip.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use throttlegate::{Limiter, Policy, Rule};
+//!
+//! # async fn demo() -> throttlegate::Result<()> {
+//! let policy = Policy::new(vec![
+//!     Rule::sliding_window_log("per-ip", "ip:{ip}", 100, Duration::from_secs(60)),
+//!     Rule::token_bucket("per-key", "key:{api_key}", 20, 5.0),
+//! ])?;
+//! let limiter = Limiter::builder(policy).url("redis://127.0.0.1:6379").build()?;
+//! let d = limiter.check(&[("ip", "203.0.113.7"), ("api_key", "k_1")], 1).await?;
+//! if !d.allowed {
+//!     println!("retry in {:?} (rule {:?})", d.retry_after, d.rule);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! The behaviour contract shared by every front end (Python, Node, C, CLI) is
+//! in the repository's README.
+#![deny(missing_docs)]
+
+mod algo;
+mod backend;
+mod clock;
+mod decision;
+pub mod duration;
+mod error;
+mod key;
+mod limiter;
+mod memory;
+mod policy;
+
+pub use backend::CHECK_SCRIPT;
+pub use clock::{Clock, ManualClock};
+pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleResult};
+pub use error::{Error, ErrorKind, Result};
+pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
+pub use limiter::{CheckOptions, Limiter, LimiterBuilder, Stats, DEGRADED_RETRY_AFTER};
+pub use policy::{
+    Algorithm, FailureMode, Policy, Rule, DEFAULT_PREFIX, DEFAULT_TIMEOUT, MAX_LIMIT,
+    MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_REFILL_RATE, MAX_TIMEOUT, MAX_WINDOW, MIN_REFILL_RATE,
+};
+
+/// The version of this crate (the same for every throttlegate package).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,634 @@
+//! The [`Limiter`]: a policy bound to a backend.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Mode, Plan, RedisBackend, RuleArgs, Verdict};
+use crate::clock::{system_now_us, Clock};
+use crate::decision::{Decision, RuleResult};
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::{finish_key, Attributes, KeySecret, KeyTemplate};
+use crate::memory::MemoryBackend;
+use crate::policy::{Algorithm, FailureMode, Policy};
+
+/// How long a degraded denial asks the client to wait.
+pub const DEGRADED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A rule prepared for the hot path: key head, template, arguments.
+#[derive(Debug)]
+pub(crate) struct CompiledRule {
+    pub name: Arc<str>,
+    head: String,
+    template: KeyTemplate,
+    matches: Vec<(String, Vec<String>)>,
+    pub args: RuleArgs,
+    pub script_args: [String; 4],
+    limit: u64,
+    window: Duration,
+    shadow: bool,
+    failure: FailureMode,
+}
+
+enum Backend {
+    Memory(MemoryBackend),
+    Redis(RedisBackend),
+}
+
+/// Counters for operators: how many checks, how they ended, and how many
+/// answers came from the failure policy instead of the backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Checks and peeks answered (degraded ones included).
+    pub calls: u64,
+    /// Calls answered "allowed".
+    pub allowed: u64,
+    /// Calls answered "denied".
+    pub denied: u64,
+    /// Degraded decisions that admitted (`on_backend_error = allow`).
+    pub degraded_allowed: u64,
+    /// Degraded decisions that denied (`on_backend_error = deny`).
+    pub degraded_denied: u64,
+    /// Backend failures returned as errors (`on_backend_error = error`).
+    pub backend_errors: u64,
+    /// Calls that ran out of time (counted also as degraded or error).
+    pub timeouts: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    calls: AtomicU64,
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    degraded_allowed: AtomicU64,
+    degraded_denied: AtomicU64,
+    backend_errors: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+/// Options of one check beyond its cost.
+#[derive(Debug, Clone, Default)]
+pub struct CheckOptions {
+    /// Units this request costs (default 1); from 1 to each applicable rule's limit.
+    pub cost: u64,
+    /// An id for this call, to make a retry of the same request idempotent:
+    /// a second call with the same id is answered without counting again.
+    /// 1-64 characters from `A-Z a-z 0-9 _ -`. When absent, a random id is used.
+    pub call_id: Option<String>,
+}
+
+/// Builds a [`Limiter`]; see [`Limiter::builder`].
+#[derive(Debug, Clone)]
+pub struct LimiterBuilder {
+    policy: Policy,
+    url: Option<String>,
+    timeout: Option<Duration>,
+    on_backend_error: Option<FailureMode>,
+    prefix: Option<String>,
+    clock: Clock,
+    key_secret: Option<Vec<u8>>,
+}
+
+impl LimiterBuilder {
+    /// The backend: `redis://host:port/db`, `rediss://...` (TLS),
+    /// `redis+unix:///path`, or `memory://` (the embedded backend, the default).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// Bound on the whole of one call (overrides the policy's `timeout`).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// What to do when the backend fails (overrides the policy's setting;
+    /// rules' own overrides still win).
+    pub fn on_backend_error(mut self, mode: FailureMode) -> Self {
+        self.on_backend_error = Some(mode);
+        self
+    }
+
+    /// Key prefix (overrides the policy's `prefix`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Where "now" comes from (default: the backend's clock).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Hash attribute values with this secret (HMAC-SHA-256) before they go
+    /// into keys, so raw values such as API keys never reach the backend.
+    /// Every process sharing the backend must use the same secret.
+    pub fn key_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.key_secret = Some(secret.into());
+        self
+    }
+
+    /// Validate the settings and make the limiter. Connections are made on
+    /// first use, so a limiter can be built while Redis is down.
+    pub fn build(self) -> Result<Limiter> {
+        let mut policy = self.policy;
+        if let Some(p) = self.prefix {
+            policy = policy.with_prefix(p)?;
+        }
+        if let Some(t) = self.timeout {
+            policy = policy.with_timeout(t)?;
+        }
+        if let Some(m) = self.on_backend_error {
+            policy = policy.with_on_backend_error(m);
+        }
+        if let Some(s) = &self.key_secret {
+            if s.is_empty() {
+                return Err(Error::invalid_argument("key_secret: must not be empty"));
+            }
+        }
+        let backend = match self.url.as_deref().map(str::trim) {
+            None | Some("") | Some("memory://") | Some("memory:") => Backend::Memory(MemoryBackend::new()),
+            Some(url)
+                if url.starts_with("redis://")
+                    || url.starts_with("rediss://")
+                    || url.starts_with("redis+unix://")
+                    || url.starts_with("unix://") =>
+            {
+                Backend::Redis(RedisBackend::new(url, policy.timeout)?)
+            }
+            Some(url) => {
+                return Err(Error::invalid_argument(format!(
+                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix:// or memory://"
+                )))
+            }
+        };
+        let rules = policy
+            .rules
+            .iter()
+            .zip(&policy.templates)
+            .map(|(rule, template)| {
+                let args = match rule.algorithm {
+                    Algorithm::SlidingWindowLog { limit, window } => RuleArgs::Window {
+                        limit,
+                        window_us: window.as_micros() as i64,
+                        shadow: rule.shadow,
+                    },
+                    Algorithm::TokenBucket { capacity, refill_rate } => RuleArgs::Bucket {
+                        capacity,
+                        rate: refill_rate,
+                        shadow: rule.shadow,
+                    },
+                };
+                CompiledRule {
+                    name: Arc::from(rule.name.as_str()),
+                    head: format!("{}{}:", policy.prefix, rule.name),
+                    template: template.clone(),
+                    matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    script_args: args.script_args(),
+                    args,
+                    limit: rule.algorithm.limit(),
+                    window: rule.algorithm.window(),
+                    shadow: rule.shadow,
+                    failure: rule.on_backend_error.unwrap_or(policy.on_backend_error),
+                }
+            })
+            .collect();
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                rules,
+                timeout: policy.timeout,
+                policy,
+                backend: RwLock::new(Some(backend)),
+                clock: self.clock,
+                started: Instant::now(),
+                epoch_us: system_now_us(),
+                secret: self.key_secret.as_deref().map(KeySecret::new),
+                closed: AtomicBool::new(false),
+                counters: Counters::default(),
+            }),
+        })
+    }
+}
+
+struct Inner {
+    policy: Policy,
+    rules: Vec<CompiledRule>,
+    timeout: Duration,
+    backend: RwLock<Option<Backend>>,
+    clock: Clock,
+    started: Instant,
+    epoch_us: i64,
+    secret: Option<KeySecret>,
+    closed: AtomicBool,
+    counters: Counters,
+}
+
+/// A rate limiter: a policy bound to a backend (Redis or in-memory).
+///
+/// Cheap to clone (clones share everything) and safe to use from many tasks
+/// and threads at once. Every method that talks to the backend is async and
+/// must run inside a Tokio runtime with the time driver enabled.
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("rules", &self.inner.rules.len())
+            .field("backend", &self.backend_name())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+thread_local! {
+    static RNG: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+}
+
+/// A random call id (16 hex digits). The generator is reseeded from the OS
+/// after a fork, so parent and child never produce the same ids.
+fn random_call_id() -> String {
+    let pid = std::process::id();
+    let x = RNG.with(|cell| {
+        let (mut state, seeded_pid) = cell.get();
+        if seeded_pid != pid || state == 0 {
+            let mut seed = [0u8; 8];
+            if getrandom::fill(&mut seed).is_err() {
+                seed = (system_now_us() as u64 ^ ((pid as u64) << 32)).to_le_bytes();
+            }
+            state = u64::from_le_bytes(seed) | 1;
+        }
+        // wyrand
+        state = state.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = (state as u128).wrapping_mul((state ^ 0xe703_7ed1_a0b4_28db) as u128);
+        cell.set((state, pid));
+        ((t >> 64) as u64) ^ (t as u64)
+    });
+    format!("{x:016x}")
+}
+
+fn validate_call_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(Error::invalid_argument(format!(
+            "call_id: {id:?} must be 1-64 characters from A-Z a-z 0-9 _ -"
+        )));
+    }
+    Ok(())
+}
+
+impl Limiter {
+    /// Start building a limiter for `policy`.
+    pub fn builder(policy: Policy) -> LimiterBuilder {
+        LimiterBuilder {
+            policy,
+            url: None,
+            timeout: None,
+            on_backend_error: None,
+            prefix: None,
+            clock: Clock::Backend,
+            key_secret: None,
+        }
+    }
+
+    /// A limiter for `policy` on the embedded in-memory backend.
+    pub fn in_memory(policy: Policy) -> Limiter {
+        Limiter::builder(policy)
+            .build()
+            .expect("a validated policy always builds an in-memory limiter")
+    }
+
+    /// The policy, with the builder's overrides applied.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// `"memory"` or `"redis"` (`"closed"` after [`Limiter::close`]).
+    pub fn backend_name(&self) -> &'static str {
+        match &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()) {
+            Some(Backend::Memory(_)) => "memory",
+            Some(Backend::Redis(_)) => "redis",
+            None => "closed",
+        }
+    }
+
+    /// Check a request of cost 1 or more: consume from every applicable rule
+    /// if all admit it, nothing otherwise.
+    pub async fn check<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
+        self.run(&AttrRef(attrs), cost, None, Mode::Check).await
+    }
+
+    /// [`Limiter::check`] with options (an explicit call id).
+    pub async fn check_with<A: Attributes + ?Sized>(
+        &self,
+        attrs: &A,
+        options: &CheckOptions,
+    ) -> Result<Decision> {
+        let cost = if options.cost == 0 && options.call_id.is_some() { 1 } else { options.cost };
+        self.run(&AttrRef(attrs), cost, options.call_id.as_deref(), Mode::Check)
+            .await
+    }
+
+    /// The decision a check of this cost would get now, without consuming anything.
+    pub async fn peek<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
+        self.run(&AttrRef(attrs), cost, None, Mode::Peek).await
+    }
+
+    /// Forget the state of every rule that applies to this request (to
+    /// unblock a customer). Returns how many keys existed.
+    pub async fn reset<A: Attributes + ?Sized>(&self, attrs: &A) -> Result<u64> {
+        self.ensure_open()?;
+        let keys = self.keys_for(&AttrRef(attrs));
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let now = self.local_now();
+        let redis = {
+            let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
+            match &*guard {
+                Some(Backend::Memory(m)) => return Ok(m.reset(&keys, now)),
+                Some(Backend::Redis(r)) => r.conn_handle(),
+                None => return Err(closed()),
+            }
+        };
+        match tokio::time::timeout(self.inner.timeout, redis.reset(&keys)).await {
+            Ok(r) => r,
+            Err(_) => Err(timeout_error(self.inner.timeout)),
+        }
+    }
+
+    /// The keys this request touches, one per applicable rule, in policy order.
+    pub fn keys<A: Attributes + ?Sized>(&self, attrs: &A) -> Vec<String> {
+        self.keys_for(&AttrRef(attrs))
+    }
+
+    /// Check that the backend answers (a `PING` for Redis), within the timeout.
+    pub async fn ping(&self) -> Result<()> {
+        self.ensure_open()?;
+        let redis = {
+            let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
+            match &*guard {
+                Some(Backend::Memory(_)) => return Ok(()),
+                Some(Backend::Redis(r)) => r.conn_handle(),
+                None => return Err(closed()),
+            }
+        };
+        match tokio::time::timeout(self.inner.timeout, redis.ping()).await {
+            Ok(r) => r,
+            Err(_) => Err(timeout_error(self.inner.timeout)),
+        }
+    }
+
+    /// Counters since the limiter was made.
+    pub fn stats(&self) -> Stats {
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            calls: get(&c.calls),
+            allowed: get(&c.allowed),
+            denied: get(&c.denied),
+            degraded_allowed: get(&c.degraded_allowed),
+            degraded_denied: get(&c.degraded_denied),
+            backend_errors: get(&c.backend_errors),
+            timeouts: get(&c.timeouts),
+        }
+    }
+
+    /// Entries held by the embedded backend (expired ones not yet swept
+    /// included); `None` for other backends.
+    pub fn memory_entries(&self) -> Option<usize> {
+        match &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()) {
+            Some(Backend::Memory(m)) => Some(m.len()),
+            _ => None,
+        }
+    }
+
+    /// Close the limiter: drop its connections and state. Every later call
+    /// fails with [`ErrorKind::Closed`]. Closing twice is harmless.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let old = self
+            .inner
+            .backend
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(old);
+    }
+
+    /// True after [`Limiter::close`].
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(closed())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// "Now" for the embedded backend, and for the System/Manual clocks.
+    fn local_now(&self) -> i64 {
+        match &self.inner.clock {
+            Clock::Manual(c) => c.now_us(),
+            Clock::System => system_now_us(),
+            Clock::Backend => self.inner.epoch_us + self.inner.started.elapsed().as_micros() as i64,
+        }
+    }
+
+    fn keys_for(&self, attrs: &dyn Attributes) -> Vec<String> {
+        let mut buf = String::new();
+        self.inner
+            .rules
+            .iter()
+            .filter_map(|r| self.key_of(r, attrs, &mut buf))
+            .collect()
+    }
+
+    fn key_of(&self, rule: &CompiledRule, attrs: &dyn Attributes, buf: &mut String) -> Option<String> {
+        for (attr, values) in &rule.matches {
+            match attrs.get_attr(attr) {
+                Some(v) if values.iter().any(|x| x == v) => {}
+                _ => return None,
+            }
+        }
+        buf.clear();
+        if !rule.template.render(attrs, self.inner.secret.as_ref(), buf) {
+            return None;
+        }
+        Some(finish_key(&rule.head, buf))
+    }
+
+    fn plan<'a>(&'a self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>) -> Result<Plan<'a>> {
+        if cost == 0 {
+            return Err(Error::invalid_argument("cost: must be at least 1"));
+        }
+        if let Some(id) = call_id {
+            validate_call_id(id)?;
+        }
+        let mut keys = Vec::with_capacity(self.inner.rules.len());
+        let mut compiled = Vec::with_capacity(self.inner.rules.len());
+        let mut buf = String::new();
+        for rule in &self.inner.rules {
+            if let Some(key) = self.key_of(rule, attrs, &mut buf) {
+                if cost > rule.limit {
+                    return Err(Error::invalid_argument(format!(
+                        "cost: {cost} is more than rule {:?} allows ({}); such a request could never pass",
+                        &*rule.name, rule.limit
+                    )));
+                }
+                keys.push(key);
+                compiled.push(rule);
+            }
+        }
+        Ok(Plan {
+            keys,
+            compiled,
+            cost,
+            call_id: call_id.map_or_else(random_call_id, str::to_string),
+            dedupe: call_id.is_some(),
+        })
+    }
+
+    async fn run(&self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Result<Decision> {
+        self.ensure_open()?;
+        let plan = self.plan(attrs, cost, call_id)?;
+        if plan.keys.is_empty() {
+            self.count(&Decision::unlimited());
+            return Ok(Decision::unlimited());
+        }
+        let redis = {
+            let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
+            match &*guard {
+                Some(Backend::Memory(m)) => {
+                    let verdict = m.eval(&plan, mode, self.local_now());
+                    let d = self.decide(&plan, verdict, false);
+                    self.count(&d);
+                    return Ok(d);
+                }
+                Some(Backend::Redis(r)) => r.conn_handle(),
+                None => return Err(closed()),
+            }
+        };
+        let now = match &self.inner.clock {
+            Clock::Backend => None,
+            _ => Some(self.local_now()),
+        };
+        let result = match tokio::time::timeout(self.inner.timeout, redis.eval(&plan, mode, now)).await {
+            Ok(r) => r.map(|(_, v)| v),
+            Err(_) => {
+                self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(timeout_error(self.inner.timeout))
+            }
+        };
+        match result {
+            Ok(verdict) => {
+                let d = self.decide(&plan, verdict, false);
+                self.count(&d);
+                Ok(d)
+            }
+            Err(e) if e.kind().is_backend_failure() => self.degrade(&plan, e),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn count(&self, d: &Decision) {
+        let c = &self.inner.counters;
+        c.calls.fetch_add(1, Ordering::Relaxed);
+        if d.allowed {
+            c.allowed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.denied.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn decide(&self, plan: &Plan<'_>, verdict: Verdict, degraded: bool) -> Decision {
+        let results = plan
+            .compiled
+            .iter()
+            .zip(&verdict.outcomes)
+            .map(|(rule, o)| RuleResult {
+                rule: rule.name.clone(),
+                allowed: o.allowed,
+                shadow: rule.shadow,
+                limit: rule.limit,
+                remaining: o.remaining,
+                retry_after: Duration::from_micros(o.retry_after_us.max(0) as u64),
+                reset_after: Duration::from_micros(o.reset_after_us.max(0) as u64),
+                window: rule.window,
+            })
+            .collect();
+        Decision::from_results(results, degraded)
+    }
+
+    /// Answer from the failure policy: `error` wins over `deny`, `deny` over `allow`.
+    fn degrade(&self, plan: &Plan<'_>, err: Error) -> Result<Decision> {
+        let mode = plan
+            .compiled
+            .iter()
+            .fold(FailureMode::Allow, |m, r| m.strictest(r.failure));
+        let c = &self.inner.counters;
+        match mode {
+            FailureMode::Error => {
+                c.backend_errors.fetch_add(1, Ordering::Relaxed);
+                Err(err)
+            }
+            FailureMode::Allow | FailureMode::Deny => {
+                let results = plan
+                    .compiled
+                    .iter()
+                    .map(|r| {
+                        let allowed = mode == FailureMode::Allow || r.failure == FailureMode::Allow;
+                        RuleResult {
+                            rule: r.name.clone(),
+                            allowed,
+                            shadow: r.shadow,
+                            limit: r.limit,
+                            remaining: if allowed { r.limit } else { 0 },
+                            retry_after: if allowed { Duration::ZERO } else { DEGRADED_RETRY_AFTER },
+                            reset_after: Duration::ZERO,
+                            window: r.window,
+                        }
+                    })
+                    .collect();
+                let mut d = Decision::from_results(results, true);
+                if d.allowed {
+                    c.degraded_allowed.fetch_add(1, Ordering::Relaxed);
+                } else if d.rule.is_none() {
+                    // Only shadow rules denied: the request goes through.
+                    d.allowed = true;
+                    c.degraded_allowed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    c.degraded_denied.fetch_add(1, Ordering::Relaxed);
+                }
+                self.count(&d);
+                Ok(d)
+            }
+        }
+    }
+}
+
+struct AttrRef<'a, A: ?Sized>(&'a A);
+
+impl<A: Attributes + ?Sized> Attributes for AttrRef<'_, A> {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        self.0.get_attr(name)
+    }
+}
+
+fn closed() -> Error {
+    Error::new(ErrorKind::Closed, "the limiter is closed")
+}
+
+fn timeout_error(t: Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!("the backend did not answer within the timeout ({} ms)", t.as_millis()),
+    )
+}

@@ -1,0 +1,846 @@
+//! Rules and policies: what is limited, how, and for which requests.
+//!
+//! A [`Policy`] is built from code ([`Policy::new`] with [`Rule`]s) or parsed
+//! from TOML or JSON ([`Policy::from_toml_str`], [`Policy::from_json_str`],
+//! [`Policy::from_file`]). Every constructor validates the whole policy; an
+//! invalid field is an [`ErrorKind::InvalidPolicy`](crate::ErrorKind) error
+//! whose message names the field.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::duration::{format_duration, parse_duration};
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::KeyTemplate;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "throttlegate:";
+/// The default timeout of one call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+/// Largest `limit` or `capacity` accepted.
+pub const MAX_LIMIT: u64 = 1_000_000_000;
+/// Longest window accepted (366 days).
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
+/// Smallest refill rate accepted, in tokens per second.
+pub const MIN_REFILL_RATE: f64 = 1e-6;
+/// Largest refill rate accepted, in tokens per second.
+pub const MAX_REFILL_RATE: f64 = 1e9;
+/// Longest rule name and attribute name, in bytes.
+pub const MAX_NAME_LEN: usize = 64;
+/// Longest key prefix, in bytes.
+pub const MAX_PREFIX_LEN: usize = 64;
+/// Longest call timeout accepted.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// What a call does when the backend is down, too slow, or answers with an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FailureMode {
+    /// Admit the request; the decision is marked `degraded`.
+    #[default]
+    Allow,
+    /// Deny the request; the decision is marked `degraded`.
+    Deny,
+    /// Return the error to the caller.
+    Error,
+}
+
+impl FailureMode {
+    /// The name used in policies: `"allow"`, `"deny"` or `"error"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Allow => "allow",
+            FailureMode::Deny => "deny",
+            FailureMode::Error => "error",
+        }
+    }
+
+    /// Parse `"allow"`, `"deny"` or `"error"`.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "allow" => Ok(FailureMode::Allow),
+            "deny" => Ok(FailureMode::Deny),
+            "error" => Ok(FailureMode::Error),
+            other => Err(Error::invalid_argument(format!(
+                "on_backend_error must be \"allow\", \"deny\" or \"error\", not {other:?}"
+            ))),
+        }
+    }
+
+    /// When rules of one check disagree: `error` wins over `deny`, `deny` over `allow`.
+    pub fn strictest(self, other: FailureMode) -> FailureMode {
+        fn rank(m: FailureMode) -> u8 {
+            match m {
+                FailureMode::Allow => 0,
+                FailureMode::Deny => 1,
+                FailureMode::Error => 2,
+            }
+        }
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// A rate-limiting algorithm with its parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Algorithm {
+    /// Exactly `limit` units per sliding `window` (the default algorithm).
+    SlidingWindowLog {
+        /// Units admitted per window.
+        limit: u64,
+        /// Length of the window (whole milliseconds).
+        window: Duration,
+    },
+    /// A bucket of `capacity` tokens refilled at `refill_rate` tokens per second.
+    TokenBucket {
+        /// Size of the bucket, and the largest burst.
+        capacity: u64,
+        /// Tokens added per second; may be fractional.
+        refill_rate: f64,
+    },
+}
+
+impl Algorithm {
+    /// The name used in policies: `"sliding_window_log"` or `"token_bucket"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::SlidingWindowLog { .. } => "sliding_window_log",
+            Algorithm::TokenBucket { .. } => "token_bucket",
+        }
+    }
+
+    /// The most one request can cost: `limit` or `capacity`.
+    pub fn limit(&self) -> u64 {
+        match *self {
+            Algorithm::SlidingWindowLog { limit, .. } => limit,
+            Algorithm::TokenBucket { capacity, .. } => capacity,
+        }
+    }
+
+    /// The window advertised in headers: the window, or the time a bucket takes
+    /// to refill completely.
+    pub fn window(&self) -> Duration {
+        match *self {
+            Algorithm::SlidingWindowLog { window, .. } => window,
+            Algorithm::TokenBucket {
+                capacity,
+                refill_rate,
+            } => Duration::from_secs_f64(capacity as f64 / refill_rate),
+        }
+    }
+}
+
+/// One rule of a policy: a name, a key template, an algorithm, and optionally
+/// which requests it applies to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// Unique name within the policy; part of every key of the rule.
+    pub name: String,
+    /// Key template over attributes, e.g. `"ip:{ip}"`.
+    pub key: String,
+    /// Algorithm and parameters.
+    pub algorithm: Algorithm,
+    /// Attribute -> accepted values. The rule applies only when every listed
+    /// attribute is present with one of its values.
+    pub matches: BTreeMap<String, Vec<String>>,
+    /// Evaluate and report, but never deny because of this rule.
+    pub shadow: bool,
+    /// Override of the policy's `on_backend_error` for this rule.
+    pub on_backend_error: Option<FailureMode>,
+}
+
+impl Rule {
+    /// A sliding-window-log rule: `limit` units per `window`.
+    pub fn sliding_window_log(
+        name: impl Into<String>,
+        key: impl Into<String>,
+        limit: u64,
+        window: Duration,
+    ) -> Rule {
+        Rule::new(
+            name,
+            key,
+            Algorithm::SlidingWindowLog { limit, window },
+        )
+    }
+
+    /// A token-bucket rule: `capacity` tokens, refilled at `refill_rate` per second.
+    pub fn token_bucket(
+        name: impl Into<String>,
+        key: impl Into<String>,
+        capacity: u64,
+        refill_rate: f64,
+    ) -> Rule {
+        Rule::new(
+            name,
+            key,
+            Algorithm::TokenBucket {
+                capacity,
+                refill_rate,
+            },
+        )
+    }
+
+    /// A rule with any algorithm.
+    pub fn new(name: impl Into<String>, key: impl Into<String>, algorithm: Algorithm) -> Rule {
+        Rule {
+            name: name.into(),
+            key: key.into(),
+            algorithm,
+            matches: BTreeMap::new(),
+            shadow: false,
+            on_backend_error: None,
+        }
+    }
+
+    /// Apply the rule only when `attribute` has one of `values`.
+    pub fn matching<I, S>(mut self, attribute: impl Into<String>, values: I) -> Rule
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.matches
+            .insert(attribute.into(), values.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Put the rule in shadow mode (reported, never denies).
+    pub fn shadow(mut self, shadow: bool) -> Rule {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Override the policy's failure mode for this rule.
+    pub fn on_backend_error(mut self, mode: FailureMode) -> Rule {
+        self.on_backend_error = Some(mode);
+        self
+    }
+}
+
+/// A validated, ordered set of rules and the settings they share.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
+    pub(crate) on_backend_error: FailureMode,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) templates: Vec<KeyTemplate>,
+}
+
+impl PartialEq for Policy {
+    fn eq(&self, other: &Self) -> bool {
+        self.prefix == other.prefix
+            && self.timeout == other.timeout
+            && self.on_backend_error == other.on_backend_error
+            && self.rules == other.rules
+    }
+}
+
+impl Policy {
+    /// A policy of `rules` with the default settings (prefix `throttlegate:`,
+    /// timeout 100 ms, `on_backend_error = allow`).
+    pub fn new(rules: Vec<Rule>) -> Result<Policy> {
+        Policy::with_settings(rules, DEFAULT_PREFIX, DEFAULT_TIMEOUT, FailureMode::Allow)
+    }
+
+    /// A policy with explicit settings.
+    pub fn with_settings(
+        rules: Vec<Rule>,
+        prefix: impl Into<String>,
+        timeout: Duration,
+        on_backend_error: FailureMode,
+    ) -> Result<Policy> {
+        let prefix = prefix.into();
+        validate_prefix(&prefix).map_err(|m| Error::invalid_policy(format!("prefix: {m}")))?;
+        validate_timeout(timeout).map_err(|m| Error::invalid_policy(format!("timeout: {m}")))?;
+        if rules.is_empty() {
+            return Err(Error::invalid_policy("rules: a policy needs at least one rule"));
+        }
+        let mut templates = Vec::with_capacity(rules.len());
+        for (i, rule) in rules.iter().enumerate() {
+            let at = rule_path(i, &rule.name);
+            validate_rule(rule).map_err(|m| Error::invalid_policy(format!("{at}: {m}")))?;
+            if rules[..i].iter().any(|r| r.name == rule.name) {
+                return Err(Error::invalid_policy(format!(
+                    "{at}: name: {:?} is used by another rule; rule names are unique",
+                    rule.name
+                )));
+            }
+            let template = KeyTemplate::parse(&rule.key)
+                .map_err(|m| Error::invalid_policy(format!("{at}: key: {m}")))?;
+            templates.push(template);
+        }
+        Ok(Policy {
+            prefix,
+            timeout,
+            on_backend_error,
+            rules,
+            templates,
+        })
+    }
+
+    /// Parse a policy from TOML text.
+    pub fn from_toml_str(text: &str) -> Result<Policy> {
+        let value: toml::Value = toml::from_str(text)
+            .map_err(|e| Error::invalid_policy(format!("malformed TOML: {}", e.to_string().trim())))?;
+        let json = serde_json::to_value(value)
+            .map_err(|e| Error::invalid_policy(format!("malformed TOML: {e}")))?;
+        Policy::from_value(&json)
+    }
+
+    /// Parse a policy from JSON text (an object with a `rules` array).
+    pub fn from_json_str(text: &str) -> Result<Policy> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Error::invalid_policy(format!("malformed JSON: {e}")))?;
+        Policy::from_value(&value)
+    }
+
+    /// Parse a policy from TOML or JSON text, guessing the format: text whose
+    /// first non-blank character is `{` is JSON.
+    pub fn from_str_any(text: &str) -> Result<Policy> {
+        if text.trim_start().starts_with('{') {
+            Policy::from_json_str(text)
+        } else {
+            Policy::from_toml_str(text)
+        }
+    }
+
+    /// Read a policy file: `.json` is JSON, `.toml` is TOML, anything else is guessed.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Policy> {
+        let path = path.as_ref();
+        let text = std::fs::read(path).map_err(|e| {
+            Error::new(
+                ErrorKind::Io,
+                format!("cannot read policy file {}", path.display()),
+            )
+            .with_source(e)
+        })?;
+        let text = String::from_utf8(text).map_err(|_| {
+            Error::invalid_policy(format!("policy file {} is not valid UTF-8", path.display()))
+        })?;
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(|e| e.to_ascii_lowercase());
+        let parsed = match ext.as_deref() {
+            Some("json") => Policy::from_json_str(&text),
+            Some("toml") => Policy::from_toml_str(&text),
+            _ => Policy::from_str_any(&text),
+        };
+        parsed.map_err(|e| {
+            Error::invalid_policy(format!("{}: {}", path.display(), e.message()))
+        })
+    }
+
+    /// Build a policy from a JSON value tree (what the Python and Node
+    /// constructors receive as plain dicts/objects).
+    pub fn from_value(value: &Value) -> Result<Policy> {
+        parse_policy(value).map_err(Error::invalid_policy)
+    }
+
+    /// The policy as a JSON value, in the file format (round-trips through [`Policy::from_value`]).
+    pub fn to_value(&self) -> Value {
+        let mut top = Map::new();
+        top.insert("prefix".into(), Value::from(self.prefix.clone()));
+        top.insert("timeout".into(), Value::from(format_duration(self.timeout)));
+        top.insert(
+            "on_backend_error".into(),
+            Value::from(self.on_backend_error.as_str()),
+        );
+        let rules = self
+            .rules
+            .iter()
+            .map(|r| {
+                let mut m = Map::new();
+                m.insert("name".into(), Value::from(r.name.clone()));
+                m.insert("key".into(), Value::from(r.key.clone()));
+                m.insert("algorithm".into(), Value::from(r.algorithm.name()));
+                match r.algorithm {
+                    Algorithm::SlidingWindowLog { limit, window } => {
+                        m.insert("limit".into(), Value::from(limit));
+                        m.insert("window".into(), Value::from(format_duration(window)));
+                    }
+                    Algorithm::TokenBucket {
+                        capacity,
+                        refill_rate,
+                    } => {
+                        m.insert("capacity".into(), Value::from(capacity));
+                        m.insert("refill_rate".into(), Value::from(refill_rate));
+                    }
+                }
+                if !r.matches.is_empty() {
+                    let mut mm = Map::new();
+                    for (k, v) in &r.matches {
+                        mm.insert(k.clone(), Value::from(v.clone()));
+                    }
+                    m.insert("match".into(), Value::Object(mm));
+                }
+                if r.shadow {
+                    m.insert("shadow".into(), Value::from(true));
+                }
+                if let Some(mode) = r.on_backend_error {
+                    m.insert("on_backend_error".into(), Value::from(mode.as_str()));
+                }
+                Value::Object(m)
+            })
+            .collect();
+        top.insert("rules".into(), Value::Array(rules));
+        Value::Object(top)
+    }
+
+    /// The rules, in policy order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The timeout of one call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The policy-wide failure mode.
+    pub fn on_backend_error(&self) -> FailureMode {
+        self.on_backend_error
+    }
+
+    /// The same rules with another prefix.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Result<Policy> {
+        let prefix = prefix.into();
+        validate_prefix(&prefix).map_err(|m| Error::invalid_argument(format!("prefix: {m}")))?;
+        self.prefix = prefix;
+        Ok(self)
+    }
+
+    /// The same rules with another timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Result<Policy> {
+        validate_timeout(timeout).map_err(|m| Error::invalid_argument(format!("timeout: {m}")))?;
+        self.timeout = timeout;
+        Ok(self)
+    }
+
+    /// The same rules with another policy-wide failure mode.
+    pub fn with_on_backend_error(mut self, mode: FailureMode) -> Policy {
+        self.on_backend_error = mode;
+        self
+    }
+}
+
+fn rule_path(index: usize, name: &str) -> String {
+    if name.is_empty() {
+        format!("rules[{index}]")
+    } else {
+        format!("rules[{index}] ({name:?})")
+    }
+}
+
+pub(crate) fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
+}
+
+pub(crate) fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!("is longer than {MAX_NAME_LEN} bytes"));
+    }
+    if let Some(c) = name.chars().find(|&c| !is_name_char(c)) {
+        return Err(format!(
+            "{name:?} contains {c:?}; use letters, digits, '_', '-' and '.'"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(format!("is longer than {MAX_PREFIX_LEN} bytes"));
+    }
+    if let Some(c) = prefix
+        .chars()
+        .find(|&c| c.is_control() || c == '{' || c == '}' || c == ' ' || !c.is_ascii())
+    {
+        return Err(format!(
+            "{prefix:?} contains {c:?}; a prefix is printable ASCII without spaces or braces"
+        ));
+    }
+    Ok(())
+}
+
+fn validate_timeout(timeout: Duration) -> Result<(), String> {
+    if timeout < Duration::from_millis(1) {
+        return Err("must be at least 1ms".into());
+    }
+    if timeout > MAX_TIMEOUT {
+        return Err("must be at most 1h".into());
+    }
+    Ok(())
+}
+
+fn validate_rule(rule: &Rule) -> Result<(), String> {
+    validate_name(&rule.name).map_err(|m| format!("name: {m}"))?;
+    match rule.algorithm {
+        Algorithm::SlidingWindowLog { limit, window } => {
+            if limit == 0 || limit > MAX_LIMIT {
+                return Err(format!("limit: must be between 1 and {MAX_LIMIT}, not {limit}"));
+            }
+            if window < Duration::from_millis(1) {
+                return Err("window: must be at least 1ms".into());
+            }
+            if window > MAX_WINDOW {
+                return Err("window: must be at most 366d".into());
+            }
+            if window.subsec_nanos() % 1_000_000 != 0 {
+                return Err("window: must be a whole number of milliseconds".into());
+            }
+        }
+        Algorithm::TokenBucket {
+            capacity,
+            refill_rate,
+        } => {
+            if capacity == 0 || capacity > MAX_LIMIT {
+                return Err(format!(
+                    "capacity: must be between 1 and {MAX_LIMIT}, not {capacity}"
+                ));
+            }
+            if !refill_rate.is_finite() || refill_rate <= 0.0 {
+                return Err(format!("refill_rate: must be a positive number, not {refill_rate}"));
+            }
+            if !(MIN_REFILL_RATE..=MAX_REFILL_RATE).contains(&refill_rate) {
+                return Err(format!(
+                    "refill_rate: must be between {MIN_REFILL_RATE} and {MAX_REFILL_RATE} tokens per second, not {refill_rate}"
+                ));
+            }
+        }
+    }
+    for (attr, values) in &rule.matches {
+        validate_name(attr).map_err(|m| format!("match: attribute name {m}"))?;
+        if values.is_empty() {
+            return Err(format!("match.{attr}: needs at least one value"));
+        }
+    }
+    Ok(())
+}
+
+// ---- parsing from a JSON value tree ---------------------------------------
+
+const TOP_FIELDS: &[&str] = &["prefix", "timeout", "on_backend_error", "rules"];
+const RULE_FIELDS: &[&str] = &[
+    "name",
+    "key",
+    "algorithm",
+    "limit",
+    "window",
+    "capacity",
+    "refill_rate",
+    "match",
+    "shadow",
+    "on_backend_error",
+];
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn unknown_field(at: &str, field: &str, expected: &[&str]) -> String {
+    format!(
+        "{at}unknown field `{field}`; expected one of: {}",
+        expected.join(", ")
+    )
+}
+
+fn get_string<'a>(v: &'a Value, at: &str) -> Result<&'a str, String> {
+    v.as_str()
+        .ok_or_else(|| format!("{at}: expected a string, got {}", type_name(v)))
+}
+
+fn get_duration(v: &Value, at: &str) -> Result<Duration, String> {
+    match v {
+        Value::Number(n) => match n.as_u64() {
+            Some(ms) => Ok(Duration::from_millis(ms)),
+            None => Err(format!(
+                "{at}: expected whole milliseconds or a string like \"1m\", got {n}"
+            )),
+        },
+        Value::String(s) => parse_duration(s).map_err(|m| format!("{at}: {m}")),
+        other => Err(format!(
+            "{at}: expected milliseconds or a string like \"1m\", got {}",
+            type_name(other)
+        )),
+    }
+}
+
+fn get_count(v: &Value, at: &str) -> Result<u64, String> {
+    match v {
+        Value::Number(n) => {
+            if let Some(x) = n.as_u64() {
+                Ok(x)
+            } else if n.as_i64().is_some() {
+                Err(format!("{at}: must be a positive integer, got {n}"))
+            } else {
+                match n.as_f64() {
+                    Some(f) if f.fract() == 0.0 && f >= 0.0 && f <= u64::MAX as f64 => Ok(f as u64),
+                    _ => Err(format!("{at}: must be a positive integer, got {n}")),
+                }
+            }
+        }
+        other => Err(format!(
+            "{at}: expected a positive integer, got {}",
+            type_name(other)
+        )),
+    }
+}
+
+fn get_rate(v: &Value, at: &str) -> Result<f64, String> {
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| format!("{at}: expected a number, got {n}")),
+        other => Err(format!("{at}: expected a number, got {}", type_name(other))),
+    }
+}
+
+fn get_mode(v: &Value, at: &str) -> Result<FailureMode, String> {
+    let s = get_string(v, at)?;
+    FailureMode::parse(s).map_err(|_| {
+        format!("{at}: must be \"allow\", \"deny\" or \"error\", not {s:?}")
+    })
+}
+
+fn parse_policy(value: &Value) -> Result<Policy, String> {
+    let obj = value.as_object().ok_or_else(|| {
+        format!(
+            "a policy is an object with a `rules` array, got {}",
+            type_name(value)
+        )
+    })?;
+    for field in obj.keys() {
+        if !TOP_FIELDS.contains(&field.as_str()) {
+            return Err(unknown_field("", field, TOP_FIELDS));
+        }
+    }
+    let prefix = match obj.get("prefix") {
+        Some(v) => get_string(v, "prefix")?.to_string(),
+        None => DEFAULT_PREFIX.to_string(),
+    };
+    let timeout = match obj.get("timeout") {
+        Some(v) => get_duration(v, "timeout")?,
+        None => DEFAULT_TIMEOUT,
+    };
+    let on_backend_error = match obj.get("on_backend_error") {
+        Some(v) => get_mode(v, "on_backend_error")?,
+        None => FailureMode::Allow,
+    };
+    let rules_v = obj
+        .get("rules")
+        .ok_or_else(|| "rules: missing; a policy needs a `rules` array".to_string())?;
+    let rules_a = rules_v
+        .as_array()
+        .ok_or_else(|| format!("rules: expected an array, got {}", type_name(rules_v)))?;
+    let mut rules = Vec::with_capacity(rules_a.len());
+    for (i, rv) in rules_a.iter().enumerate() {
+        rules.push(parse_rule(i, rv)?);
+    }
+    Policy::with_settings(rules, prefix, timeout, on_backend_error).map_err(|e| e.message().to_string())
+}
+
+fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| format!("rules[{i}]: expected an object, got {}", type_name(v)))?;
+    let name = match obj.get("name") {
+        Some(n) => get_string(n, &format!("rules[{i}].name"))?.to_string(),
+        None => return Err(format!("rules[{i}]: name: missing")),
+    };
+    let at = rule_path(i, &name);
+    for field in obj.keys() {
+        if !RULE_FIELDS.contains(&field.as_str()) {
+            return Err(unknown_field(&format!("{at}: "), field, RULE_FIELDS));
+        }
+    }
+    let key = match obj.get("key") {
+        Some(k) => get_string(k, &format!("{at}: key"))?.to_string(),
+        None => return Err(format!("{at}: key: missing")),
+    };
+    let algo = match obj.get("algorithm") {
+        Some(a) => get_string(a, &format!("{at}: algorithm"))?,
+        None => "sliding_window_log",
+    };
+    let field = |f: &str| obj.get(f);
+    let required = |f: &str| {
+        field(f).ok_or_else(|| format!("{at}: {f}: missing (required by {algo})"))
+    };
+    let reject = |fields: &[&str]| -> Result<(), String> {
+        for f in fields {
+            if field(f).is_some() {
+                return Err(format!("{at}: {f}: does not apply to {algo}"));
+            }
+        }
+        Ok(())
+    };
+    let algorithm = match algo {
+        "sliding_window_log" => {
+            reject(&["capacity", "refill_rate"])?;
+            Algorithm::SlidingWindowLog {
+                limit: get_count(required("limit")?, &format!("{at}: limit"))?,
+                window: get_duration(required("window")?, &format!("{at}: window"))?,
+            }
+        }
+        "token_bucket" => {
+            reject(&["limit", "window"])?;
+            Algorithm::TokenBucket {
+                capacity: get_count(required("capacity")?, &format!("{at}: capacity"))?,
+                refill_rate: get_rate(required("refill_rate")?, &format!("{at}: refill_rate"))?,
+            }
+        }
+        other => {
+            return Err(format!(
+                "{at}: algorithm: unknown algorithm {other:?}; expected \"sliding_window_log\" or \"token_bucket\""
+            ))
+        }
+    };
+    let mut rule = Rule::new(name, key, algorithm);
+    if let Some(m) = field("match") {
+        let mobj = m
+            .as_object()
+            .ok_or_else(|| format!("{at}: match: expected an object, got {}", type_name(m)))?;
+        for (attr, vals) in mobj {
+            let p = format!("{at}: match.{attr}");
+            let values = match vals {
+                Value::String(s) => vec![s.clone()],
+                Value::Array(items) => items
+                    .iter()
+                    .map(|x| get_string(x, &p).map(str::to_string))
+                    .collect::<Result<Vec<_>, _>>()?,
+                other => {
+                    return Err(format!(
+                        "{p}: expected a string or an array of strings, got {}",
+                        type_name(other)
+                    ))
+                }
+            };
+            rule.matches.insert(attr.clone(), values);
+        }
+    }
+    if let Some(s) = field("shadow") {
+        rule.shadow = s
+            .as_bool()
+            .ok_or_else(|| format!("{at}: shadow: expected true or false, got {}", type_name(s)))?;
+    }
+    if let Some(m) = field("on_backend_error") {
+        rule.on_backend_error = Some(get_mode(m, &format!("{at}: on_backend_error"))?);
+    }
+    Ok(rule)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+prefix = "throttlegate:"
+timeout = "100ms"
+on_backend_error = "allow"
+
+[[rules]]
+name = "per-ip"
+key = "ip:{ip}"
+algorithm = "sliding_window_log"
+limit = 100
+window = "1m"
+
+[[rules]]
+name = "per-api-key"
+key = "key:{api_key}"
+algorithm = "token_bucket"
+capacity = 20
+refill_rate = 5
+
+[[rules]]
+name = "login"
+key = "login:{ip}"
+match = { route = "/login", method = ["POST"] }
+limit = 5
+window = "15m"
+shadow = false
+on_backend_error = "deny"
+"#;
+
+    #[test]
+    fn parses_the_spec_example() {
+        let p = Policy::from_toml_str(EXAMPLE).unwrap();
+        assert_eq!(p.rules().len(), 3);
+        assert_eq!(
+            p.rules()[1].algorithm,
+            Algorithm::TokenBucket { capacity: 20, refill_rate: 5.0 }
+        );
+        assert_eq!(p.rules()[2].matches["method"], vec!["POST".to_string()]);
+        assert_eq!(p.rules()[2].on_backend_error, Some(FailureMode::Deny));
+        // JSON round trip gives the same policy.
+        let again = Policy::from_json_str(&p.to_value().to_string()).unwrap();
+        assert_eq!(p, again);
+    }
+
+    fn err(text: &str) -> String {
+        let e = Policy::from_str_any(text).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidPolicy);
+        e.message().to_string()
+    }
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let cases: &[(&str, &str)] = &[
+            (r#"{"rules":[{"name":"a","key":"k","limit":0,"window":"1m"}]}"#, "limit"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":-3,"window":"1m"}]}"#, "limit"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":1.5,"window":"1m"}]}"#, "limit"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"0s"}]}"#, "window"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"5 years"}]}"#, "window"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5}]}"#, "window"),
+            (r#"{"rules":[{"name":"a","key":"k","algorithm":"leaky","limit":5,"window":"1s"}]}"#, "algorithm"),
+            (r#"{"rules":[{"name":"a","key":"k","algorithm":"token_bucket","capacity":5,"refill_rate":0}]}"#, "refill_rate"),
+            (r#"{"rules":[{"name":"a","key":"k","algorithm":"token_bucket","capacity":5,"refill_rate":-1}]}"#, "refill_rate"),
+            (r#"{"rules":[{"name":"a","key":"k","algorithm":"token_bucket","capacity":0,"refill_rate":1}]}"#, "capacity"),
+            (r#"{"rules":[{"name":"a","key":"k","algorithm":"token_bucket","capacity":5,"refill_rate":1,"window":"1s"}]}"#, "window"),
+            (r#"{"rules":[{"name":"","key":"k","limit":5,"window":"1s"}]}"#, "name"),
+            (r#"{"rules":[{"name":"a b","key":"k","limit":5,"window":"1s"}]}"#, "name"),
+            (r#"{"rules":[{"key":"k","limit":5,"window":"1s"}]}"#, "name"),
+            (r#"{"rules":[{"name":"a","limit":5,"window":"1s"}]}"#, "key"),
+            (r#"{"rules":[{"name":"a","key":"ip:{ip","limit":5,"window":"1s"}]}"#, "key"),
+            (r#"{"rules":[{"name":"a","key":"ip:{}","limit":5,"window":"1s"}]}"#, "key"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"1s","colour":"red"}]}"#, "colour"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"1s","shadow":"yes"}]}"#, "shadow"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"1s","match":{"route":5}}]}"#, "match.route"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"1s","match":{"route":[]}}]}"#, "match.route"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"1s","on_backend_error":"panic"}]}"#, "on_backend_error"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"1s"},{"name":"a","key":"k","limit":5,"window":"1s"}]}"#, "unique"),
+            (r#"{"rules":[]}"#, "rules"),
+            (r#"{"rulez":[]}"#, "rulez"),
+            (r#"{"timeout":"0ms","rules":[{"name":"a","key":"k","limit":5,"window":"1s"}]}"#, "timeout"),
+            (r#"{"prefix":"a{b}","rules":[{"name":"a","key":"k","limit":5,"window":"1s"}]}"#, "prefix"),
+            (r#"{"rules":[{"name":"a","key":"k","limit":5,"window":"1s"}"#, "JSON"),
+            ("[[rules]]\nname = \"a\"\nkey = \"k\"\nlimit = 5\nwindow = \n", "TOML"),
+            ("[[rules]]\nname = \"a\"\nkey = \"k\"\nlimit = 5\nwindow = \"1s\"\nburst = 3\n", "burst"),
+        ];
+        for (text, field) in cases {
+            let m = err(text);
+            assert!(m.contains(field), "message {m:?} for {text} should name {field}");
+        }
+    }
+}

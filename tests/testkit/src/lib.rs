@@ -1,0 +1,187 @@
+//! Test support for throttlegate: real `redis-server` processes on free
+//! loopback ports, stopped (and their files removed) when dropped.
+//!
+//! `redis-server` is found on `PATH`, or at `$THROTTLEGATE_REDIS_SERVER`.
+#![deny(missing_docs)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+fn redis_server_bin() -> String {
+    std::env::var("THROTTLEGATE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// A `redis-server` started for one test.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Start a server with no persistence on a free port.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Start a server with extra `--option value` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("throttlegate-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut s = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--save")
+            .arg("")
+            .arg("--appendonly")
+            .arg("no")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--enable-debug-command")
+            .arg("local")
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .expect("cannot start redis-server: install it (make test does) or set THROTTLEGATE_REDIS_SERVER");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.command(&["PING"]).map(|r| r == "+PONG").unwrap_or(false) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stop the server (SIGKILL), keeping its port for [`RedisServer::restart`].
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the server again on the same port (empty, no persistence).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Send `SIGSTOP` (`true`) or `SIGCONT` (`false`) to the server.
+    pub fn pause(&self, paused: bool) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .arg(if paused { "-STOP" } else { "-CONT" })
+                .arg(c.id().to_string())
+                .status();
+        }
+    }
+
+    /// Run one command and return the raw first reply line (`+OK`, `:3`,
+    /// `$5` followed by the bulk, joined with `\n`, ...). Arrays are returned
+    /// as their element lines joined with `\n`, nested one level.
+    pub fn command(&self, args: &[&str]) -> std::io::Result<String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+        }
+        stream.write_all(req.as_bytes())?;
+        let mut reader = BufReader::new(stream);
+        read_reply(&mut reader)
+    }
+
+    /// `INFO commandstats` calls for `command` (lowercase, e.g. `"evalsha"`).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info = self.command(&["INFO", "commandstats"]).unwrap_or_default();
+        let needle = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&needle))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn read_line(r: &mut impl BufRead) -> std::io::Result<String> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    Ok(line.trim_end_matches("\r\n").to_string())
+}
+
+fn read_reply(r: &mut impl BufRead) -> std::io::Result<String> {
+    let line = read_line(r)?;
+    match line.chars().next() {
+        Some('$') => {
+            let n: i64 = line[1..].parse().unwrap_or(-1);
+            if n < 0 {
+                return Ok("(nil)".into());
+            }
+            let mut buf = vec![0u8; n as usize + 2];
+            std::io::Read::read_exact(r, &mut buf)?;
+            buf.truncate(n as usize);
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        }
+        Some('*') => {
+            let n: i64 = line[1..].parse().unwrap_or(-1);
+            let mut items = Vec::new();
+            for _ in 0..n.max(0) {
+                items.push(read_reply(r)?);
+            }
+            Ok(items.join("\n"))
+        }
+        Some(':') => Ok(line[1..].to_string()),
+        _ => Ok(line),
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // A paused server would ignore SIGKILL until continued on some systems.
+            let _ = Command::new("kill").arg("-CONT").arg(c.id().to_string()).status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
