@@ -29,6 +29,7 @@
 
 mod algo;
 mod backend;
+mod client_ip;
 mod clock;
 mod decision;
 pub mod duration;
@@ -39,6 +40,7 @@ mod memory;
 mod policy;
 
 pub use backend::CHECK_SCRIPT;
+pub use client_ip::ClientIpConfig;
 pub use clock::{Clock, ManualClock};
 pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleResult};
 pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,44 @@
+# throttlegate: `make demo` tries the product, `make test` runs every suite.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all demo test deps test-rust test-python test-node test-c bench clean
+
+all: test
+
+## The main job: simulate traffic through examples/rules.toml on the embedded backend.
+demo:
+	$(CARGO) run -q -p throttlegate-cli -- simulate --rules examples/rules.toml
+
+## Everything the tests need: redis-server (Debian package), Python and Node tools (local folders).
+deps:
+	scripts/deps-redis.sh
+
+## Build the core, the Python and Node packages and the C library; run every suite.
+## Each suite starts its own redis-server(s) on free loopback ports and stops them.
+test: deps
+	$(MAKE) test-rust
+	$(MAKE) test-python
+	$(MAKE) test-node
+	$(MAKE) test-c
+	@echo "make test: every suite passed"
+
+test-rust:
+	$(CARGO) test --workspace --exclude throttlegate-python --exclude throttlegate-node
+
+test-python:
+	scripts/test-python.sh
+
+test-node:
+	scripts/test-node.sh
+
+test-c:
+	scripts/test-c.sh
+
+## Criterion benchmarks (release builds; start their own redis-server).
+bench: deps
+	$(CARGO) bench -p throttlegate
+
+clean:
+	$(CARGO) clean
+	rm -rf .venv node_modules

@@ -1,0 +1,1 @@
+//! throttlegate-c (being written).

@@ -1,0 +1,1 @@
+//! throttlegate-node (being written).

@@ -1,0 +1,1 @@
+//! throttlegate-python (being written).

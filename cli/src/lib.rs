@@ -1,0 +1,1 @@
+//! throttlegate-cli (being written).
