@@ -195,20 +195,24 @@ impl From<redis::RedisError> for Error {
                     | K::Server(redis::ServerErrorKind::MasterDown)
                     | K::Server(redis::ServerErrorKind::TryAgain)
             );
-        let kind = if unavailable {
+        let kind = if err.is_timeout() {
+            ErrorKind::Timeout
+        } else if unavailable {
             ErrorKind::BackendUnavailable
         } else if matches!(err.kind(), K::InvalidClientConfig) {
             ErrorKind::InvalidArgument
         } else {
             ErrorKind::Backend
         };
-        let message = if unavailable {
+        let message = if err.is_timeout() {
+            "redis did not answer in time".to_string()
+        } else if unavailable {
             "redis is unavailable".to_string()
         } else {
             "redis answered with an error".to_string()
         };
         Error::new(kind, message)
-            .set_temporary(unavailable)
+            .set_temporary(unavailable || err.is_timeout())
             .with_source(err)
     }
 }

@@ -319,7 +319,8 @@ impl Limiter {
     /// Check a request of cost 1 or more: consume from every applicable rule
     /// if all admit it, nothing otherwise.
     pub async fn check<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
-        self.run(&AttrRef(attrs), cost, None, Mode::Check).await
+        let plan = self.plan(&AttrRef(attrs), cost, None);
+        self.run(plan, Mode::Check).await
     }
 
     /// [`Limiter::check`] with options (an explicit call id).
@@ -329,13 +330,14 @@ impl Limiter {
         options: &CheckOptions,
     ) -> Result<Decision> {
         let cost = if options.cost == 0 && options.call_id.is_some() { 1 } else { options.cost };
-        self.run(&AttrRef(attrs), cost, options.call_id.as_deref(), Mode::Check)
-            .await
+        let plan = self.plan(&AttrRef(attrs), cost, options.call_id.as_deref());
+        self.run(plan, Mode::Check).await
     }
 
     /// The decision a check of this cost would get now, without consuming anything.
     pub async fn peek<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
-        self.run(&AttrRef(attrs), cost, None, Mode::Peek).await
+        let plan = self.plan(&AttrRef(attrs), cost, None);
+        self.run(plan, Mode::Peek).await
     }
 
     /// Forget the state of every rule that applies to this request (to
@@ -496,9 +498,9 @@ impl Limiter {
         })
     }
 
-    async fn run(&self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Result<Decision> {
+    async fn run(&self, plan: Result<Plan<'_>>, mode: Mode) -> Result<Decision> {
         self.ensure_open()?;
-        let plan = self.plan(attrs, cost, call_id)?;
+        let plan = plan?;
         if plan.keys.is_empty() {
             self.count(&Decision::unlimited());
             return Ok(Decision::unlimited());
@@ -522,11 +524,11 @@ impl Limiter {
         };
         let result = match tokio::time::timeout(self.inner.timeout, redis.eval(&plan, mode, now)).await {
             Ok(r) => r.map(|(_, v)| v),
-            Err(_) => {
-                self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(timeout_error(self.inner.timeout))
-            }
+            Err(_) => Err(timeout_error(self.inner.timeout)),
         };
+        if matches!(&result, Err(e) if e.kind() == ErrorKind::Timeout) {
+            self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
         match result {
             Ok(verdict) => {
                 let d = self.decide(&plan, verdict, false);

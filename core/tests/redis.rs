@@ -1,0 +1,470 @@
+//! The core against a real redis-server started on a free loopback port.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use throttlegate::{
+    CheckOptions, Clock, ErrorKind, FailureMode, Limiter, ManualClock, Policy, Rule, MAX_KEY_LEN,
+};
+use throttlegate_testkit::RedisServer;
+
+const T0: i64 = 1_700_000_000_000_000;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn limiter(server: &RedisServer, rules: Vec<Rule>, clock: &ManualClock) -> Limiter {
+    Limiter::builder(Policy::new(rules).unwrap())
+        .url(server.url())
+        .timeout(ms(2000))
+        .on_backend_error(FailureMode::Error)
+        .clock(Clock::Manual(clock.clone()))
+        .build()
+        .unwrap()
+}
+
+fn ip(v: &str) -> [(&'static str, String); 1] {
+    [("ip", v.to_string())]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_boundaries_and_exact_retry() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("w", "ip:{ip}", 3, ms(1000))], &clock);
+    let a = ip("1.1.1.1");
+    for expected_remaining in [2, 1, 0] {
+        let d = l.check(&a, 1).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, expected_remaining);
+        assert_eq!(d.reset_after, ms(1000));
+        clock.advance(ms(100));
+    }
+    // At t0+300ms: the first unit (t0) leaves at t0+1000ms.
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, ms(700));
+    assert_eq!(d.rule.as_deref(), Some("w"));
+    // Cost 2 needs the second unit (t0+100ms) to leave too.
+    let d = l.check(&a, 2).await.unwrap();
+    assert_eq!(d.retry_after, ms(800));
+    // One microsecond early is still denied, exactly on time is admitted.
+    clock.set_us(T0 + 999_999);
+    assert!(!l.check(&a, 1).await.unwrap().allowed);
+    clock.set_us(T0 + 1_000_000);
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(d.allowed, "{d:?}");
+    assert_eq!(d.remaining, 0);
+    // Window slides: at t0+1200ms the units of t0+100 and t0+200 are gone.
+    clock.set_us(T0 + 1_200_000);
+    let d = l.check(&a, 2).await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 0);
+    // Cost above the limit can never pass: an error naming the rule.
+    let e = l.check(&a, 4).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("\"w\""), "{e}");
+    let e = l.check(&a, 0).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_bucket_refill_and_exact_retry() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::token_bucket("b", "ip:{ip}", 10, 4.0)], &clock);
+    let a = ip("2.2.2.2");
+    let d = l.check(&a, 10).await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 0);
+    assert_eq!(d.reset_after, ms(2500));
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, ms(250));
+    let d = l.check(&a, 3).await.unwrap();
+    assert_eq!(d.retry_after, ms(750));
+    clock.advance(ms(249));
+    assert!(!l.check(&a, 1).await.unwrap().allowed);
+    clock.advance(ms(1));
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 0);
+    // Refill over time, capped at capacity.
+    clock.advance(Duration::from_secs(3600));
+    let d = l.peek(&a, 1).await.unwrap();
+    assert_eq!(d.remaining, 9);
+    // Fractional rates: 0.5 tokens/s -> one token every 2 s.
+    let slow = limiter(&server, vec![Rule::token_bucket("slow", "ip:{ip}", 1, 0.5)], &clock);
+    assert!(slow.check(&a, 1).await.unwrap().allowed);
+    let d = slow.check(&a, 1).await.unwrap();
+    assert_eq!(d.retry_after, ms(2000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_expire_with_the_state() {
+    let server = RedisServer::start();
+    let l = Limiter::builder(
+        Policy::new(vec![
+            Rule::sliding_window_log("w", "ip:{ip}", 5, ms(300)),
+            Rule::token_bucket("b", "ip:{ip}", 5, 10.0),
+        ])
+        .unwrap(),
+    )
+    .url(server.url())
+    .on_backend_error(FailureMode::Error)
+    .timeout(ms(2000))
+    .build()
+    .unwrap();
+    let a = ip("3.3.3.3");
+    assert!(l.check(&a, 2).await.unwrap().allowed);
+    let keys = l.keys(&a);
+    assert_eq!(keys.len(), 2);
+    for k in &keys {
+        let ttl: i64 = server.command(&["PTTL", k]).unwrap().parse().unwrap();
+        assert!(ttl > 0 && ttl <= 300, "{k} has TTL {ttl}");
+    }
+    // Bucket: 2 tokens missing at 10/s -> full after 200 ms.
+    let ttl: i64 = server.command(&["PTTL", &keys[1]]).unwrap().parse().unwrap();
+    assert!(ttl <= 200, "bucket TTL {ttl}");
+    tokio::time::sleep(ms(450)).await;
+    for k in &keys {
+        assert_eq!(server.command(&["EXISTS", k]).unwrap(), "0", "{k} should have expired");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denial_consumes_nothing_from_any_rule() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(
+        &server,
+        vec![
+            Rule::sliding_window_log("per-ip", "ip:{ip}", 100, ms(60_000)),
+            Rule::token_bucket("per-key", "key:{api_key}", 50, 1.0),
+            Rule::sliding_window_log("tight", "t:{ip}", 2, ms(60_000)),
+        ],
+        &clock,
+    );
+    let a = [("ip", "4.4.4.4"), ("api_key", "k1")];
+    assert!(l.check(&a, 1).await.unwrap().allowed);
+    assert!(l.check(&a, 1).await.unwrap().allowed);
+    let keys = l.keys(&a);
+    let snapshot = |server: &RedisServer| -> Vec<String> {
+        vec![
+            server.command(&["ZRANGE", &keys[0], "0", "-1", "WITHSCORES"]).unwrap(),
+            server.command(&["GET", &keys[1]]).unwrap(),
+            server.command(&["ZRANGE", &keys[2], "0", "-1", "WITHSCORES"]).unwrap(),
+        ]
+    };
+    let before = snapshot(&server);
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.rule.as_deref(), Some("tight"));
+    let results: Vec<(&str, bool)> = d.results.iter().map(|r| (&*r.rule, r.allowed)).collect();
+    assert_eq!(results, vec![("per-ip", true), ("per-key", true), ("tight", false)]);
+    assert_eq!(snapshot(&server), before, "a denied request changed stored state");
+    // Peek never writes either.
+    l.peek(&a, 1).await.unwrap();
+    assert_eq!(snapshot(&server), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_tasks_admit_exactly_the_limit() {
+    let server = RedisServer::start();
+    for rep in 0..20 {
+        let l = Limiter::builder(
+            Policy::new(vec![Rule::sliding_window_log("hot", "k:{k}", 100, ms(60_000))]).unwrap(),
+        )
+        .url(server.url())
+        .prefix(format!("rep{rep}:"))
+        .timeout(ms(5000))
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..64 {
+            let l = l.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u32;
+                for _ in 0..4 {
+                    if l.check(&[("k", "one")], 1).await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        assert_eq!(total, 100, "repetition {rep}: {total} admitted out of 256");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_evalsha_per_check_whatever_the_rule_count() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let four = limiter(
+        &server,
+        vec![
+            Rule::sliding_window_log("a", "ip:{ip}", 100, ms(60_000)),
+            Rule::token_bucket("b", "key:{api_key}", 100, 1.0),
+            Rule::sliding_window_log("c", "tenant:{tenant}", 100, ms(60_000)),
+            Rule::token_bucket("d", "route:{route}", 100, 1.0),
+        ],
+        &clock,
+    );
+    let a = [("ip", "5.5.5.5"), ("api_key", "k"), ("tenant", "t"), ("route", "/x")];
+    four.check(&a, 1).await.unwrap(); // loads the script (NOSCRIPT path) once
+    let base_eval = server.command_calls("evalsha");
+    let base_load = server.command_calls("script|load") + server.command_calls("script");
+    for _ in 0..10 {
+        let d = four.check(&a, 1).await.unwrap();
+        assert_eq!(d.results.len(), 4);
+    }
+    assert_eq!(server.command_calls("evalsha") - base_eval, 10);
+    assert_eq!(server.command_calls("script|load") + server.command_calls("script"), base_load);
+    assert_eq!(server.command_calls("eval"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_script_flush_and_restart() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("w", "ip:{ip}", 1000, ms(60_000))], &clock);
+    let a = ip("6.6.6.6");
+    for _ in 0..3 {
+        assert!(l.check(&a, 1).await.unwrap().allowed);
+        server.command(&["SCRIPT", "FLUSH"]).unwrap();
+    }
+    assert!(l.check(&a, 1).await.unwrap().allowed);
+    server.restart();
+    // The connection is re-established by itself: at most the calls in flight
+    // (here: none, or the first after the restart) may fail.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ok = false;
+    while Instant::now() < deadline {
+        match l.check(&a, 1).await {
+            Ok(d) => {
+                assert!(d.allowed);
+                assert!(!d.degraded);
+                ok = true;
+                break;
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::BackendUnavailable, "{e}");
+                tokio::time::sleep(ms(20)).await;
+            }
+        }
+    }
+    assert!(ok, "no successful check within 5 s of the restart");
+    // The restarted server is empty: the log starts again.
+    assert_eq!(l.check(&a, 1).await.unwrap().remaining, 998);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_follows_on_backend_error() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let rules = || vec![Rule::sliding_window_log("w", "ip:{ip}", 10, ms(60_000))];
+    let timeout = ms(100);
+    for mode in [FailureMode::Allow, FailureMode::Deny, FailureMode::Error] {
+        let l = Limiter::builder(Policy::new(rules()).unwrap())
+            .url(&url)
+            .timeout(timeout)
+            .on_backend_error(mode)
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            let started = Instant::now();
+            let r = l.check(&ip("7.7.7.7"), 1).await;
+            // Bounded by the timeout (with slack for a loaded machine).
+            assert!(started.elapsed() < timeout + Duration::from_secs(2));
+            match mode {
+                FailureMode::Allow => {
+                    let d = r.unwrap();
+                    assert!(d.allowed && d.degraded);
+                }
+                FailureMode::Deny => {
+                    let d = r.unwrap();
+                    assert!(!d.allowed && d.degraded);
+                    assert!(d.headers().iter().any(|(k, v)| *k == "Retry-After" && v == "1"));
+                }
+                FailureMode::Error => {
+                    let e = r.unwrap_err();
+                    assert!(e.kind().is_backend_failure(), "{e:?}");
+                    assert!(e.is_temporary());
+                }
+            }
+        }
+        let s = l.stats();
+        match mode {
+            FailureMode::Allow => assert_eq!(s.degraded_allowed, 3),
+            FailureMode::Deny => assert_eq!(s.degraded_denied, 3),
+            FailureMode::Error => assert_eq!(s.backend_errors, 3),
+        }
+    }
+    // Per-rule override: error wins over deny, deny over allow.
+    let l = Limiter::builder(
+        Policy::new(vec![
+            Rule::sliding_window_log("open", "ip:{ip}", 10, ms(60_000)),
+            Rule::sliding_window_log("strict", "s:{ip}", 10, ms(60_000)).on_backend_error(FailureMode::Deny),
+        ])
+        .unwrap(),
+    )
+    .url(&url)
+    .timeout(timeout)
+    .build()
+    .unwrap();
+    let d = l.check(&ip("7.7.7.7"), 1).await.unwrap();
+    assert!(!d.allowed && d.degraded);
+    assert_eq!(d.rule.as_deref(), Some("strict"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_redis_is_bounded_by_the_timeout() {
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 10, ms(60_000))]).unwrap())
+        .url(server.url())
+        .timeout(ms(150))
+        .build()
+        .unwrap();
+    assert!(!l.check(&ip("8.8.8.8"), 1).await.unwrap().degraded);
+    server.pause(true);
+    let started = Instant::now();
+    let d = l.check(&ip("8.8.8.8"), 1).await.unwrap();
+    assert!(d.degraded && d.allowed);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(l.stats().timeouts, 1);
+    server.pause(false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_values_never_collide_and_keys_stay_bounded() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("per-pair", "{a}:{b}", 1, ms(60_000))], &clock);
+    let long = "z".repeat(1 << 20);
+    let values: Vec<(String, String)> = vec![
+        ("x:y".into(), "z".into()),
+        ("x".into(), "y:z".into()),
+        ("x%3Ay".into(), "z".into()),
+        ("{x}".into(), "y".into()),
+        ("x}".into(), "{y".into()),
+        ("a\nb".into(), "\0".into()),
+        (long.clone(), "1".into()),
+        (long.clone(), "2".into()),
+        (format!("{long}x"), "1".into()),
+        ("#".into(), "".into()),
+        ("".into(), "#".into()),
+        ("ünï".into(), "😀".into()),
+    ];
+    for (a, b) in &values {
+        // Limit 1 per pair: if two pairs shared a key, the second would be denied.
+        let d = l.check(&[("a", a.as_str()), ("b", b.as_str())], 1).await.unwrap();
+        assert!(d.allowed, "pair ({:.20?}, {:.20?}) collided with an earlier one", a, b);
+    }
+    let keys = server.command(&["KEYS", "*"]).unwrap();
+    let keys: HashSet<&str> = keys.lines().collect();
+    assert_eq!(keys.len(), values.len());
+    for k in keys {
+        assert!(k.len() <= MAX_KEY_LEN, "key of {} bytes", k.len());
+        assert!(!k.contains('{') && !k.contains('\n'), "{k:?}");
+        let ttl: i64 = server.command(&["PTTL", k]).unwrap().parse().unwrap();
+        assert!(ttl > 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_keeps_raw_values_out_of_redis() {
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::new(vec![Rule::token_bucket("k", "key:{api_key}", 5, 1.0)]).unwrap())
+        .url(server.url())
+        .key_secret("a secret of sixteen+ bytes")
+        .build()
+        .unwrap();
+    l.check(&[("api_key", "sk_live_very_secret")], 1).await.unwrap();
+    let keys = server.command(&["KEYS", "*"]).unwrap();
+    assert!(!keys.is_empty());
+    assert!(!keys.contains("sk_live"), "{keys}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peek_reset_and_idempotent_call_ids() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(
+        &server,
+        vec![
+            Rule::sliding_window_log("w", "ip:{ip}", 5, ms(60_000)),
+            Rule::token_bucket("b", "ip:{ip}", 5, 0.1),
+        ],
+        &clock,
+    );
+    let a = ip("9.9.9.9");
+    let d = l.peek(&a, 2).await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.remaining, 3);
+    assert_eq!(l.peek(&a, 1).await.unwrap().remaining, 4, "peek consumed");
+    let opts = CheckOptions { cost: 2, call_id: Some("req-42".into()) };
+    let first = l.check_with(&a, &opts).await.unwrap();
+    assert_eq!(first.remaining, 3);
+    // The same call again (a retry): answered, not counted.
+    let again = l.check_with(&a, &opts).await.unwrap();
+    assert!(again.allowed);
+    assert_eq!(l.peek(&a, 1).await.unwrap().remaining, 2);
+    let e = l
+        .check_with(&a, &CheckOptions { cost: 1, call_id: Some("bad:id".into()) })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(l.reset(&a).await.unwrap(), 2);
+    assert_eq!(l.peek(&a, 1).await.unwrap().remaining, 4);
+    l.close();
+    assert_eq!(l.check(&a, 1).await.unwrap_err().kind(), ErrorKind::Closed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_rules_report_but_never_deny() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(
+        &server,
+        vec![
+            Rule::sliding_window_log("live", "ip:{ip}", 10, ms(60_000)),
+            Rule::sliding_window_log("trial", "t:{ip}", 1, ms(60_000)).shadow(true),
+        ],
+        &clock,
+    );
+    let a = ip("10.0.0.1");
+    assert!(l.check(&a, 1).await.unwrap().allowed);
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(d.allowed);
+    assert_eq!(d.rule.as_deref(), Some("live"));
+    let trial = d.results.iter().find(|r| &*r.rule == "trial").unwrap();
+    assert!(trial.shadow && !trial.allowed, "the shadow rule reports it would deny");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_time_setting_uses_the_host_clock() {
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 5, ms(60_000))]).unwrap())
+        .url(server.url())
+        .clock(Clock::System)
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap();
+    assert!(l.check(&ip("1.2.3.4"), 1).await.unwrap().allowed);
+    let key = &l.keys(&ip("1.2.3.4"))[0];
+    let members = server.command(&["ZRANGE", key, "0", "-1", "WITHSCORES"]).unwrap();
+    let score: i64 = members.lines().nth(1).unwrap().parse().unwrap();
+    let host_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    assert!((host_now - score).abs() < 60_000_000, "score {score} is not the host's time");
+}
