@@ -1,0 +1,817 @@
+#!/usr/bin/env python3
+"""Write the conformance vectors (tests/vectors/*.json) from case definitions.
+
+The expected values come from a small reference model written from the
+contract (SPEC.md) and the exact arithmetic documented at the top of
+lua/sliding_window_log.lua and lua/token_bucket.lua, not from running the
+implementation. It models:
+
+- sliding_window_log: a member with score s is inside the window while
+  now < s + window; admit when count + cost <= limit; on denial retry_after is
+  the time until the `need` oldest members leave, reset_after the time until
+  the newest one does; remaining is limit - count (- cost when admitted);
+- token_bucket in micro-tokens (1 token = 1,000,000): refill
+  floor(elapsed_us * rate), capped at the capacity; remaining is
+  floor(tokens / 1e6); waits are the smallest whole number of microseconds w
+  with floor(w * rate) >= need (IEEE doubles, as in Lua);
+- stacking: all or nothing, shadow rules reported but never denying, the
+  headline from the most restrictive rule (denied: longest retry_after, ties
+  in policy order; allowed: fewest remaining, then shortest reset_after, then
+  policy order);
+- headers: RateLimit-Limit/-Remaining/-Reset, RateLimit-Policy and RateLimit
+  over the applied non-shadow rules, Retry-After (at least 1) on a denial;
+- call ids: a check repeating an id that the state already holds is answered
+  as a peek at cost 0 and consumes nothing;
+- reset: the number of applicable rules whose key exists.
+
+Usage:
+    python3 tests/vectors/generate.py           # (re)write every file
+    python3 tests/vectors/generate.py --check   # fail if a file is stale
+
+Keys in Redis carry real-time TTLs while the cases run on a manual clock, so
+the generator refuses cases where that difference could show: every key's TTL
+is at least MIN_TTL_MS of real time, and no reset or replay looks at a key
+after the manual clock has passed its expiry.
+"""
+
+import json
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MICRO = 1_000_000
+START_US = 1_000_000_000_000
+# 2026-01-01T00:00:00Z: realistic wall-clock microseconds (still far below 2^53).
+EPOCH_2026_US = 1_767_225_600_000_000
+MIN_TTL_MS = 2_000
+MAX_SAFE = 2 ** 53
+
+
+class CaseError(Exception):
+    """A case that the model refuses (ambiguous between backends, or wrong)."""
+
+
+def ceil_div(a, b):
+    return -((-a) // b)
+
+
+def ceil_ms(us):
+    return ceil_div(us, 1000)
+
+
+def ceil_s(us):
+    return ceil_div(us, MICRO)
+
+
+# ---- policy -----------------------------------------------------------------
+
+def parse_duration_ms(v):
+    if isinstance(v, int):
+        return v
+    units = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    digits = ""
+    i = 0
+    while i < len(v) and v[i].isdigit():
+        digits += v[i]
+        i += 1
+    return int(digits) * units[v[i:].strip()]
+
+
+def template_attrs(template):
+    """Attribute names of a key template (`{{` and `}}` are literal braces)."""
+    names = []
+    i = 0
+    while i < len(template):
+        c = template[i]
+        if c in "{}" and template[i + 1:i + 2] == c:
+            i += 2
+            continue
+        if c == "{":
+            j = template.index("}", i)
+            names.append(template[i + 1:j])
+            i = j + 1
+            continue
+        i += 1
+    return names
+
+
+class Rule:
+    def __init__(self, spec):
+        self.name = spec["name"]
+        self.attrs = template_attrs(spec["key"])
+        self.shadow = bool(spec.get("shadow", False))
+        m = spec.get("match", {})
+        self.match = {k: ([v] if isinstance(v, str) else list(v)) for k, v in m.items()}
+        self.algo = spec.get("algorithm", "sliding_window_log")
+        if self.algo == "sliding_window_log":
+            self.limit = spec["limit"]
+            self.window_us = parse_duration_ms(spec["window"]) * 1000
+            self.header_w = max(1, ceil_s(self.window_us))
+        else:
+            self.limit = spec["capacity"]
+            self.rate = float(spec["refill_rate"])
+            ratio = self.limit / self.rate
+            # The header window is ceil(capacity / refill_rate) seconds; keep
+            # cases away from ratios where float rounding could decide it.
+            if ratio != math.floor(ratio) and min(ratio - math.floor(ratio), math.ceil(ratio) - ratio) < 1e-3:
+                raise CaseError(f"rule {self.name}: capacity/refill_rate too close to an integer")
+            self.header_w = max(1, math.ceil(ratio))
+
+    def applies(self, attrs):
+        for a, values in self.match.items():
+            if attrs.get(a) not in values:
+                return False
+        return all(a in attrs for a in self.attrs)
+
+    def key(self, attrs):
+        return (self.name,) + tuple(attrs[a] for a in self.attrs)
+
+
+# ---- the two algorithms -----------------------------------------------------
+
+class Log:
+    """Sliding-window log: (score, call id) per admitted unit, sorted by score."""
+
+    def __init__(self):
+        self.members = []
+        self.expires_at = None
+
+    def decide(self, now, cost, limit, window):
+        inside = [s for s, _ in self.members if s > now - window]
+        count = len(inside)
+        if count + cost <= limit:
+            reset = window if cost > 0 else 0
+            if count > 0:
+                reset = max(reset, max(inside) + window - now)
+            return dict(allowed=True, remaining=limit - count - cost, retry=0, reset=reset)
+        need = count + cost - limit
+        return dict(
+            allowed=False,
+            remaining=limit - count,
+            retry=inside[need - 1] + window - now,
+            reset=max(inside) + window - now,
+        )
+
+    def seen(self, call_id):
+        return any(i == call_id for _, i in self.members)
+
+    def commit(self, now, cost, window, reset, call_id):
+        self.members = [(s, i) for s, i in self.members if s > now - window]
+        self.members.extend([(now, call_id)] * cost)
+        self.members.sort(key=lambda m: m[0])
+        ttl_ms = ceil_ms(reset)
+        self.expires_at = now + ttl_ms * 1000
+        return ttl_ms
+
+
+def tb_wait(need, rate):
+    if need <= 0:
+        return 0
+    wait = math.ceil(need / rate)
+    if math.floor(wait * rate) < need:
+        wait += 1
+    return int(wait)
+
+
+class Bucket:
+    """Token bucket state: micro-tokens after the last admission, its time, its call id."""
+
+    def __init__(self):
+        self.tokens = None
+        self.last = None
+        self.call_id = None
+        self.expires_at = None
+
+    def current(self, now, capacity, rate):
+        full = capacity * MICRO
+        if self.tokens is None:
+            return full
+        tokens = self.tokens
+        if now > self.last:
+            refill = math.floor((now - self.last) * rate)
+            tokens = full if refill >= full - tokens else tokens + refill
+        return tokens
+
+    def decide(self, now, cost, capacity, rate):
+        full = capacity * MICRO
+        tokens = self.current(now, capacity, rate)
+        want = cost * MICRO
+        if tokens >= want:
+            left = tokens - want
+            return dict(allowed=True, remaining=left // MICRO, retry=0,
+                        reset=tb_wait(full - left, rate), left=left)
+        return dict(allowed=False, remaining=tokens // MICRO,
+                    retry=tb_wait(want - tokens, rate), reset=tb_wait(full - tokens, rate))
+
+    def seen(self, call_id):
+        return self.tokens is not None and self.call_id == call_id
+
+    def commit(self, now, left, reset, call_id):
+        self.tokens = left
+        self.last = now
+        self.call_id = call_id
+        ttl_ms = max(1, ceil_ms(reset))
+        self.expires_at = now + ttl_ms * 1000
+        return ttl_ms
+
+
+# ---- decisions and headers --------------------------------------------------
+
+def headline(results):
+    live = [r for r in results if not r["shadow"]]
+    allowed = all(r["allowed"] for r in live)
+    head = None
+    for r in live:
+        if not allowed and r["allowed"]:
+            continue
+        if head is None:
+            head = r
+        elif not allowed:
+            if r["retry"] > head["retry"]:
+                head = r
+        elif (r["remaining"], r["reset"]) < (head["remaining"], head["reset"]):
+            head = r
+    return allowed, head
+
+
+def headers(allowed, head, results):
+    if head is None:
+        return []
+    live = [r for r in results if not r["shadow"]]
+    out = [
+        ["RateLimit-Limit", str(head["limit"])],
+        ["RateLimit-Remaining", str(head["remaining"])],
+        ["RateLimit-Reset", str(ceil_s(head["reset"]))],
+        ["RateLimit-Policy", ", ".join(f'"{r["rule"]}";q={r["limit"]};w={r["w"]}' for r in live)],
+        ["RateLimit", ", ".join(f'"{r["rule"]}";r={r["remaining"]};t={ceil_s(r["reset"])}' for r in live)],
+    ]
+    if not allowed:
+        out.append(["Retry-After", str(max(1, ceil_s(head["retry"])))])
+    return out
+
+
+def expect_of(allowed, head, results):
+    return {
+        "allowed": allowed,
+        "limit": head["limit"] if head else 0,
+        "remaining": head["remaining"] if head else 0,
+        "retry_after_ms": ceil_ms(head["retry"]) if head and not allowed else 0,
+        "reset_after_ms": ceil_ms(head["reset"]) if head else 0,
+        "rule": head["rule"] if head else None,
+        "results": [
+            {
+                "rule": r["rule"], "allowed": r["allowed"], "shadow": r["shadow"],
+                "limit": r["limit"], "remaining": r["remaining"],
+                "retry_after_ms": ceil_ms(r["retry"]), "reset_after_ms": ceil_ms(r["reset"]),
+            }
+            for r in results
+        ],
+        "headers": headers(allowed, head, results),
+    }
+
+
+# ---- the model of one limiter ----------------------------------------------
+
+class Model:
+    def __init__(self, policy, start_us):
+        self.rules = [Rule(r) for r in policy["rules"]]
+        self.now = start_us
+        self.state = {}
+
+    def live_state(self, rule, attrs, purpose):
+        st = self.state.get(rule.key(attrs))
+        if st is not None and st.expires_at is not None and self.now >= st.expires_at:
+            # The embedded backend has forgotten this key; Redis (real-time
+            # TTL) may not have. The difference only shows through these ops.
+            if purpose in ("reset", "replay"):
+                raise CaseError(f"{purpose} of rule {rule.name} after its key expired on the manual clock")
+        return st
+
+    def applicable(self, attrs):
+        return [r for r in self.rules if r.applies(attrs)]
+
+    def evaluate(self, attrs, cost, mode, call_id=None):
+        rules = self.applicable(attrs)
+        if cost < 1:
+            return {"error": "invalid_argument"}
+        if call_id is not None:
+            ok = 1 <= len(call_id) <= 64 and all(c.isalnum() and c.isascii() or c in "_-" for c in call_id)
+            if not ok:
+                return {"error": "invalid_argument"}
+        for r in rules:
+            if cost > r.limit:
+                return {"error": "invalid_argument"}
+        if not rules:
+            allowed, head = headline([])
+            return {"expect": expect_of(allowed, head, [])}
+        if call_id is not None:
+            for r in rules:
+                st = self.state.get(r.key(attrs))
+                if st is not None and st.seen(call_id):
+                    self.live_state(r, attrs, "replay")
+                    mode, cost = "peek", 0
+                    break
+        results = []
+        raw = []
+        for r in rules:
+            st = self.state.get(r.key(attrs))
+            if r.algo == "sliding_window_log":
+                o = (st or Log()).decide(self.now, cost, r.limit, r.window_us)
+            else:
+                o = (st or Bucket()).decide(self.now, cost, r.limit, r.rate)
+            raw.append(o)
+            results.append(dict(rule=r.name, allowed=o["allowed"], shadow=r.shadow, limit=r.limit,
+                                remaining=o["remaining"], retry=o["retry"], reset=o["reset"], w=r.header_w))
+        all_pass = all(res["allowed"] or res["shadow"] for res in results)
+        if mode == "check" and all_pass:
+            stored_id = call_id if call_id is not None else object()
+            for r, o in zip(rules, raw):
+                if not o["allowed"]:
+                    continue
+                k = r.key(attrs)
+                if r.algo == "sliding_window_log":
+                    st = self.state.get(k)
+                    if st is None or (st.expires_at is not None and self.now >= st.expires_at):
+                        st = self.state[k] = Log()
+                    ttl = st.commit(self.now, cost, r.window_us, o["reset"], stored_id)
+                else:
+                    st = self.state.setdefault(k, Bucket())
+                    ttl = st.commit(self.now, o["left"], o["reset"], stored_id)
+                if ttl < MIN_TTL_MS:
+                    raise CaseError(f"rule {r.name}: key TTL {ttl} ms is below {MIN_TTL_MS} ms of real time")
+        for res in results:
+            for f in ("retry", "reset"):
+                if not 0 <= res[f] < MAX_SAFE:
+                    raise CaseError(f"{f} out of range")
+        allowed, head = headline(results)
+        return {"expect": expect_of(allowed, head, results)}
+
+    def reset(self, attrs):
+        n = 0
+        for r in self.applicable(attrs):
+            k = r.key(attrs)
+            if k in self.state:
+                self.live_state(r, attrs, "reset")
+                del self.state[k]
+                n += 1
+        return {"expect": {"deleted": n}}
+
+
+def build(case):
+    model = Model(case["policy"], case.get("start_us", START_US))
+    steps = []
+    for s in case["steps"]:
+        adv = s.get("advance_ms", 0)
+        model.now += adv * 1000
+        op = s.get("op", "check")
+        attrs = s["attributes"]
+        step = {"advance_ms": adv, "op": op, "attributes": attrs}
+        if op == "reset":
+            out = model.reset(attrs)
+        else:
+            cost = s.get("cost", 1)
+            step["cost"] = cost
+            if "call_id" in s:
+                step["call_id"] = s["call_id"]
+            out = model.evaluate(attrs, cost, op, s.get("call_id"))
+        if "error" in out:
+            step["expect_error"] = out["error"]
+        else:
+            step["expect"] = out["expect"]
+        # Assertions written into the case definitions, so that a mistake in
+        # the model cannot silently produce a vector that says the wrong thing.
+        for field, want in s.get("assert", {}).items():
+            got = step.get("expect_error") if field == "error" else step.get("expect", {}).get(field)
+            if got != want:
+                raise CaseError(f"{case['name']}: step {len(steps)}: {field} is {got!r}, the case says {want!r}")
+        steps.append(step)
+    return {
+        "name": case["name"],
+        "description": case["description"],
+        "policy": case["policy"],
+        "start_us": case.get("start_us", START_US),
+        "steps": steps,
+    }
+
+
+# ---- the cases --------------------------------------------------------------
+
+IP = {"ip": "203.0.113.7"}
+IP2 = {"ip": "198.51.100.23"}
+
+
+def swl(name, key, limit, window, **extra):
+    r = {"name": name, "key": key, "limit": limit, "window": window}
+    r.update(extra)
+    return r
+
+
+def tb(name, key, capacity, rate, **extra):
+    r = {"name": name, "key": key, "algorithm": "token_bucket", "capacity": capacity, "refill_rate": rate}
+    r.update(extra)
+    return r
+
+
+def chk(attrs, cost=1, adv=0, **kw):
+    s = {"attributes": attrs, "cost": cost, "advance_ms": adv}
+    if "call_id" in kw:
+        s["call_id"] = kw.pop("call_id")
+    if "op" in kw:
+        s["op"] = kw.pop("op")
+    s["assert"] = kw
+    return s
+
+
+def peek(attrs, cost=1, adv=0, **kw):
+    return chk(attrs, cost, adv, op="peek", **kw)
+
+
+def reset(attrs, adv=0, deleted=None):
+    s = {"op": "reset", "attributes": attrs, "advance_ms": adv}
+    if deleted is not None:
+        s["assert"] = {"deleted": deleted}
+    return s
+
+
+CASES = []
+
+
+def case(name, description, rules, steps, start_us=START_US, **top):
+    policy = dict(top)
+    policy["rules"] = rules
+    CASES.append({"name": name, "description": description, "policy": policy, "steps": steps, "start_us": start_us})
+
+
+# -- sliding window log
+
+case("swl-exact-limit", "Three requests fit a limit of 3; the fourth is denied until the first leaves the window.",
+     [swl("per-ip", "ip:{ip}", 3, "1m")],
+     [chk(IP, remaining=2), chk(IP, remaining=1), chk(IP, remaining=0),
+      chk(IP, allowed=False, retry_after_ms=60_000, reset_after_ms=60_000),
+      chk(IP, adv=59_999, allowed=False, retry_after_ms=1),
+      chk(IP, adv=1, allowed=True, remaining=2)])
+
+case("swl-window-boundary", "A member scored s counts while now < s + window: denied 1 ms before, admitted exactly at the boundary.",
+     [swl("per-ip", "ip:{ip}", 2, "10s")],
+     [chk(IP), chk(IP, adv=1), chk(IP, adv=9_998, allowed=False, retry_after_ms=1, reset_after_ms=2),
+      chk(IP, adv=1, allowed=True, remaining=0, reset_after_ms=10_000),
+      chk(IP, allowed=False, retry_after_ms=1)])
+
+case("swl-slides", "The window slides with each request instead of resetting at fixed boundaries.",
+     [swl("per-ip", "ip:{ip}", 3, "1m")],
+     [chk(IP), chk(IP, adv=20_000), chk(IP, adv=20_000, remaining=0),
+      chk(IP, adv=10_000, allowed=False, retry_after_ms=10_000, reset_after_ms=50_000),
+      chk(IP, adv=10_000, allowed=True),
+      chk(IP, adv=1_000, allowed=False, retry_after_ms=19_000),
+      chk(IP, adv=19_000, allowed=True, remaining=0)])
+
+case("swl-cost", "A request of cost > 1 takes that many units; a denied one reports what is left and waits for enough members to leave.",
+     [swl("per-tenant", "tenant:{tenant}", 10, "1m")],
+     [chk({"tenant": "acme"}, 4, remaining=6), chk({"tenant": "acme"}, 4, adv=1_000, remaining=2),
+      chk({"tenant": "acme"}, 4, adv=1_000, allowed=False, remaining=2, retry_after_ms=58_000),
+      chk({"tenant": "acme"}, 2, remaining=0),
+      chk({"tenant": "acme"}, 3, adv=58_000, allowed=True, remaining=1)])
+
+case("swl-cost-nth-member", "retry_after waits for exactly the oldest `count + cost - limit` members to leave.",
+     [swl("per-tenant", "tenant:{tenant}", 10, "1m")],
+     [chk({"tenant": "acme"}, 3), chk({"tenant": "acme"}, 3, adv=10_000), chk({"tenant": "acme"}, 3, adv=10_000),
+      chk({"tenant": "acme"}, 5, adv=10_000, allowed=False, remaining=1, retry_after_ms=40_000, reset_after_ms=50_000),
+      chk({"tenant": "acme"}, 4, allowed=False, retry_after_ms=30_000),
+      chk({"tenant": "acme"}, 1, remaining=0)])
+
+case("swl-cost-limits", "cost equal to the limit passes on an empty log; above the limit, or zero, is an invalid argument.",
+     [swl("per-ip", "ip:{ip}", 5, "30s")],
+     [chk(IP, 6, error="invalid_argument"), chk(IP, 0, error="invalid_argument"),
+      chk(IP, 5, remaining=0), chk(IP, 1, allowed=False, retry_after_ms=30_000)])
+
+case("swl-denied-consumes-nothing", "Denied requests do not extend the wait: the log holds admitted units only.",
+     [swl("per-ip", "ip:{ip}", 2, "1m")],
+     [chk(IP), chk(IP), chk(IP, adv=10_000, allowed=False, retry_after_ms=50_000),
+      chk(IP, adv=10_000, allowed=False, retry_after_ms=40_000),
+      chk(IP, adv=10_000, allowed=False, retry_after_ms=30_000),
+      chk(IP, adv=30_000, allowed=True, remaining=1)])
+
+case("swl-peek", "peek answers what a check of that cost would get now and consumes nothing.",
+     [swl("per-ip", "ip:{ip}", 3, "1m")],
+     [peek(IP, remaining=2), peek(IP, 3, remaining=0), chk(IP, 2, remaining=1),
+      peek(IP, adv=5_000, remaining=0, reset_after_ms=60_000), peek(IP, 2, allowed=False, remaining=1, retry_after_ms=55_000),
+      chk(IP, remaining=0), peek(IP, allowed=False)])
+
+case("swl-reset", "reset deletes the key of every applicable rule and returns how many existed; the client is then unblocked.",
+     [swl("per-ip", "ip:{ip}", 2, "1m")],
+     [reset(IP, deleted=0), chk(IP), chk(IP), chk(IP, allowed=False),
+      reset(IP, adv=1_000, deleted=1), chk(IP, remaining=1), reset(IP2, deleted=0)])
+
+case("swl-distinct-clients", "Each rendered key has its own log.",
+     [swl("per-ip", "ip:{ip}", 1, "1m")],
+     [chk(IP), chk(IP2), chk(IP, allowed=False), chk(IP2, allowed=False),
+      chk({"ip": "203.0.113.70"}, allowed=True)])
+
+case("swl-reset-after-tracks-newest", "reset_after is the time until the log is empty: it follows the newest member.",
+     [swl("per-ip", "ip:{ip}", 5, "1m")],
+     [chk(IP, reset_after_ms=60_000), chk(IP, adv=30_000, reset_after_ms=60_000),
+      peek(IP, adv=10_000, reset_after_ms=60_000),
+      chk(IP, 3, adv=10_000, remaining=0, reset_after_ms=60_000),
+      chk(IP, adv=5_000, allowed=False, retry_after_ms=5_000, reset_after_ms=55_000)])
+
+case("swl-window-units", "Windows in ms, s, m, h and d, and as integer milliseconds; the policy header rounds the window up to whole seconds.",
+     [swl("ms", "a:{ip}", 2, "2500ms"), swl("int", "b:{ip}", 2, 90_500), swl("hour", "c:{ip}", 100, "1h"),
+      swl("day", "d:{ip}", 1000, "1d"), swl("sec", "e:{ip}", 50, "45s")],
+     [chk(IP), chk(IP, adv=100), chk(IP, adv=100, allowed=False, rule="int", retry_after_ms=90_300),
+      chk(IP, adv=2_300, allowed=False, rule="int", retry_after_ms=88_000)])
+
+case("swl-large-clock", "Wall-clock microseconds (2026) stay exact: integers below 2^53 end to end.",
+     [swl("per-ip", "ip:{ip}", 2, "7d")],
+     [chk(IP), chk(IP, adv=86_400_000), chk(IP, adv=1, allowed=False, retry_after_ms=604_800_000 - 86_400_001),
+      chk(IP, adv=604_800_000 - 86_400_001, allowed=True)],
+     start_us=EPOCH_2026_US + 123_456)
+
+case("swl-big-cost", "A cost of several thousand units is stored and counted exactly.",
+     [swl("bulk", "tenant:{tenant}", 5000, "1m")],
+     [chk({"tenant": "acme"}, 2500, remaining=2500), chk({"tenant": "acme"}, 2499, adv=1, remaining=1),
+      chk({"tenant": "acme"}, 2, adv=1, allowed=False, remaining=1, retry_after_ms=59_998),
+      chk({"tenant": "acme"}, 1, remaining=0)])
+
+# -- token bucket
+
+case("tb-starts-full", "A bucket starts full; each admission takes a token; the sixth waits for one token.",
+     [tb("per-key", "key:{api_key}", 5, 0.5)],
+     [chk({"api_key": "k1"}, remaining=4, reset_after_ms=2_000), chk({"api_key": "k1"}, remaining=3),
+      chk({"api_key": "k1"}), chk({"api_key": "k1"}), chk({"api_key": "k1"}, remaining=0, reset_after_ms=10_000),
+      chk({"api_key": "k1"}, allowed=False, remaining=0, retry_after_ms=2_000, reset_after_ms=10_000)])
+
+case("tb-continuous-refill", "Tokens refill continuously, not in steps; fractions count toward the next token.",
+     [tb("per-key", "key:{api_key}", 4, 0.5)],
+     [chk({"api_key": "k1"}, 4, remaining=0), chk({"api_key": "k1"}, adv=1_000, allowed=False, retry_after_ms=1_000),
+      chk({"api_key": "k1"}, adv=999, allowed=False, retry_after_ms=1),
+      chk({"api_key": "k1"}, adv=1, allowed=True, remaining=0, reset_after_ms=8_000),
+      chk({"api_key": "k1"}, adv=5_000, remaining=1)])
+
+case("tb-exact-micro-wait", "With 3 tokens/s one token takes 333,334 us: denied at 333,333 us, admitted at 333,334 us (rounded up to 334 ms).",
+     [tb("per-key", "key:{api_key}", 100, 3)],
+     [chk({"api_key": "k1"}, 100, remaining=0, reset_after_ms=33_334),
+      chk({"api_key": "k1"}, allowed=False, retry_after_ms=334),
+      chk({"api_key": "k1"}, adv=333, allowed=False, retry_after_ms=1),
+      chk({"api_key": "k1"}, adv=1, allowed=True, remaining=0)])
+
+case("tb-cost", "A request of cost > 1 needs that many tokens; retry_after is (cost - tokens) / rate.",
+     [tb("per-key", "key:{api_key}", 10, 1)],
+     [chk({"api_key": "k1"}, 7, remaining=3), chk({"api_key": "k1"}, 4, allowed=False, remaining=3, retry_after_ms=1_000),
+      chk({"api_key": "k1"}, 10, allowed=False, retry_after_ms=7_000, reset_after_ms=7_000),
+      chk({"api_key": "k1"}, 4, adv=1_000, remaining=0, reset_after_ms=10_000)])
+
+case("tb-refill-caps-at-capacity", "A long idle period refills to the capacity and no further.",
+     [tb("per-key", "key:{api_key}", 6, 0.25)],
+     [chk({"api_key": "k1"}, 5, remaining=1), chk({"api_key": "k1"}, adv=3_600_000, remaining=5, reset_after_ms=4_000),
+      chk({"api_key": "k1"}, 6, allowed=False, remaining=5, retry_after_ms=4_000)])
+
+case("tb-remaining-floor", "remaining is the whole tokens available (floor); fractions show only in the waits.",
+     [tb("per-key", "key:{api_key}", 3, 0.4)],
+     [chk({"api_key": "k1"}, 3), chk({"api_key": "k1"}, adv=1_000, allowed=False, remaining=0, retry_after_ms=1_500),
+      chk({"api_key": "k1"}, 2, adv=2_000, allowed=False, remaining=1, retry_after_ms=2_000),
+      chk({"api_key": "k1"}, 1, remaining=0)])
+
+case("tb-cost-limits", "cost equal to the capacity passes on a full bucket; above it, or zero, is an invalid argument.",
+     [tb("per-key", "key:{api_key}", 8, 0.1)],
+     [chk({"api_key": "k1"}, 9, error="invalid_argument"), chk({"api_key": "k1"}, 0, error="invalid_argument"),
+      chk({"api_key": "k1"}, 8, remaining=0, reset_after_ms=80_000),
+      chk({"api_key": "k1"}, 8, allowed=False, retry_after_ms=80_000)])
+
+case("tb-peek", "peek on a bucket consumes nothing and reports the refill so far.",
+     [tb("per-key", "key:{api_key}", 10, 2)],
+     [peek({"api_key": "k1"}, remaining=9, reset_after_ms=500), chk({"api_key": "k1"}, 10, remaining=0),
+      peek({"api_key": "k1"}, 3, adv=1_250, allowed=False, remaining=2, retry_after_ms=250),
+      peek({"api_key": "k1"}, 2, remaining=0), chk({"api_key": "k1"}, 2, remaining=0)])
+
+case("tb-reset", "reset refills the bucket at once by deleting its key.",
+     [tb("per-key", "key:{api_key}", 5, 0.05)],
+     [chk({"api_key": "k1"}, 5), chk({"api_key": "k1"}, allowed=False, retry_after_ms=20_000),
+      reset({"api_key": "k1"}, deleted=1), chk({"api_key": "k1"}, remaining=4), reset({"api_key": "k2"}, deleted=0)])
+
+case("tb-slow-rate", "A rate below one token per second (1 per 1000 s); the policy header advertises the full refill time.",
+     [tb("per-key", "key:{api_key}", 2, 0.001)],
+     [chk({"api_key": "k1"}, remaining=1, reset_after_ms=1_000_000), chk({"api_key": "k1"}),
+      chk({"api_key": "k1"}, adv=600_000, allowed=False, retry_after_ms=400_000, reset_after_ms=1_400_000),
+      chk({"api_key": "k1"}, adv=400_000, remaining=0)])
+
+case("tb-fast-rate", "A fast rate: 1000 tokens/s refills one token per millisecond.",
+     [tb("per-key", "key:{api_key}", 50_000, 1000)],
+     [chk({"api_key": "k1"}, 50_000, remaining=0, reset_after_ms=50_000),
+      chk({"api_key": "k1"}, 3, allowed=False, retry_after_ms=3),
+      chk({"api_key": "k1"}, 3, adv=2, allowed=False, retry_after_ms=1), chk({"api_key": "k1"}, 3, adv=1, remaining=0)])
+
+case("tb-inexact-rate", "A rate with no exact binary form (0.3/s): micro-token arithmetic floors every refill the same way everywhere.",
+     [tb("per-key", "key:{api_key}", 3, 0.3)],
+     [chk({"api_key": "k1"}, 3), chk({"api_key": "k1"}, adv=3_333, allowed=False, retry_after_ms=1),
+      chk({"api_key": "k1"}, adv=1, remaining=0), chk({"api_key": "k1"}, 3, adv=7_000, allowed=False, remaining=2, retry_after_ms=3_000)])
+
+case("tb-fractional-window-header", "The bucket's advertised window is ceil(capacity / refill_rate) seconds (10 / 3 -> 4).",
+     [tb("per-key", "key:{api_key}", 10, 3)],
+     [chk({"api_key": "k1"}, 10), chk({"api_key": "k1"}, allowed=False)])
+
+# -- stacking
+
+WEB = {"ip": "203.0.113.7", "api_key": "k_live_1"}
+
+case("stack-mixed-all-or-nothing", "A bucket denies; the sliding window of the same request consumes nothing.",
+     [swl("per-ip", "ip:{ip}", 5, "1m"), tb("per-key", "key:{api_key}", 2, 0.1)],
+     [chk(WEB, rule="per-key", remaining=1), chk(WEB, rule="per-key", remaining=0),
+      chk(WEB, allowed=False, rule="per-key", retry_after_ms=10_000),
+      chk(WEB, allowed=False), chk({"ip": WEB["ip"]}, rule="per-ip", remaining=2)])
+
+case("stack-window-denies", "A sliding window denies; the bucket of the same request keeps its tokens.",
+     [swl("per-ip", "ip:{ip}", 1, "1m"), tb("per-key", "key:{api_key}", 10, 0.2)],
+     [chk(WEB, rule="per-ip"), chk(WEB, adv=1_000, allowed=False, rule="per-ip", retry_after_ms=59_000),
+      chk({"api_key": WEB["api_key"]}, 9, remaining=0, rule="per-key")])
+
+case("stack-both-deny-longest-retry", "When several rules deny, the headline and Retry-After are the longest wait.",
+     [swl("short", "s:{ip}", 1, "10s"), swl("long", "l:{ip}", 1, "1h"), tb("bucket", "b:{ip}", 1, 0.01)],
+     [chk(IP), chk(IP, adv=2_000, allowed=False, rule="long", retry_after_ms=3_598_000)])
+
+case("stack-fewest-remaining", "When allowed, the headline is the rule with the fewest remaining.",
+     [swl("minute", "m:{ip}", 10, "1m"), swl("second", "s:{ip}", 3, "5s"), tb("bucket", "b:{ip}", 20, 0.2)],
+     [chk(IP, rule="second", remaining=2), chk(IP, 2, rule="second", remaining=0),
+      chk(IP, adv=5_000, rule="second", remaining=2), chk(IP, 3, allowed=False, rule="second", remaining=2)])
+
+case("stack-tie-shortest-reset", "Equal remaining: the rule whose state resets first is the headline.",
+     [swl("hour", "h:{ip}", 5, "1h"), swl("minute", "m:{ip}", 5, "1m")],
+     [chk(IP, rule="minute", remaining=4, reset_after_ms=60_000)])
+
+case("stack-tie-policy-order", "Equal remaining and reset_after: the first rule in policy order is the headline.",
+     [swl("first", "a:{ip}", 4, "1m"), swl("second", "b:{ip}", 4, "1m")],
+     [chk(IP, rule="first"), chk(IP, 3, rule="first", remaining=0),
+      chk(IP, allowed=False, rule="first", retry_after_ms=60_000)])
+
+case("stack-tie-policy-order-reversed", "The same tie with the rules swapped picks the other rule: order, not name, decides.",
+     [swl("second", "b:{ip}", 4, "1m"), swl("first", "a:{ip}", 4, "1m")],
+     [chk(IP, rule="second"), chk(IP, 3, rule="second", allowed=True),
+      chk(IP, allowed=False, rule="second")])
+
+case("stack-bucket-vs-window-tie", "A bucket and a window with equal remaining: the bucket refills sooner and leads.",
+     [swl("window", "w:{ip}", 3, "1m"), tb("bucket", "b:{ip}", 3, 0.5)],
+     [chk(IP, rule="bucket", remaining=2, reset_after_ms=2_000), chk(IP, 2, rule="bucket", reset_after_ms=6_000),
+      chk(IP, allowed=False, rule="window", retry_after_ms=60_000)])
+
+case("stack-three-rules-headers", "Three applied rules give three entries in RateLimit-Policy and RateLimit, in policy order.",
+     [swl("per-ip", "ip:{ip}", 100, "1m"), tb("per-key", "key:{api_key}", 20, 5),
+      swl("per-key-daily", "day:{api_key}", 1000, "1d")],
+     [chk(WEB, 15, rule="per-key", remaining=5), chk(WEB, 5, adv=500)])
+
+case("stack-many-clients-share-rule", "A per-tenant rule stacked on per-user rules: users of one tenant share the tenant's budget.",
+     [swl("per-user", "t:{tenant}:u:{user}", 3, "1m"), swl("per-tenant", "t:{tenant}", 4, "1m")],
+     [chk({"tenant": "acme", "user": "ann"}, 2), chk({"tenant": "acme", "user": "bob"}, 2, rule="per-tenant", remaining=0),
+      chk({"tenant": "acme", "user": "cid"}, allowed=False, rule="per-tenant"),
+      chk({"tenant": "zeta", "user": "ann"}, remaining=2)])
+
+# -- applicability
+
+case("missing-attribute", "A rule whose template names an absent attribute does not apply.",
+     [swl("per-ip", "ip:{ip}", 3, "1m"), tb("per-key", "key:{api_key}", 1, 0.1)],
+     [chk(IP, rule="per-ip", remaining=2), chk(WEB, rule="per-key", remaining=0),
+      chk(IP, rule="per-ip", remaining=0), chk(WEB, allowed=False, rule="per-ip")])
+
+case("no-rule-applies", "No applicable rule: admitted, no headline rule, no results, no headers; cost is not bounded by rules that do not apply.",
+     [swl("per-user", "user:{user}", 1, "1m")],
+     [chk(IP, rule=None, allowed=True), chk(IP, 50, allowed=True, rule=None), peek(IP, rule=None),
+      reset(IP, deleted=0)])
+
+case("match-single-value", "`match` with one value: the login rule applies to that route only.",
+     [swl("per-ip", "ip:{ip}", 50, "1m"),
+      swl("login", "login:{ip}", 2, "15m", match={"route": "/login"})],
+     [chk({"ip": "203.0.113.7", "route": "/login"}, rule="login", remaining=1),
+      chk({"ip": "203.0.113.7", "route": "/home"}, rule="per-ip", remaining=48),
+      chk({"ip": "203.0.113.7", "route": "/login"}, remaining=0),
+      chk({"ip": "203.0.113.7", "route": "/login"}, allowed=False, rule="login", retry_after_ms=900_000),
+      chk({"ip": "203.0.113.7", "route": "/home"}, allowed=True)])
+
+case("match-value-list", "`match` with a list: any listed value applies; matching is exact and case-sensitive.",
+     [swl("writes", "w:{ip}", 1, "1m", match={"method": ["POST", "PUT", "DELETE"]})],
+     [chk({"ip": "203.0.113.7", "method": "PUT"}, rule="writes"),
+      chk({"ip": "203.0.113.7", "method": "DELETE"}, allowed=False),
+      chk({"ip": "203.0.113.7", "method": "GET"}, allowed=True, rule=None),
+      chk({"ip": "203.0.113.7", "method": "post"}, allowed=True, rule=None)])
+
+case("match-several-attributes", "Every attribute of `match` must hold; a missing match attribute means the rule does not apply.",
+     [tb("login-post", "lp:{ip}", 1, 0.01, match={"route": "/login", "method": ["POST"]})],
+     [chk({"ip": "203.0.113.7", "route": "/login", "method": "GET"}, rule=None),
+      chk({"ip": "203.0.113.7", "route": "/login"}, rule=None),
+      chk({"ip": "203.0.113.7", "route": "/login", "method": "POST"}, rule="login-post"),
+      chk({"ip": "203.0.113.7", "route": "/login", "method": "POST"}, allowed=False, retry_after_ms=100_000)])
+
+case("cost-bounded-by-applicable-rules", "cost is checked against the limits of the rules that apply to the request only.",
+     [swl("small", "s:{ip}", 2, "1m", match={"route": "/s"}), swl("big", "b:{ip}", 10, "1m")],
+     [chk({"ip": "203.0.113.7", "route": "/x"}, 5, rule="big", remaining=5),
+      chk({"ip": "203.0.113.7", "route": "/s"}, 5, error="invalid_argument"),
+      chk({"ip": "203.0.113.7", "route": "/s"}, 2, rule="small", remaining=0)])
+
+case("attribute-values-escaped", "Values that contain the key delimiter cannot collide: tenant 'a:b' + user 'c' and tenant 'a' + user 'b:c' are different clients.",
+     [swl("per-user", "t:{tenant}:u:{user}", 1, "1m")],
+     [chk({"tenant": "a:b", "user": "c"}), chk({"tenant": "a", "user": "b:c"}, allowed=True),
+      chk({"tenant": "a:b", "user": "c"}, allowed=False), chk({"tenant": "{x}", "user": "%3A"}, allowed=True),
+      chk({"tenant": "", "user": ""}, allowed=True), chk({"tenant": "", "user": ""}, allowed=False)])
+
+case("long-values-hashed", "Very long attribute values (hashed into bounded keys) still count per value.",
+     [swl("per-key", "key:{api_key}", 1, "1m")],
+     [chk({"api_key": "k" * 300}), chk({"api_key": "k" * 299 + "j"}, allowed=True),
+      chk({"api_key": "k" * 300}, allowed=False)])
+
+# -- shadow rules
+
+case("shadow-never-denies", "A shadow rule reports that it would deny, but the request is admitted and the headline comes from live rules.",
+     [swl("per-ip", "ip:{ip}", 10, "1m"), swl("strict", "s:{ip}", 1, "1m", shadow=True)],
+     [chk(IP, rule="per-ip", remaining=9), chk(IP, allowed=True, rule="per-ip", remaining=8),
+      chk(IP, allowed=True, remaining=7)])
+
+case("shadow-only", "When only shadow rules apply: admitted, no headline, no headers, results still reported.",
+     [tb("trial", "t:{ip}", 1, 0.1, shadow=True)],
+     [chk(IP, rule=None), chk(IP, allowed=True, rule=None), chk(IP, adv=10_000, allowed=True)])
+
+case("shadow-commits-only-when-admitted", "A shadow rule consumes when it admits and the request passes; not when it would deny, nor when a live rule denies.",
+     [swl("live", "l:{ip}", 3, "1m"), swl("trial", "t:{ip}", 2, "1m", shadow=True)],
+     [chk(IP), chk(IP), chk(IP, remaining=0), chk(IP, allowed=False, rule="live"),
+      chk(IP, adv=60_000, remaining=2)])
+
+case("shadow-not-consumed-on-denial", "A live rule denies: the shadow rule that would admit consumes nothing.",
+     [tb("live", "l:{ip}", 1, 0.05), tb("trial", "t:{ip}", 5, 0.05, shadow=True)],
+     [chk(IP), chk(IP, allowed=False), chk(IP, allowed=False), chk(IP, adv=20_000, allowed=True)])
+
+# -- call ids
+
+case("call-id-replay-window", "A check repeating a call id already recorded counts once: it is answered with the current state.",
+     [swl("per-ip", "ip:{ip}", 3, "1m")],
+     [chk(IP, call_id="req-0001", remaining=2), chk(IP, adv=1_000, call_id="req-0001", allowed=True, remaining=2, reset_after_ms=59_000),
+      chk(IP, call_id="req-0002", remaining=1), chk(IP, remaining=0),
+      chk(IP, call_id="req-0002", allowed=True, remaining=0), chk(IP, call_id="req-0003", allowed=False)])
+
+case("call-id-replay-bucket", "A bucket recognises a re-sent call id of its last admission.",
+     [tb("per-key", "key:{api_key}", 3, 0.1)],
+     [chk({"api_key": "k1"}, 2, call_id="A1", remaining=1), chk({"api_key": "k1"}, 2, call_id="A1", allowed=True, remaining=1),
+      chk({"api_key": "k1"}, 2, call_id="A2", allowed=False, remaining=1)])
+
+case("call-id-denied-not-recorded", "A denied call records nothing, so its retry with the same id is decided afresh.",
+     [swl("per-ip", "ip:{ip}", 1, "1m")],
+     [chk(IP), chk(IP, call_id="retry_me", allowed=False, retry_after_ms=60_000),
+      chk(IP, adv=60_000, call_id="retry_me", allowed=True, remaining=0),
+      chk(IP, adv=1_000, call_id="retry_me", allowed=True, remaining=0)])
+
+case("call-id-stacked", "In a stacked check, an id seen by any rule makes the whole call a replay.",
+     [swl("per-ip", "ip:{ip}", 5, "1m"), tb("per-key", "key:{api_key}", 5, 0.1)],
+     [chk(WEB, call_id="c-1", rule="per-key", remaining=4), chk(WEB, call_id="c-1", remaining=4),
+      chk(WEB, 2, call_id="c-2", remaining=2), chk(WEB, call_id="c-1", allowed=True, remaining=2)])
+
+case("call-id-invalid", "A call id must be 1-64 characters from A-Z a-z 0-9 _ -.",
+     [swl("per-ip", "ip:{ip}", 5, "1m")],
+     [chk(IP, call_id="", error="invalid_argument"), chk(IP, call_id="has space", error="invalid_argument"),
+      chk(IP, call_id="x" * 65, error="invalid_argument"), chk(IP, call_id="x" * 64, allowed=True, remaining=4)])
+
+# -- reset with stacking
+
+case("reset-stacked", "reset counts the existing keys of the applicable rules only, and unblocks all of them.",
+     [swl("per-ip", "ip:{ip}", 1, "1m"), tb("per-key", "key:{api_key}", 1, 0.01),
+      swl("login", "login:{ip}", 1, "1m", match={"route": "/login"})],
+     [chk(WEB), chk(WEB, allowed=False), reset({"ip": WEB["ip"], "route": "/login"}, deleted=1),
+      chk(WEB, allowed=False, rule="per-key"), reset(WEB, deleted=1), chk(WEB, allowed=True),
+      reset(dict(WEB, route="/login"), deleted=2)])
+
+
+def render(v):
+    return json.dumps(v, indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv):
+    check = "--check" in argv
+    names = set()
+    stale = []
+    for c in CASES:
+        if c["name"] in names:
+            raise CaseError(f"duplicate case name {c['name']}")
+        names.add(c["name"])
+        text = render(build(c))
+        path = os.path.join(HERE, c["name"] + ".json")
+        old = None
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+        if old != text:
+            if check:
+                stale.append(os.path.basename(path))
+            else:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+    extra = sorted(f for f in os.listdir(HERE) if f.endswith(".json") and f[:-5] not in names)
+    if check:
+        if stale or extra:
+            print("stale vectors: " + ", ".join(stale + extra) + "; run python3 tests/vectors/generate.py",
+                  file=sys.stderr)
+            return 1
+        print(f"{len(CASES)} vectors up to date")
+        return 0
+    for f in extra:
+        os.remove(os.path.join(HERE, f))
+    print(f"wrote {len(CASES)} vectors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
