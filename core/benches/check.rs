@@ -1,0 +1,177 @@
+//! `check` throughput: the embedded backend next to `governor` (in process),
+//! and the Redis backend next to a raw EVALSHA of the same script through the
+//! same client (so the library's own overhead is visible).
+//!
+//! `cargo bench -p throttlegate --bench check` starts its own redis-server.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use throttlegate::{FailureMode, Limiter, Policy, Rule, CHECK_SCRIPT};
+use throttlegate_testkit::RedisServer;
+
+fn one_rule() -> Policy {
+    Policy::new(vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, Duration::from_secs(60))]).unwrap()
+}
+
+fn four_rules() -> Policy {
+    Policy::new(vec![
+        Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, Duration::from_secs(60)),
+        Rule::token_bucket("per-key", "key:{ip}", 1_000_000, 100_000.0),
+        Rule::sliding_window_log("per-tenant", "tenant:{ip}", 1_000_000, Duration::from_secs(60)),
+        Rule::token_bucket("per-route", "route:{ip}", 1_000_000, 100_000.0),
+    ])
+    .unwrap()
+}
+
+fn key_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255)).collect()
+}
+
+fn memory(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut g = c.benchmark_group("memory");
+    g.throughput(Throughput::Elements(1));
+    for keys in [1usize, 100_000] {
+        let names = key_names(keys);
+        for (rules, policy) in [("1 rule", one_rule()), ("4 rules", four_rules())] {
+            let l = Limiter::in_memory(policy);
+            let mut i = 0usize;
+            g.bench_function(BenchmarkId::new(format!("throttlegate {rules}, 1 thread"), keys), |b| {
+                b.iter(|| {
+                    i = (i + 1) % keys;
+                    rt.block_on(l.check(&[("ip", names[i].as_str())], 1)).unwrap().allowed
+                })
+            });
+            g.bench_function(BenchmarkId::new(format!("throttlegate {rules}, 2 threads"), keys), |b| {
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    std::thread::scope(|s| {
+                        for t in 0..2 {
+                            let (l, names) = (&l, &names);
+                            s.spawn(move || {
+                                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                                for j in 0..iters / 2 {
+                                    let k = (j as usize * 2 + t) % keys;
+                                    rt.block_on(l.check(&[("ip", names[k].as_str())], 1)).unwrap();
+                                }
+                            });
+                        }
+                    });
+                    start.elapsed()
+                })
+            });
+        }
+        // The in-process reference: governor's keyed limiter on the same keys.
+        let quota = governor::Quota::per_minute(NonZeroU32::new(1_000_000).unwrap());
+        let gov = governor::RateLimiter::keyed(quota);
+        let mut i = 0usize;
+        g.bench_function(BenchmarkId::new("governor keyed, 1 thread", keys), |b| {
+            b.iter(|| {
+                i = (i + 1) % keys;
+                gov.check_key(&names[i]).is_ok()
+            })
+        });
+        g.bench_function(BenchmarkId::new("governor keyed, 2 threads", keys), |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                std::thread::scope(|s| {
+                    for t in 0..2 {
+                        let (gov, names) = (&gov, &names);
+                        s.spawn(move || {
+                            for j in 0..iters / 2 {
+                                let _ = gov.check_key(&names[(j as usize * 2 + t) % keys]);
+                            }
+                        });
+                    }
+                });
+                start.elapsed()
+            })
+        });
+    }
+    g.finish();
+}
+
+fn redis_backend(c: &mut Criterion) {
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let names = key_names(10_000);
+    let mut g = c.benchmark_group("redis");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(20).measurement_time(Duration::from_secs(4));
+    for (rules, policy) in [("1 rule", one_rule()), ("4 rules", four_rules())] {
+        let l = Limiter::builder(policy)
+            .url(server.url())
+            .timeout(Duration::from_secs(5))
+            .on_backend_error(FailureMode::Error)
+            .build()
+            .unwrap();
+        rt.block_on(l.ping()).unwrap();
+        let counter = Arc::new(AtomicU64::new(0));
+        g.bench_function(format!("throttlegate {rules}, sequential"), |b| {
+            b.iter(|| {
+                let i = counter.fetch_add(1, Ordering::Relaxed) as usize % names.len();
+                rt.block_on(l.check(&[("ip", names[i].as_str())], 1)).unwrap()
+            })
+        });
+        g.bench_function(format!("throttlegate {rules}, 64 tasks"), |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    let per = iters.div_ceil(64);
+                    let tasks: Vec<_> = (0..64)
+                        .map(|t| {
+                            let (l, names) = (l.clone(), names.clone());
+                            tokio::spawn(async move {
+                                for j in 0..per {
+                                    let k = (j as usize * 64 + t) % names.len();
+                                    l.check(&[("ip", names[k].as_str())], 1).await.unwrap();
+                                }
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+        // The floor: the same script and arguments sent raw through the same client.
+        let keys_per_check = l.keys(&[("ip", names[0].as_str())]).len();
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = rt.block_on(redis::aio::ConnectionManager::new(client)).unwrap();
+        let sha = redis::Script::new(CHECK_SCRIPT).get_hash().to_string();
+        rt.block_on(redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).query_async::<String>(&mut conn)).unwrap();
+        let raw_args: Vec<&str> = if keys_per_check == 1 {
+            vec!["w", "1000000", "60000000", "0"]
+        } else {
+            vec![
+                "w", "1000000", "60000000", "0", "b", "1000000", "100000", "0",
+                "w", "1000000", "60000000", "0", "b", "1000000", "100000", "0",
+            ]
+        };
+        let prefixes = ["raw:per-ip:", "raw:per-key:", "raw:per-tenant:", "raw:per-route:"];
+        let mut n = 0u64;
+        g.bench_function(format!("raw EVALSHA {rules}, sequential"), |b| {
+            b.iter(|| {
+                n += 1;
+                let ip = &names[n as usize % names.len()];
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&sha).arg(keys_per_check);
+                for p in &prefixes[..keys_per_check] {
+                    cmd.arg(format!("{p}{ip}"));
+                }
+                cmd.arg("c").arg("").arg(format!("{n:016x}")).arg(1).arg("0").arg(&raw_args);
+                rt.block_on(cmd.query_async::<Vec<i64>>(&mut conn)).unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, memory, redis_backend);
+criterion_main!(benches);
