@@ -1,0 +1,249 @@
+//! The conformance vectors (`tests/vectors/*.json`) replayed against the
+//! embedded backend and a real redis-server, each on a manual clock. Every
+//! step's decision, per-rule results and headers must equal the expected
+//! values, which `tests/vectors/generate.py` derives from the contract; every
+//! mismatch is reported with its file and step.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use throttlegate::{
+    ceil_millis, CheckOptions, Clock, Decision, FailureMode, Limiter, ManualClock, Policy,
+};
+use throttlegate_testkit::RedisServer;
+
+fn vectors_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors")
+}
+
+struct Vector {
+    file: String,
+    doc: Value,
+}
+
+fn load_vectors() -> Vec<Vector> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(vectors_dir())
+        .expect("tests/vectors exists")
+        .map(|e| e.expect("readable directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("readable vector file");
+            let doc: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: not valid JSON: {e}", path.display()));
+            Vector {
+                file: path.file_name().unwrap().to_string_lossy().into_owned(),
+                doc,
+            }
+        })
+        .collect()
+}
+
+/// The decision in the vector format, so the comparison is one JSON equality
+/// per field.
+fn decision_json(d: &Decision) -> Value {
+    let results: Vec<Value> = d
+        .results
+        .iter()
+        .map(|r| {
+            json!({
+                "rule": &*r.rule,
+                "allowed": r.allowed,
+                "shadow": r.shadow,
+                "limit": r.limit,
+                "remaining": r.remaining,
+                "retry_after_ms": ceil_millis(r.retry_after),
+                "reset_after_ms": ceil_millis(r.reset_after),
+            })
+        })
+        .collect();
+    let headers: Vec<Value> = d.headers().into_iter().map(|(k, v)| json!([k, v])).collect();
+    json!({
+        "allowed": d.allowed,
+        "limit": d.limit,
+        "remaining": d.remaining,
+        "retry_after_ms": d.retry_after_ms(),
+        "reset_after_ms": d.reset_after_ms(),
+        "rule": d.rule.as_deref(),
+        "results": results,
+        "headers": headers,
+    })
+}
+
+fn attributes(step: &Value) -> Vec<(String, String)> {
+    step["attributes"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().expect("attribute values are strings").to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What one step produced: `{"expect": ...}` or `{"expect_error": kind}`.
+fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value) -> Value {
+    let attrs = attributes(step);
+    let op = step["op"].as_str().unwrap_or("check");
+    let cost = step["cost"].as_u64().unwrap_or(1);
+    let outcome = match op {
+        "reset" => rt.block_on(limiter.reset(&attrs)).map(|n| json!({ "deleted": n })),
+        "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(|d| {
+            assert!(!d.degraded, "a degraded decision means the backend failed");
+            decision_json(&d)
+        }),
+        "check" => {
+            let options = CheckOptions {
+                cost,
+                call_id: step["call_id"].as_str().map(str::to_string),
+            };
+            rt.block_on(limiter.check_with(&attrs, &options)).map(|d| {
+                assert!(!d.degraded, "a degraded decision means the backend failed");
+                decision_json(&d)
+            })
+        }
+        other => panic!("unknown op {other:?}"),
+    };
+    match outcome {
+        Ok(v) => json!({ "expect": v }),
+        Err(e) => json!({ "expect_error": e.kind().as_str(), "message": e.to_string() }),
+    }
+}
+
+/// Replay every vector on one backend (`url` `None`: embedded) and return
+/// every mismatch, one line each.
+fn replay_all(url: Option<&str>) -> (usize, Vec<String>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = url.map_or("memory", |_| "redis");
+    let mut problems = Vec::new();
+    let mut steps_run = 0;
+    for (i, v) in load_vectors().iter().enumerate() {
+        let policy = match Policy::from_value(&v.doc["policy"]) {
+            Ok(p) => p,
+            Err(e) => {
+                problems.push(format!("{} [{backend}]: policy rejected: {e}", v.file));
+                continue;
+            }
+        };
+        let start_us = v.doc["start_us"].as_i64().expect("start_us");
+        let clock = ManualClock::new(start_us);
+        let mut builder = Limiter::builder(policy)
+            .clock(Clock::Manual(clock.clone()))
+            .prefix(format!("tgv{}-{i}:", std::process::id()))
+            .timeout(Duration::from_secs(10))
+            .on_backend_error(FailureMode::Error);
+        if let Some(url) = url {
+            builder = builder.url(url);
+        }
+        let limiter = builder.build().expect("limiter builds");
+        for (n, step) in v.doc["steps"].as_array().expect("steps").iter().enumerate() {
+            steps_run += 1;
+            let advance = step["advance_ms"].as_u64().unwrap_or(0);
+            clock.advance(Duration::from_millis(advance));
+            let got = run_step(&rt, &limiter, step);
+            let at = format!("{} step {n} [{backend}]", v.file);
+            match (step.get("expect"), step.get("expect_error")) {
+                (Some(want), _) => match got.get("expect") {
+                    Some(have) => compare(&at, want, have, &mut problems),
+                    None => problems.push(format!(
+                        "{at}: expected a decision, got error {} ({})",
+                        got["expect_error"], got["message"]
+                    )),
+                },
+                (None, Some(kind)) => {
+                    if got.get("expect_error") != Some(kind) {
+                        problems.push(format!("{at}: expected error {kind}, got {got}"));
+                    }
+                }
+                (None, None) => problems.push(format!("{at}: step has neither expect nor expect_error")),
+            }
+        }
+    }
+    (steps_run, problems)
+}
+
+fn compare(at: &str, want: &Value, have: &Value, problems: &mut Vec<String>) {
+    let want = want.as_object().expect("expect is an object");
+    for (field, w) in want {
+        let h = have.get(field).unwrap_or(&Value::Null);
+        if w != h {
+            problems.push(format!("{at}: {field}: expected {w}, got {h}"));
+        }
+    }
+    if let Some(have) = have.as_object() {
+        for field in have.keys().filter(|f| !want.contains_key(*f)) {
+            problems.push(format!("{at}: {field}: not in the vector"));
+        }
+    }
+}
+
+fn assert_clean(backend: &str, (steps, problems): (usize, Vec<String>)) {
+    assert!(steps > 0, "no vector steps found in {}", vectors_dir().display());
+    assert!(
+        problems.is_empty(),
+        "{} mismatch(es) on the {backend} backend over {steps} steps:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn every_vector_on_the_memory_backend() {
+    assert_clean("memory", replay_all(None));
+}
+
+#[test]
+fn every_vector_on_redis() {
+    let server = RedisServer::start();
+    assert_clean("redis", replay_all(Some(&server.url())));
+}
+
+#[test]
+fn the_suite_is_large_and_well_formed() {
+    let vectors = load_vectors();
+    assert!(vectors.len() >= 40, "only {} vectors", vectors.len());
+    let mut algorithms = std::collections::BTreeSet::new();
+    for v in &vectors {
+        assert_eq!(
+            v.doc["name"].as_str().map(|n| format!("{n}.json")).as_deref(),
+            Some(v.file.as_str()),
+            "a vector's name matches its file name"
+        );
+        for rule in v.doc["policy"]["rules"].as_array().expect("rules") {
+            algorithms.insert(rule["algorithm"].as_str().unwrap_or("sliding_window_log").to_string());
+        }
+        for step in v.doc["steps"].as_array().expect("steps") {
+            assert!(
+                step.get("expect").is_some() != step.get("expect_error").is_some(),
+                "{}: each step has exactly one of expect / expect_error",
+                v.file
+            );
+        }
+    }
+    assert_eq!(algorithms.len(), 2, "both algorithms are covered: {algorithms:?}");
+}
+
+/// The committed files are exactly what the generator writes, so the cases
+/// and the model cannot drift apart from the JSON every runner reads.
+#[test]
+fn vectors_are_not_stale() {
+    let out = Command::new("python3")
+        .arg(vectors_dir().join("generate.py"))
+        .arg("--check")
+        .output()
+        .expect("python3 runs (it is required to check the vectors)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
