@@ -1,7 +1,9 @@
 -- The one script behind every check and peek: decides every rule given in
 -- KEYS first, and writes only if all of them (shadow rules excepted) admit.
 --
--- ARGV[1] mode: "c" check (consume on success) or "p" peek (never writes)
+-- ARGV[1] mode: "c" check (consume on success), "p" peek (never writes), or
+--         "u" undo: give back what the check with this call id consumed
+--         (Redis Cluster, when another slot of the same check denied it)
 -- ARGV[2] now in microseconds, or "" to read the server clock with TIME
 -- ARGV[3] call id (random per call, made by the client)
 -- ARGV[4] cost (integer >= 1)
@@ -26,6 +28,18 @@ local call_id = ARGV[3]
 local cost = tonumber(ARGV[4])
 local dedupe = ARGV[5] == '1'
 local replayed = 0
+
+if mode == 'u' then
+  for i = 1, #KEYS do
+    local base = 5 + (i - 1) * 4
+    if ARGV[base + 1] == 'w' then
+      swl_undo(KEYS[i], cost, call_id)
+    else
+      tb_undo(KEYS[i], cost, tonumber(ARGV[base + 2]), call_id)
+    end
+  end
+  return { now, 0 }
+end
 
 if dedupe then
   -- A re-sent call that was already applied is answered with the current
@@ -56,11 +70,11 @@ for i = 1, #KEYS do
   local p1 = tonumber(ARGV[base + 2])
   local p2 = tonumber(ARGV[base + 3])
   local shadow = ARGV[base + 4] == '1'
-  local allowed, remaining, retry_after, reset_after, state
+  local allowed, remaining, retry_after, reset_after, state, stamp
   if algo == 'w' then
     allowed, remaining, retry_after, reset_after, state = swl_decide(KEYS[i], now, cost, p1, p2)
   elseif algo == 'b' then
-    allowed, remaining, retry_after, reset_after, state = tb_decide(KEYS[i], now, cost, p1, p2)
+    allowed, remaining, retry_after, reset_after, state, stamp = tb_decide(KEYS[i], now, cost, p1, p2)
   else
     return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(algo))
   end
@@ -68,7 +82,7 @@ for i = 1, #KEYS do
   out[#out + 1] = remaining
   out[#out + 1] = retry_after
   out[#out + 1] = reset_after
-  pending[i] = { algo, p2, allowed, state, reset_after }
+  pending[i] = { algo, p2, allowed, state, reset_after, stamp }
   if allowed == 0 and not shadow then
     all_pass = false
   end
@@ -85,7 +99,7 @@ if mode == 'c' and all_pass then
       if p[1] == 'w' then
         swl_commit(KEYS[i], now, cost, p[2], p[5], call_id)
       else
-        tb_commit(KEYS[i], now, p[4], p[5], stored_id)
+        tb_commit(KEYS[i], p[6], p[4], p[5], stored_id)
       end
     end
   end

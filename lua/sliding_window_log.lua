@@ -69,3 +69,19 @@ local function swl_commit(key, now, cost, window, reset_after, call_id)
   end
   redis.call('PEXPIRE', key, int(math.ceil(reset_after / 1000)))
 end
+
+-- Give back what `swl_commit` recorded for the call `call_id` (Redis
+-- Cluster: another slot of the same check denied it).
+local function swl_undo(key, cost, call_id)
+  local members = { call_id }
+  for i = 2, cost do
+    members[#members + 1] = call_id .. ':' .. i
+    if #members == 1000 then
+      redis.call('ZREM', key, unpack(members))
+      members = {}
+    end
+  end
+  if #members > 0 then
+    redis.call('ZREM', key, unpack(members))
+  end
+end

@@ -95,12 +95,16 @@ fn tb_wait(need: u64, rate: f64) -> i64 {
     wait as i64
 }
 
-/// A token bucket: micro-tokens and the time of the last admission.
-#[derive(Debug, Clone, Copy)]
+/// How many recent call ids a bucket remembers (`TB_IDS` in the Lua).
+pub(crate) const TB_IDS: usize = 16;
+
+/// A token bucket: micro-tokens, the time of the last admission, and the ids
+/// of the last [`TB_IDS`] admitted calls that asked for deduplication.
+#[derive(Debug, Clone)]
 pub(crate) struct Bucket {
     pub tokens: u64,
     pub last: i64,
-    pub id: u64,
+    pub ids: Vec<u64>,
 }
 
 impl Bucket {
@@ -178,7 +182,7 @@ mod tests {
         let (o, left) = Bucket::decide(None, 0, 10, 10, 3.0);
         assert!(o.allowed);
         assert_eq!(left, 0);
-        let b = Bucket { tokens: left, last: 0, id: 0 };
+        let b = Bucket { tokens: left, last: 0, ids: Vec::new() };
         let (o, _) = Bucket::decide(Some(&b), 0, 1, 10, 3.0);
         assert!(!o.allowed);
         assert_eq!(o.retry_after_us, 333_334);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::algo::{Bucket, Log, Outcome};
+use crate::algo::{Bucket, Log, Outcome, TB_IDS};
 use crate::backend::{Mode, Plan, RuleArgs, Verdict};
 
 const SHARDS: usize = 64;
@@ -101,7 +101,7 @@ impl MemoryBackend {
             for (i, key) in plan.keys.iter().enumerate() {
                 let seen = match guards[slot(i)].1.live(key, now).map(|e| &e.state) {
                     Some(State::Log(log)) => log.seen(id),
-                    Some(State::Bucket(b)) => b.id == id,
+                    Some(State::Bucket(b)) => b.ids.contains(&id),
                     None => false,
                 };
                 if seen {
@@ -165,10 +165,16 @@ impl MemoryBackend {
                         entry.expires_at = expires_at;
                     }
                     RuleArgs::Bucket { .. } => {
-                        let last = match shard.live(key, now).map(|e| &e.state) {
-                            Some(State::Bucket(b)) => b.last.max(now),
-                            _ => now,
+                        let (last, mut ids) = match shard.live(key, now).map(|e| &e.state) {
+                            Some(State::Bucket(b)) => (b.last.max(now), b.ids.clone()),
+                            _ => (now, Vec::new()),
                         };
+                        if let Some(id) = dedupe {
+                            ids.push(id);
+                            if ids.len() > TB_IDS {
+                                ids.remove(0);
+                            }
+                        }
                         let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
                         shard.map.insert(
                             key.clone(),
@@ -176,7 +182,7 @@ impl MemoryBackend {
                                 state: State::Bucket(Bucket {
                                     tokens: lefts[i],
                                     last,
-                                    id: stored_id,
+                                    ids,
                                 }),
                                 expires_at,
                             },
