@@ -1,0 +1,499 @@
+//! Limiters and their options; blocking check, peek, reset, ping, stats, close.
+
+use std::ffi::c_char;
+use std::time::Duration;
+
+use throttlegate::{CheckOptions, FailureMode, Limiter};
+
+use crate::{c_str, ffi, in_ref, out_ptr, runtime, tg_clock, tg_decision, tg_policy, tg_result, Fail};
+
+/// What a call does when the backend is down, too slow, or answers with an
+/// error: the values of `tg_limiter_options_set_on_backend_error()`.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum tg_failure_mode {
+    /// Admit the request; the decision is marked `degraded`.
+    TG_FAILURE_ALLOW = 0,
+    /// Deny the request; the decision is marked `degraded`.
+    TG_FAILURE_DENY = 1,
+    /// Return the error (`TG_BACKEND_UNAVAILABLE`, `TG_TIMEOUT`, `TG_BACKEND`).
+    TG_FAILURE_ERROR = 2,
+}
+
+/// One request attribute: a name (`"ip"`, `"api_key"`, `"route"`...) and its
+/// value, both NUL-terminated UTF-8 strings, borrowed for the call only.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct tg_attribute {
+    /// The attribute's name, as the policy's key templates and matches spell it.
+    pub name: *const c_char,
+    /// The attribute's value.
+    pub value: *const c_char,
+}
+
+/// Settings of a limiter beyond its policy, for `tg_limiter_new_with_options()`.
+///
+/// Made by `tg_limiter_options_new()` (every setting at its default: the
+/// embedded backend, the policy's own timeout, failure mode and prefix, the
+/// backend's clock), released by `tg_limiter_options_free()`.
+///
+/// Thread safety: not synchronized. Change it from one thread at a time;
+/// building limiters from it on several threads is fine while nobody
+/// changes it.
+#[derive(Default)]
+pub struct tg_limiter_options {
+    url: Option<String>,
+    timeout: Option<Duration>,
+    on_backend_error: Option<FailureMode>,
+    prefix: Option<String>,
+    clock: Option<throttlegate::Clock>,
+    key_secret: Option<Vec<u8>>,
+}
+
+/// A policy bound to a backend (Redis, or the embedded in-memory backend).
+///
+/// Made by `tg_limiter_new()` or `tg_limiter_new_with_options()`, released
+/// by `tg_limiter_free()`.
+///
+/// Thread safety: every function but `tg_limiter_free()` may be called on
+/// one limiter from any number of threads at once (one limiter per process
+/// is the intended use; it holds one multiplexed Redis connection). Calls
+/// block the calling thread until the answer or the timeout; the library
+/// runs them on its own Tokio runtime, started on first use.
+pub struct tg_limiter {
+    limiter: Limiter,
+}
+
+/// Counters of a limiter since it was made, filled by `tg_limiter_stats()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct tg_stats {
+    /// Checks and peeks answered (degraded ones included).
+    pub calls: u64,
+    /// Calls answered "allowed".
+    pub allowed: u64,
+    /// Calls answered "denied".
+    pub denied: u64,
+    /// Degraded decisions that admitted (failure mode allow).
+    pub degraded_allowed: u64,
+    /// Degraded decisions that denied (failure mode deny).
+    pub degraded_denied: u64,
+    /// Backend failures returned as errors (failure mode error).
+    pub backend_errors: u64,
+    /// Calls that ran out of time (counted also as degraded or error).
+    pub timeouts: u64,
+}
+
+/// Make options with every setting at its default.
+///
+/// On success `*out` receives new options to release with
+/// `tg_limiter_options_free()`.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_new(out: *mut *mut tg_limiter_options) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        *out = Box::into_raw(Box::<tg_limiter_options>::default());
+        Ok(())
+    })
+}
+
+/// The backend: `redis://host:port/db`, `rediss://...` (TLS),
+/// `redis+unix:///path`, or `memory://` (the embedded backend, the default).
+/// Checked when the limiter is built.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_UTF8`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_url(options: *mut tg_limiter_options, url: *const c_char) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        let url = c_str(url, || "url".into())?;
+        options.url = Some(url.to_string());
+        Ok(())
+    })
+}
+
+/// Bound on the whole of one call, in milliseconds (overrides the policy's
+/// `timeout`). Checked when the limiter is built.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_timeout_ms(options: *mut tg_limiter_options, timeout_ms: u64) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        options.timeout = Some(Duration::from_millis(timeout_ms));
+        Ok(())
+    })
+}
+
+/// What to do when the backend fails: one of `tg_failure_mode` (overrides
+/// the policy's setting; rules' own overrides still win).
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (not a `tg_failure_mode`).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_on_backend_error(
+    options: *mut tg_limiter_options,
+    mode: u32,
+) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        let mode = match mode {
+            0 => FailureMode::Allow,
+            1 => FailureMode::Deny,
+            2 => FailureMode::Error,
+            other => {
+                return Err(Fail::invalid(format!(
+                    "mode: {other} is not a tg_failure_mode (TG_FAILURE_ALLOW, TG_FAILURE_DENY, TG_FAILURE_ERROR)"
+                )))
+            }
+        };
+        options.on_backend_error = Some(mode);
+        Ok(())
+    })
+}
+
+/// Key prefix (overrides the policy's `prefix`). Checked when the limiter is built.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_UTF8`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_prefix(
+    options: *mut tg_limiter_options,
+    prefix: *const c_char,
+) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        let prefix = c_str(prefix, || "prefix".into())?;
+        options.prefix = Some(prefix.to_string());
+        Ok(())
+    })
+}
+
+/// Where "now" comes from. The options keep their own share of the clock:
+/// `clock` may be freed afterwards, and moving a manual clock moves every
+/// limiter made with it.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_clock(
+    options: *mut tg_limiter_options,
+    clock: *const tg_clock,
+) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        let clock = in_ref(clock, "clock")?;
+        options.clock = Some(clock.clock.clone());
+        Ok(())
+    })
+}
+
+/// Hash attribute values with this secret (HMAC-SHA-256) before they go into
+/// keys, so raw values such as API keys never reach the backend. `secret` is
+/// `len` bytes (any bytes; copied). Every process sharing the backend must
+/// use the same secret.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_key_secret(
+    options: *mut tg_limiter_options,
+    secret: *const u8,
+    len: usize,
+) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        if secret.is_null() {
+            return Err(Fail::null("secret"));
+        }
+        if len == 0 {
+            return Err(Fail::invalid("secret: must not be empty"));
+        }
+        if len > isize::MAX as usize {
+            return Err(Fail::invalid(format!("len: {len} is too large")));
+        }
+        options.key_secret = Some(std::slice::from_raw_parts(secret, len).to_vec());
+        Ok(())
+    })
+}
+
+/// Release options. `NULL` is a no-op. Limiters built from them are unaffected.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_free(options: *mut tg_limiter_options) {
+    crate::ffi_value((), || {
+        if !options.is_null() {
+            drop(Box::from_raw(options));
+        }
+    });
+}
+
+fn build(policy: &tg_policy, options: &tg_limiter_options) -> Result<tg_limiter, Fail> {
+    let mut builder = Limiter::builder(policy.policy.clone());
+    if let Some(url) = &options.url {
+        builder = builder.url(url.clone());
+    }
+    if let Some(t) = options.timeout {
+        builder = builder.timeout(t);
+    }
+    if let Some(m) = options.on_backend_error {
+        builder = builder.on_backend_error(m);
+    }
+    if let Some(p) = &options.prefix {
+        builder = builder.prefix(p.clone());
+    }
+    if let Some(c) = &options.clock {
+        builder = builder.clock(c.clone());
+    }
+    if let Some(s) = &options.key_secret {
+        builder = builder.key_secret(s.clone());
+    }
+    Ok(tg_limiter { limiter: builder.build()? })
+}
+
+/// A limiter for `policy` on the backend named by `url`: `redis://...`,
+/// `rediss://...`, `redis+unix:///path`, or `memory://` (the embedded
+/// backend). Connections are made on first use, so this succeeds while
+/// Redis is down. The limiter keeps its own copy of the policy.
+///
+/// On success `*out` receives a new limiter to release with `tg_limiter_free()`.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_UTF8`, `TG_INVALID_ARGUMENT` (bad URL).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_new(
+    policy: *const tg_policy,
+    url: *const c_char,
+    out: *mut *mut tg_limiter,
+) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let policy = in_ref(policy, "policy")?;
+        let url = c_str(url, || "url".into())?;
+        let options = tg_limiter_options { url: Some(url.to_string()), ..Default::default() };
+        *out = Box::into_raw(Box::new(build(policy, &options)?));
+        Ok(())
+    })
+}
+
+/// A limiter for `policy` with `options` (see `tg_limiter_options_new()`).
+///
+/// On success `*out` receives a new limiter to release with `tg_limiter_free()`.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (bad URL, timeout, prefix,
+/// secret; the message names it).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_new_with_options(
+    policy: *const tg_policy,
+    options: *const tg_limiter_options,
+    out: *mut *mut tg_limiter,
+) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let policy = in_ref(policy, "policy")?;
+        let options = in_ref(options, "options")?;
+        *out = Box::into_raw(Box::new(build(policy, options)?));
+        Ok(())
+    })
+}
+
+/// The request's attributes as pairs borrowed from C for the call.
+unsafe fn read_attributes<'a>(ptr: *const tg_attribute, len: usize) -> Result<Vec<(&'a str, &'a str)>, Fail> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    if ptr.is_null() {
+        return Err(Fail::null("attributes"));
+    }
+    if len > isize::MAX as usize / std::mem::size_of::<tg_attribute>() {
+        return Err(Fail::invalid(format!("attributes_len: {len} is too large")));
+    }
+    let items = std::slice::from_raw_parts(ptr, len);
+    let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(len);
+    for (i, a) in items.iter().enumerate() {
+        let name = c_str(a.name, || format!("attributes[{i}].name"))?;
+        let value = c_str(a.value, || format!("attributes[{i}].value"))?;
+        if pairs.iter().any(|(n, _)| *n == name) {
+            return Err(Fail::invalid(format!(
+                "attributes[{i}].name: {name:?} appears more than once"
+            )));
+        }
+        pairs.push((name, value));
+    }
+    Ok(pairs)
+}
+
+enum Op {
+    Check,
+    Peek,
+}
+
+unsafe fn decide(
+    limiter: *const tg_limiter,
+    attrs: *const tg_attribute,
+    attrs_len: usize,
+    cost: u64,
+    call_id: Option<*const c_char>,
+    op: Op,
+    out: *mut *mut tg_decision,
+) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let attrs = read_attributes(attrs, attrs_len)?;
+        let call_id = match call_id {
+            Some(p) => Some(c_str(p, || "call_id".into())?.to_string()),
+            None => None,
+        };
+        let rt = runtime()?;
+        let decision = match (op, call_id) {
+            (Op::Check, None) => rt.block_on(limiter.check(attrs.as_slice(), cost))?,
+            // The core reads a zero cost with an id as "the default cost";
+            // C passes the cost explicitly, so zero stays an error here too.
+            (Op::Check, Some(_)) if cost == 0 => return Err(Fail::invalid("cost: must be at least 1")),
+            (Op::Check, Some(id)) => {
+                rt.block_on(limiter.check_with(attrs.as_slice(), &CheckOptions { cost, call_id: Some(id) }))?
+            }
+            (Op::Peek, _) => rt.block_on(limiter.peek(attrs.as_slice(), cost))?,
+        };
+        *out = Box::into_raw(Box::new(tg_decision::new(decision)));
+        Ok(())
+    })
+}
+
+/// Check a request: consume `cost` units (at least 1) from every applicable
+/// rule if all admit it, nothing otherwise. Blocks until the answer or the
+/// timeout. `attributes` is an array of `attributes_len` pairs (it may be
+/// NULL when `attributes_len` is 0); each name may appear once.
+///
+/// On success `*out` receives a new decision to release with
+/// `tg_decision_free()`. A denial is a success: read `allowed`.
+///
+/// Errors: `TG_NULL_POINTER` (also for a NULL name or value; the message
+/// says which), `TG_INVALID_UTF8` (the message names the attribute),
+/// `TG_INVALID_ARGUMENT` (cost 0 or above a rule's limit, repeated name),
+/// `TG_CLOSED`, and with `TG_FAILURE_ERROR`: `TG_BACKEND_UNAVAILABLE`,
+/// `TG_TIMEOUT`, `TG_BACKEND`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_check(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    cost: u64,
+    out: *mut *mut tg_decision,
+) -> tg_result {
+    decide(limiter, attributes, attributes_len, cost, None, Op::Check, out)
+}
+
+/// `tg_limiter_check()` with an id for the call, which makes a retry of the
+/// same request idempotent: a second call with the same id is answered
+/// without counting again. `call_id` is 1-64 characters from
+/// `A-Z a-z 0-9 _ -`, NUL-terminated.
+///
+/// Errors: those of `tg_limiter_check()`; `TG_INVALID_ARGUMENT` for a bad id.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_check_with_call_id(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    cost: u64,
+    call_id: *const c_char,
+    out: *mut *mut tg_decision,
+) -> tg_result {
+    decide(limiter, attributes, attributes_len, cost, Some(call_id), Op::Check, out)
+}
+
+/// The decision a check of this cost would get now, without consuming
+/// anything. Arguments and errors as for `tg_limiter_check()`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_peek(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    cost: u64,
+    out: *mut *mut tg_decision,
+) -> tg_result {
+    decide(limiter, attributes, attributes_len, cost, None, Op::Peek, out)
+}
+
+/// Forget the state of every rule that applies to this request (to unblock
+/// a client). `*deleted` receives how many keys existed.
+///
+/// Errors: as for `tg_limiter_check()` (a reset is never degraded: backend
+/// failures are always returned).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_reset(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    deleted: *mut u64,
+) -> tg_result {
+    ffi(|| {
+        let deleted = out_ptr(deleted, "deleted")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let attrs = read_attributes(attributes, attributes_len)?;
+        let n = runtime()?.block_on(limiter.reset(attrs.as_slice()))?;
+        *deleted = n;
+        Ok(())
+    })
+}
+
+/// Check that the backend answers (a `PING` for Redis) within the timeout.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_CLOSED`, `TG_BACKEND_UNAVAILABLE`,
+/// `TG_TIMEOUT`, `TG_BACKEND`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_ping(limiter: *const tg_limiter) -> tg_result {
+    ffi(|| {
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        runtime()?.block_on(limiter.ping())?;
+        Ok(())
+    })
+}
+
+/// The limiter's counters, written to `*out`.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_stats(limiter: *const tg_limiter, out: *mut tg_stats) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let s = in_ref(limiter, "limiter")?.limiter.stats();
+        *out = tg_stats {
+            calls: s.calls,
+            allowed: s.allowed,
+            denied: s.denied,
+            degraded_allowed: s.degraded_allowed,
+            degraded_denied: s.degraded_denied,
+            backend_errors: s.backend_errors,
+            timeouts: s.timeouts,
+        };
+        Ok(())
+    })
+}
+
+/// Close the limiter: drop its connections and state. Every later call on
+/// it fails with `TG_CLOSED`; closing twice is harmless. Safe while other
+/// threads use it (their calls in flight finish or fail with `TG_CLOSED`).
+/// The limiter must still be released with `tg_limiter_free()`.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_close(limiter: *const tg_limiter) -> tg_result {
+    ffi(|| {
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        // Connections are runtime resources: drop them inside it.
+        let _guard = runtime()?.enter();
+        limiter.close();
+        Ok(())
+    })
+}
+
+/// Release a limiter and its connections. `NULL` is a no-op. No other
+/// thread may be using it, and no call on it may follow.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_free(limiter: *mut tg_limiter) {
+    crate::ffi_value((), || {
+        if !limiter.is_null() {
+            let limiter = Box::from_raw(limiter);
+            let _guard = runtime().ok().map(|rt| rt.enter());
+            drop(limiter);
+        }
+    });
+}
