@@ -1,1 +1,490 @@
-//! throttlegate-node (being written).
+//! Node.js bindings of throttlegate (the npm package `throttlegate`).
+//!
+//! The binding converts JavaScript values to the core's types and the core's
+//! results and errors back; every rate-limiting decision is made by the core.
+//! Calls that may touch the network return Promises resolved from napi's Tokio
+//! runtime, so the event loop never waits on Redis.
+#![deny(missing_docs)]
+// napi-derive expands `#[napi]` items into code that clippy flags; the items
+// themselves are written to pass it.
+#![allow(clippy::new_without_default)]
+
+mod convert;
+mod errors;
+
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use napi::bindgen_prelude::*;
+use napi::{Env, Unknown};
+use napi_derive::napi;
+
+use convert::Attrs;
+use errors::{guard, Code};
+
+/// The version of this package (the same for every throttlegate package).
+#[napi]
+pub const VERSION: &str = throttlegate::VERSION;
+
+/// The stable `code` of every error this package throws or rejects with.
+///
+/// Compare `err.code` with these values; they never change once released.
+#[napi(string_enum)]
+pub enum ErrorCode {
+    /// A policy (from an object, a file or a string) is malformed; the message names the field.
+    #[napi(value = "invalid_policy")]
+    InvalidPolicy,
+    /// An argument of a call is invalid (cost, attributes, URL, option); the message names it.
+    #[napi(value = "invalid_argument")]
+    InvalidArgument,
+    /// A file could not be read.
+    #[napi(value = "io")]
+    Io,
+    /// The backend could not be reached or the connection was lost.
+    #[napi(value = "backend_unavailable")]
+    BackendUnavailable,
+    /// The call did not complete within the configured timeout.
+    #[napi(value = "timeout")]
+    Timeout,
+    /// The backend answered with an error (out of memory, missing permission, script error).
+    #[napi(value = "backend")]
+    Backend,
+    /// The limiter was closed.
+    #[napi(value = "closed")]
+    Closed,
+    /// A bug in throttlegate (for example a caught panic). Please report it.
+    #[napi(value = "internal")]
+    Internal,
+}
+
+/// A validated, ordered set of rules and the settings they share.
+///
+/// Build one from a plain object in the policy-file structure, or with
+/// `Policy.fromFile(path)` / `Policy.fromString(text)` (TOML or JSON).
+#[napi]
+pub struct Policy {
+    pub(crate) inner: throttlegate::Policy,
+}
+
+#[napi]
+impl Policy {
+    /// A policy from a plain object with the policy-file structure
+    /// (`{ rules: [{ name, key, limit, window }, ...], prefix?, timeout?, onBackendError? }`
+    /// with the file's snake_case field names).
+    #[napi(constructor, ts_args_type = "value: PolicyObject")]
+    pub fn new(env: &Env, value: Unknown<'_>) -> Result<Self, Code> {
+        guard(|| {
+            let value = convert::policy_value(env, &value, "policy")?;
+            Ok(Policy {
+                inner: throttlegate::Policy::from_value(&value)?,
+            })
+        })
+    }
+
+    /// Read a policy file: `.json` is JSON, `.toml` is TOML, anything else is guessed.
+    #[napi(factory, ts_args_type = "path: string")]
+    pub fn from_file(env: &Env, path: Unknown<'_>) -> Result<Policy, Code> {
+        guard(|| {
+            let path = convert::string(env, &path, "path")?;
+            Ok(Policy {
+                inner: throttlegate::Policy::from_file(path)?,
+            })
+        })
+    }
+
+    /// Parse a policy from TOML or JSON text (text starting with `{` is JSON).
+    #[napi(factory, ts_args_type = "text: string")]
+    pub fn from_string(env: &Env, text: Unknown<'_>) -> Result<Policy, Code> {
+        guard(|| {
+            let text = convert::string(env, &text, "text")?;
+            Ok(Policy {
+                inner: throttlegate::Policy::from_str_any(&text)?,
+            })
+        })
+    }
+
+    /// The policy as a plain object in the file structure (round-trips through `new Policy()`).
+    #[napi(js_name = "toJSON", ts_return_type = "PolicyObject")]
+    pub fn to_json(&self) -> serde_json::Value {
+        self.inner.to_value()
+    }
+
+    /// The rule names, in policy order.
+    #[napi(getter)]
+    pub fn rule_names(&self) -> Vec<String> {
+        self.inner.rules().iter().map(|r| r.name.clone()).collect()
+    }
+}
+
+/// A clock that only moves when told to, for tests and simulations; pass it
+/// as the `clock` option of a `Limiter`. Readings are microseconds.
+#[napi]
+pub struct ManualClock {
+    pub(crate) inner: throttlegate::ManualClock,
+}
+
+#[napi]
+impl ManualClock {
+    /// A clock reading `startUs` microseconds (default 0).
+    #[napi(constructor, ts_args_type = "startUs?: number")]
+    pub fn new(env: &Env, start_us: Option<Unknown<'_>>) -> Result<Self, Code> {
+        guard(|| {
+            let start = match start_us {
+                Some(v) => convert::opt_integer(env, &v, "startUs", i64::MIN, i64::MAX)?.unwrap_or(0),
+                None => 0,
+            };
+            Ok(ManualClock {
+                inner: throttlegate::ManualClock::new(start),
+            })
+        })
+    }
+
+    /// The current reading in microseconds.
+    #[napi(getter)]
+    pub fn now_us(&self) -> i64 {
+        self.inner.now_us()
+    }
+
+    /// Move forward by `ms` milliseconds (fractions down to a microsecond count).
+    #[napi(ts_args_type = "ms: number")]
+    pub fn advance(&self, env: &Env, ms: Unknown<'_>) -> Result<(), Code> {
+        guard(|| {
+            let us = convert::millis_to_micros(env, &ms, "ms")?;
+            self.inner.advance(Duration::from_micros(us));
+            Ok(())
+        })
+    }
+
+    /// Set the reading to `us` microseconds (it may move backwards).
+    #[napi(ts_args_type = "us: number")]
+    pub fn set(&self, env: &Env, us: Unknown<'_>) -> Result<(), Code> {
+        guard(|| {
+            let us = convert::opt_integer(env, &us, "us", i64::MIN, i64::MAX)?
+                .ok_or_else(|| errors::invalid_argument("us: expected a number of microseconds"))?;
+            self.inner.set_us(us);
+            Ok(())
+        })
+    }
+}
+
+/// Finds the client address of a request, the same way in every throttlegate
+/// front end: the socket's peer by default; `Forwarded` / `X-Forwarded-For`
+/// only through the trusted proxies, right to left; IPv6 grouped by prefix;
+/// IPv4-mapped IPv6 as IPv4.
+#[napi]
+pub struct ClientIp {
+    inner: throttlegate::ClientIpConfig,
+}
+
+#[napi]
+impl ClientIp {
+    /// `trustedProxies`: addresses or CIDR networks (default none);
+    /// `ipv6Prefix`: bits of an IPv6 client that identify it (1-128, default 64).
+    #[napi(constructor, ts_args_type = "options?: ClientIpOptions")]
+    pub fn new(env: &Env, options: Option<Unknown<'_>>) -> Result<Self, Code> {
+        guard(|| {
+            let (trusted, prefix) = convert::client_ip_options(env, options.as_ref())?;
+            Ok(ClientIp {
+                inner: throttlegate::ClientIpConfig::new(trusted, prefix)?,
+            })
+        })
+    }
+
+    /// The client address to limit on (IPv4 dotted, or an IPv6 network as
+    /// `addr/prefix`), or `null` when `peer` is not an IP address.
+    ///
+    /// `peer` is the socket's remote address; `forwarded` and `xForwardedFor`
+    /// are the raw header values (an array of values is joined with commas).
+    #[napi(
+        ts_args_type = "peer: string | null | undefined, forwarded?: string | string[] | null, xForwardedFor?: string | string[] | null"
+    )]
+    pub fn client_ip(
+        &self,
+        env: &Env,
+        peer: Unknown<'_>,
+        forwarded: Option<Unknown<'_>>,
+        x_forwarded_for: Option<Unknown<'_>>,
+    ) -> Result<Option<String>, Code> {
+        guard(|| {
+            let Some(peer) = convert::opt_string(env, &peer, "peer")? else {
+                return Ok(None);
+            };
+            let forwarded = convert::header(env, forwarded.as_ref(), "forwarded")?;
+            let xff = convert::header(env, x_forwarded_for.as_ref(), "xForwardedFor")?;
+            Ok(self
+                .inner
+                .client_ip(&peer, forwarded.as_deref(), xff.as_deref()))
+        })
+    }
+}
+
+/// The outcome of one rule for one check.
+#[napi(object)]
+pub struct RuleResult {
+    /// The rule's name.
+    pub rule: String,
+    /// Whether this rule admits the request (for a shadow rule: would admit).
+    pub allowed: bool,
+    /// The rule is in shadow mode: reported, never the cause of a denial.
+    pub shadow: bool,
+    /// The rule's `limit` (sliding window) or `capacity` (token bucket).
+    pub limit: i64,
+    /// Units left after this check (floor for buckets).
+    pub remaining: i64,
+    /// Milliseconds (rounded up) until a request of the same cost would pass this rule; 0 when allowed.
+    pub retry_after_ms: i64,
+    /// Milliseconds (rounded up) until the rule's state is back to full.
+    pub reset_after_ms: i64,
+    /// The window advertised in headers, in milliseconds (for a bucket: the time it takes to refill).
+    pub window_ms: i64,
+}
+
+/// The answer to one check: the most restrictive rule's figures as the
+/// headline, and every applied rule's result.
+#[napi(object)]
+pub struct Decision {
+    /// Whether the request is admitted.
+    pub allowed: bool,
+    /// The headline rule's limit (0 when no rule applied).
+    pub limit: i64,
+    /// The headline rule's remaining units.
+    pub remaining: i64,
+    /// When denied, the longest wait among the denying rules in milliseconds (rounded up); 0 when allowed.
+    pub retry_after_ms: i64,
+    /// Milliseconds (rounded up) until the headline rule is back to full.
+    pub reset_after_ms: i64,
+    /// The most restrictive rule's name; `null` when no rule applied.
+    #[napi(ts_type = "string | null")]
+    pub rule: Either<String, Null>,
+    /// One result per applied rule, in policy order (shadow rules included).
+    pub results: Vec<RuleResult>,
+    /// True when the answer came from the failure policy (`onBackendError`), not from the backend.
+    pub degraded: bool,
+    /// The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial).
+    #[napi(ts_type = "Record<string, string>")]
+    pub headers: IndexMap<String, String>,
+    /// On a denial, an `application/problem+json` body naming the violated rules; `null` when allowed.
+    #[napi(ts_type = "string | null")]
+    pub problem_json: Either<String, Null>,
+}
+
+/// Counters since a limiter was made, for operators.
+#[napi(object)]
+pub struct Stats {
+    /// Checks and peeks answered (degraded ones included).
+    pub calls: i64,
+    /// Calls answered "allowed".
+    pub allowed: i64,
+    /// Calls answered "denied".
+    pub denied: i64,
+    /// Degraded decisions that admitted (`onBackendError: 'allow'`).
+    pub degraded_allowed: i64,
+    /// Degraded decisions that denied (`onBackendError: 'deny'`).
+    pub degraded_denied: i64,
+    /// Backend failures returned as errors (`onBackendError: 'error'`).
+    pub backend_errors: i64,
+    /// Calls that ran out of time (counted also as degraded or error).
+    pub timeouts: i64,
+}
+
+fn ms(d: Duration) -> i64 {
+    throttlegate::ceil_millis(d) as i64
+}
+
+fn decision(d: throttlegate::Decision, legacy: bool) -> Decision {
+    let headers = d
+        .headers_with(throttlegate::HeaderOptions { legacy })
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let problem_json = if d.allowed {
+        Either::B(Null)
+    } else {
+        Either::A(d.problem_json())
+    };
+    Decision {
+        allowed: d.allowed,
+        limit: d.limit as i64,
+        remaining: d.remaining as i64,
+        retry_after_ms: ms(d.retry_after),
+        reset_after_ms: ms(d.reset_after),
+        rule: match &d.rule {
+            Some(r) => Either::A(r.to_string()),
+            None => Either::B(Null),
+        },
+        results: d
+            .results
+            .iter()
+            .map(|r| RuleResult {
+                rule: r.rule.to_string(),
+                allowed: r.allowed,
+                shadow: r.shadow,
+                limit: r.limit as i64,
+                remaining: r.remaining as i64,
+                retry_after_ms: ms(r.retry_after),
+                reset_after_ms: ms(r.reset_after),
+                window_ms: ms(r.window),
+            })
+            .collect(),
+        degraded: d.degraded,
+        headers,
+        problem_json,
+    }
+}
+
+/// A rate limiter: a policy bound to a backend (Redis, or the embedded
+/// in-memory backend when no `url` is given).
+///
+/// Safe to share across requests; `check`, `peek`, `reset` and `ping` return
+/// Promises and never block the event loop. After `close()` every call
+/// rejects with code `'closed'`.
+#[napi]
+pub struct Limiter {
+    inner: throttlegate::Limiter,
+    legacy: bool,
+}
+
+#[napi]
+impl Limiter {
+    /// `policy`: a `Policy`, a path to a TOML/JSON policy file, or a plain
+    /// object in the policy-file structure. `options` override the policy's
+    /// settings and choose the backend.
+    #[napi(constructor, ts_args_type = "policy: Policy | string | PolicyObject, options?: LimiterOptions")]
+    pub fn new(env: &Env, policy: Unknown<'_>, options: Option<Unknown<'_>>) -> Result<Self, Code> {
+        guard(|| {
+            let policy = convert::any_policy(env, &policy)?;
+            let opts = convert::limiter_options(env, options.as_ref())?;
+            let mut b = throttlegate::Limiter::builder(policy);
+            if let Some(url) = opts.url {
+                b = b.url(url);
+            }
+            if let Some(t) = opts.timeout {
+                b = b.timeout(t);
+            }
+            if let Some(m) = opts.on_backend_error {
+                b = b.on_backend_error(m);
+            }
+            if let Some(p) = opts.key_prefix {
+                b = b.prefix(p);
+            }
+            if let Some(c) = opts.clock {
+                b = b.clock(c);
+            }
+            if let Some(s) = opts.key_secret {
+                b = b.key_secret(s);
+            }
+            Ok(Limiter {
+                inner: b.build()?,
+                legacy: opts.legacy_headers,
+            })
+        })
+    }
+
+    /// Check a request: consume `cost` (default 1) from every applicable
+    /// rule if all of them admit it, nothing otherwise.
+    #[napi(ts_args_type = "attributes: Record<string, string | null | undefined>, options?: CheckOptions")]
+    pub fn check<'env>(
+        &self,
+        env: &'env Env,
+        attributes: Unknown<'_>,
+        options: Option<Unknown<'_>>,
+    ) -> Result<PromiseRaw<'env, Decision>> {
+        let args = convert::check_args(env, &attributes, options.as_ref(), true);
+        let limiter = self.inner.clone();
+        let legacy = self.legacy;
+        errors::spawn(env, async move {
+            let (attrs, opts) = args?;
+            limiter.check_with(&attrs, &opts).await
+        }, move |d| decision(d, legacy))
+    }
+
+    /// The decision a check of this cost would get now, without consuming anything.
+    #[napi(ts_args_type = "attributes: Record<string, string | null | undefined>, options?: PeekOptions")]
+    pub fn peek<'env>(
+        &self,
+        env: &'env Env,
+        attributes: Unknown<'_>,
+        options: Option<Unknown<'_>>,
+    ) -> Result<PromiseRaw<'env, Decision>> {
+        let args = convert::check_args(env, &attributes, options.as_ref(), false);
+        let limiter = self.inner.clone();
+        let legacy = self.legacy;
+        errors::spawn(env, async move {
+            let (attrs, opts) = args?;
+            limiter.peek(&attrs, opts.cost).await
+        }, move |d| decision(d, legacy))
+    }
+
+    /// Forget the state of every rule that applies to these attributes (to
+    /// unblock a client). Resolves to how many keys existed.
+    #[napi(ts_args_type = "attributes: Record<string, string | null | undefined>")]
+    pub fn reset<'env>(&self, env: &'env Env, attributes: Unknown<'_>) -> Result<PromiseRaw<'env, i64>> {
+        let attrs = convert::attributes(env, &attributes);
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let attrs: Attrs = attrs?;
+            limiter.reset(&attrs).await
+        }, |n| n as i64)
+    }
+
+    /// Check that the backend answers (a `PING` for Redis) within the timeout.
+    #[napi]
+    pub fn ping<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move { limiter.ping().await }, |()| ())
+    }
+
+    /// Close the limiter and drop its connections. Closing twice is harmless.
+    #[napi]
+    pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            limiter.close();
+            Ok(())
+        }, |()| ())
+    }
+
+    /// The keys these attributes touch, one per applicable rule, in policy order.
+    #[napi(ts_args_type = "attributes: Record<string, string | null | undefined>")]
+    pub fn keys(&self, env: &Env, attributes: Unknown<'_>) -> Result<Vec<String>, Code> {
+        guard(|| {
+            let attrs = convert::attributes(env, &attributes)?;
+            Ok(self.inner.keys(&attrs))
+        })
+    }
+
+    /// Counters since the limiter was made.
+    #[napi]
+    pub fn stats(&self) -> Stats {
+        let s = self.inner.stats();
+        Stats {
+            calls: s.calls as i64,
+            allowed: s.allowed as i64,
+            denied: s.denied as i64,
+            degraded_allowed: s.degraded_allowed as i64,
+            degraded_denied: s.degraded_denied as i64,
+            backend_errors: s.backend_errors as i64,
+            timeouts: s.timeouts as i64,
+        }
+    }
+
+    /// `'memory'` or `'redis'` (`'closed'` after `close()`).
+    #[napi(getter)]
+    pub fn backend(&self) -> &'static str {
+        self.inner.backend_name()
+    }
+
+    /// True after `close()`.
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// The policy in effect, with the options' overrides applied.
+    #[napi(getter)]
+    pub fn policy(&self) -> Policy {
+        Policy {
+            inner: self.inner.policy().clone(),
+        }
+    }
+}

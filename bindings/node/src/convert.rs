@@ -1,0 +1,404 @@
+//! JavaScript values to the core's types, with errors that name the argument
+//! or option at fault (never napi's generic conversion errors).
+
+use std::ptr;
+use std::time::Duration;
+
+use napi::bindgen_prelude::{Buffer, FromNapiRef, FromNapiValue};
+use napi::{sys, Env, JsValue, Unknown, ValueType};
+use throttlegate::{CheckOptions, Clock, Error, ErrorKind, FailureMode};
+
+use crate::errors::invalid_argument;
+use crate::{ManualClock, Policy};
+
+/// A request's attributes, in the order the object listed them.
+pub(crate) type Attrs = Vec<(String, String)>;
+
+/// Largest integer a JavaScript number holds exactly.
+const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
+
+fn type_name(t: ValueType) -> &'static str {
+    match t {
+        ValueType::Undefined => "undefined",
+        ValueType::Null => "null",
+        ValueType::Boolean => "a boolean",
+        ValueType::Number => "a number",
+        ValueType::String => "a string",
+        ValueType::Symbol => "a symbol",
+        ValueType::Object => "an object",
+        ValueType::Function => "a function",
+        ValueType::External => "an external value",
+        ValueType::BigInt => "a bigint",
+        _ => "an unknown value",
+    }
+}
+
+fn type_of(v: &Unknown<'_>) -> Result<ValueType, Error> {
+    v.get_type()
+        .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot read a JavaScript value's type: {e}")))
+}
+
+fn is_array(env: &Env, v: sys::napi_value) -> bool {
+    let mut out = false;
+    let status = unsafe { sys::napi_is_array(env.raw(), v, &mut out) };
+    status == sys::Status::napi_ok && out
+}
+
+fn napi_failed(what: &str, e: napi::Error) -> Error {
+    invalid_argument(format!("{what}: {}", e.reason))
+}
+
+/// Own enumerable string-keyed properties of an object, in order.
+fn entries<'a>(env: &'a Env, obj: &Unknown<'_>, what: &str) -> Result<Vec<(String, Unknown<'a>)>, Error> {
+    let raw_env = env.raw();
+    let mut names = ptr::null_mut();
+    let status = unsafe {
+        sys::napi_get_all_property_names(
+            raw_env,
+            obj.raw(),
+            sys::KeyCollectionMode::own_only,
+            sys::KeyFilter::enumerable | sys::KeyFilter::skip_symbols,
+            sys::KeyConversion::numbers_to_strings,
+            &mut names,
+        )
+    };
+    if status != sys::Status::napi_ok {
+        return Err(invalid_argument(format!("{what}: cannot list the object's properties")));
+    }
+    let mut len = 0u32;
+    unsafe { sys::napi_get_array_length(raw_env, names, &mut len) };
+    let mut out = Vec::with_capacity(len as usize);
+    for i in 0..len {
+        let mut key = ptr::null_mut();
+        let mut value = ptr::null_mut();
+        unsafe {
+            if sys::napi_get_element(raw_env, names, i, &mut key) != sys::Status::napi_ok
+                || sys::napi_get_property(raw_env, obj.raw(), key, &mut value) != sys::Status::napi_ok
+            {
+                return Err(invalid_argument(format!("{what}: cannot read property {i}")));
+            }
+        }
+        let key = unsafe { String::from_napi_value(raw_env, key) }.map_err(|e| napi_failed(what, e))?;
+        out.push((key, unsafe { Unknown::from_raw_unchecked(raw_env, value) }));
+    }
+    Ok(out)
+}
+
+/// `v` must be a plain object (not an array, not null).
+fn expect_object(env: &Env, v: &Unknown<'_>, what: &str) -> Result<(), Error> {
+    let t = type_of(v)?;
+    if t != ValueType::Object || is_array(env, v.raw()) {
+        let got = if t == ValueType::Object { "an array" } else { type_name(t) };
+        return Err(invalid_argument(format!("{what}: expected an object, got {got}")));
+    }
+    Ok(())
+}
+
+/// A string argument.
+pub(crate) fn string(env: &Env, v: &Unknown<'_>, what: &str) -> Result<String, Error> {
+    let t = type_of(v)?;
+    if t != ValueType::String {
+        return Err(invalid_argument(format!("{what}: expected a string, got {}", type_name(t))));
+    }
+    unsafe { String::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))
+}
+
+/// A string, or `None` for `undefined`/`null`.
+pub(crate) fn opt_string(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Option<String>, Error> {
+    match type_of(v)? {
+        ValueType::Undefined | ValueType::Null => Ok(None),
+        _ => string(env, v, what).map(Some),
+    }
+}
+
+fn number(env: &Env, v: &Unknown<'_>, what: &str) -> Result<f64, Error> {
+    let t = type_of(v)?;
+    if t != ValueType::Number {
+        return Err(invalid_argument(format!("{what}: expected a number, got {}", type_name(t))));
+    }
+    let n = unsafe { f64::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))?;
+    if !n.is_finite() {
+        return Err(invalid_argument(format!("{what}: expected a finite number, got {n}")));
+    }
+    Ok(n)
+}
+
+/// A whole number within `min..=max`, or `None` for `undefined`/`null`.
+pub(crate) fn opt_integer(env: &Env, v: &Unknown<'_>, what: &str, min: i64, max: i64) -> Result<Option<i64>, Error> {
+    if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
+        return Ok(None);
+    }
+    let n = number(env, v, what)?;
+    if n.fract() != 0.0 || n.abs() > MAX_SAFE {
+        return Err(invalid_argument(format!("{what}: expected a whole number, got {n}")));
+    }
+    let i = n as i64;
+    if i < min || i > max {
+        return Err(invalid_argument(format!("{what}: {i} is out of range ({min} to {max})")));
+    }
+    Ok(Some(i))
+}
+
+/// Milliseconds (fractions allowed, not negative) as whole microseconds.
+pub(crate) fn millis_to_micros(env: &Env, v: &Unknown<'_>, what: &str) -> Result<u64, Error> {
+    let n = number(env, v, what)?;
+    if n < 0.0 {
+        return Err(invalid_argument(format!("{what}: must not be negative, got {n}")));
+    }
+    let us = (n * 1000.0).round();
+    if us > MAX_SAFE {
+        return Err(invalid_argument(format!("{what}: {n} is too large")));
+    }
+    Ok(us as u64)
+}
+
+/// A policy given as a plain object, as a JSON value tree.
+pub(crate) fn policy_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<serde_json::Value, Error> {
+    let t = type_of(v)?;
+    if t != ValueType::Object || is_array(env, v.raw()) {
+        let got = if t == ValueType::Object { "an array" } else { type_name(t) };
+        return Err(Error::new(
+            ErrorKind::InvalidPolicy,
+            format!("{what}: expected an object with a `rules` array, got {got}"),
+        ));
+    }
+    unsafe { serde_json::Value::from_napi_value(env.raw(), v.raw()) }
+        .map_err(|e| Error::new(ErrorKind::InvalidPolicy, format!("{what}: {}", e.reason)))
+}
+
+/// The first argument of `new Limiter()`: a `Policy`, a file path, or a plain object.
+pub(crate) fn any_policy(env: &Env, v: &Unknown<'_>) -> Result<throttlegate::Policy, Error> {
+    match type_of(v)? {
+        ValueType::String => {
+            let path = string(env, v, "policy")?;
+            throttlegate::Policy::from_file(path)
+        }
+        ValueType::Object => {
+            if let Ok(p) = unsafe { Policy::from_napi_ref(env.raw(), v.raw()) } {
+                return Ok(p.inner.clone());
+            }
+            throttlegate::Policy::from_value(&policy_value(env, v, "policy")?)
+        }
+        t => Err(invalid_argument(format!(
+            "policy: expected a Policy, a path to a policy file or a plain object, got {}",
+            type_name(t)
+        ))),
+    }
+}
+
+/// The options of `new Limiter()`.
+#[derive(Default)]
+pub(crate) struct LimiterOpts {
+    pub url: Option<String>,
+    pub timeout: Option<Duration>,
+    pub on_backend_error: Option<FailureMode>,
+    pub key_prefix: Option<String>,
+    pub clock: Option<Clock>,
+    pub key_secret: Option<Vec<u8>>,
+    pub legacy_headers: bool,
+}
+
+fn duration(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Duration, Error> {
+    match type_of(v)? {
+        ValueType::Number => Ok(Duration::from_micros(millis_to_micros(env, v, what)?)),
+        ValueType::String => {
+            let text = string(env, v, what)?;
+            throttlegate::duration::parse_duration(&text).map_err(|m| invalid_argument(format!("{what}: {m}")))
+        }
+        t => Err(invalid_argument(format!(
+            "{what}: expected milliseconds or a duration string such as \"100ms\", got {}",
+            type_name(t)
+        ))),
+    }
+}
+
+pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<LimiterOpts, Error> {
+    let mut opts = LimiterOpts::default();
+    let Some(v) = v else { return Ok(opts) };
+    if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
+        return Ok(opts);
+    }
+    expect_object(env, v, "options")?;
+    for (name, value) in entries(env, v, "options")? {
+        if matches!(type_of(&value)?, ValueType::Undefined) {
+            continue;
+        }
+        let what = format!("options.{name}");
+        match name.as_str() {
+            "url" => opts.url = opt_string(env, &value, &what)?,
+            "timeout" => opts.timeout = Some(duration(env, &value, &what)?),
+            "onBackendError" => {
+                let text = string(env, &value, &what)?;
+                opts.on_backend_error =
+                    Some(FailureMode::parse(&text).map_err(|e| invalid_argument(format!("{what}: {}", e.message())))?);
+            }
+            "keyPrefix" => opts.key_prefix = Some(string(env, &value, &what)?),
+            "clock" => {
+                opts.clock = Some(match type_of(&value)? {
+                    ValueType::String => match string(env, &value, &what)?.as_str() {
+                        "backend" => Clock::Backend,
+                        "system" => Clock::System,
+                        other => {
+                            return Err(invalid_argument(format!(
+                                "{what}: expected a ManualClock, \"backend\" or \"system\", got {other:?}"
+                            )))
+                        }
+                    },
+                    _ => match unsafe { ManualClock::from_napi_ref(env.raw(), value.raw()) } {
+                        Ok(c) => Clock::Manual(c.inner.clone()),
+                        Err(_) => {
+                            return Err(invalid_argument(format!(
+                                "{what}: expected a ManualClock, \"backend\" or \"system\""
+                            )))
+                        }
+                    },
+                })
+            }
+            "keySecret" => {
+                opts.key_secret = Some(match type_of(&value)? {
+                    ValueType::String => string(env, &value, &what)?.into_bytes(),
+                    _ => match unsafe { Buffer::from_napi_value(env.raw(), value.raw()) } {
+                        Ok(b) => b.to_vec(),
+                        Err(_) => return Err(invalid_argument(format!("{what}: expected a string or a Buffer"))),
+                    },
+                })
+            }
+            "legacyHeaders" => {
+                let t = type_of(&value)?;
+                if t != ValueType::Boolean {
+                    return Err(invalid_argument(format!("{what}: expected a boolean, got {}", type_name(t))));
+                }
+                opts.legacy_headers =
+                    unsafe { bool::from_napi_value(env.raw(), value.raw()) }.map_err(|e| napi_failed(&what, e))?;
+            }
+            _ => {
+                return Err(invalid_argument(format!(
+                    "options: unknown option {name:?} (known: url, timeout, onBackendError, keyPrefix, clock, keySecret, legacyHeaders)"
+                )))
+            }
+        }
+    }
+    Ok(opts)
+}
+
+/// A request's attributes: an object of name -> string. `undefined` and
+/// `null` values mean "absent", so `{ apiKey: req.get('x-api-key') }` works
+/// when the header is missing.
+pub(crate) fn attributes(env: &Env, v: &Unknown<'_>) -> Result<Attrs, Error> {
+    expect_object(env, v, "attributes")?;
+    let mut out = Vec::new();
+    for (name, value) in entries(env, v, "attributes")? {
+        match type_of(&value)? {
+            ValueType::Undefined | ValueType::Null => {}
+            ValueType::String => {
+                let s = unsafe { String::from_napi_value(env.raw(), value.raw()) }
+                    .map_err(|e| napi_failed("attributes", e))?;
+                out.push((name, s));
+            }
+            t => {
+                return Err(invalid_argument(format!(
+                    "attributes.{name}: expected a string, got {}",
+                    type_name(t)
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Converted arguments of `check`/`peek`.
+pub(crate) type CheckArgs = (Attrs, CheckOptions);
+
+/// The arguments of `check` (`allow_call_id`) or `peek`.
+pub(crate) fn check_args(
+    env: &Env,
+    attrs: &Unknown<'_>,
+    options: Option<&Unknown<'_>>,
+    allow_call_id: bool,
+) -> Result<CheckArgs, Error> {
+    let attrs = attributes(env, attrs)?;
+    let mut opts = CheckOptions { cost: 1, call_id: None };
+    let Some(v) = options else { return Ok((attrs, opts)) };
+    if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
+        return Ok((attrs, opts));
+    }
+    expect_object(env, v, "options")?;
+    for (name, value) in entries(env, v, "options")? {
+        let what = format!("options.{name}");
+        match name.as_str() {
+            "cost" => {
+                if let Some(c) = opt_integer(env, &value, &what, i64::MIN, i64::MAX)? {
+                    if c < 1 {
+                        return Err(invalid_argument(format!("cost: must be at least 1, got {c}")));
+                    }
+                    opts.cost = c as u64;
+                }
+            }
+            "callId" if allow_call_id => opts.call_id = opt_string(env, &value, &what)?,
+            _ => {
+                let known = if allow_call_id { "cost, callId" } else { "cost" };
+                return Err(invalid_argument(format!("options: unknown option {name:?} (known: {known})")));
+            }
+        }
+    }
+    Ok((attrs, opts))
+}
+
+/// The options of `new ClientIp()`: trusted proxies and the IPv6 prefix.
+pub(crate) fn client_ip_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<(Vec<String>, u8), Error> {
+    let mut trusted = Vec::new();
+    let mut prefix = 64u8;
+    let Some(v) = v else { return Ok((trusted, prefix)) };
+    if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
+        return Ok((trusted, prefix));
+    }
+    expect_object(env, v, "options")?;
+    for (name, value) in entries(env, v, "options")? {
+        let what = format!("options.{name}");
+        match name.as_str() {
+            "trustedProxies" => {
+                if matches!(type_of(&value)?, ValueType::Undefined | ValueType::Null) {
+                    continue;
+                }
+                if !is_array(env, value.raw()) {
+                    return Err(invalid_argument(format!("{what}: expected an array of addresses or CIDR networks")));
+                }
+                for (i, (_, item)) in entries(env, &value, &what)?.into_iter().enumerate() {
+                    trusted.push(string(env, &item, &format!("{what}[{i}]"))?);
+                }
+            }
+            "ipv6Prefix" => {
+                if let Some(p) = opt_integer(env, &value, &what, 0, 255)? {
+                    prefix = p as u8;
+                }
+            }
+            _ => {
+                return Err(invalid_argument(format!(
+                    "options: unknown option {name:?} (known: trustedProxies, ipv6Prefix)"
+                )))
+            }
+        }
+    }
+    Ok((trusted, prefix))
+}
+
+/// A request header value: a string, an array of strings (joined with
+/// commas, as repeated headers are), or `None` when absent.
+pub(crate) fn header(env: &Env, v: Option<&Unknown<'_>>, what: &str) -> Result<Option<String>, Error> {
+    let Some(v) = v else { return Ok(None) };
+    match type_of(v)? {
+        ValueType::Undefined | ValueType::Null => Ok(None),
+        ValueType::String => string(env, v, what).map(Some),
+        ValueType::Object if is_array(env, v.raw()) => {
+            let mut parts = Vec::new();
+            for (i, (_, item)) in entries(env, v, what)?.into_iter().enumerate() {
+                parts.push(string(env, &item, &format!("{what}[{i}]"))?);
+            }
+            Ok(Some(parts.join(",")))
+        }
+        t => Err(invalid_argument(format!(
+            "{what}: expected a string or an array of strings, got {}",
+            type_name(t)
+        ))),
+    }
+}

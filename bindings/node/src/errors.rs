@@ -1,0 +1,116 @@
+//! Errors: the core's kinds become the JavaScript `code`, and no panic
+//! crosses into JavaScript.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::ptr;
+use std::task::{Context, Poll};
+
+use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
+use napi::{sys, Env, Unknown};
+use throttlegate::{Error, ErrorKind};
+
+/// An error's `code`: the core's stable kind id.
+#[derive(Debug, Clone, Copy)]
+pub struct Code(pub &'static str);
+
+impl AsRef<str> for Code {
+    fn as_ref(&self) -> &str {
+        self.0
+    }
+}
+
+/// The code of a core error kind. Kinds added to the core later than this
+/// binding map to `internal` until the binding learns them.
+fn code_of(kind: ErrorKind) -> &'static str {
+    if ErrorKind::ALL.contains(&kind) {
+        kind.as_str()
+    } else {
+        ErrorKind::Internal.as_str()
+    }
+}
+
+pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidArgument, message)
+}
+
+fn panic_error(payload: Box<dyn Any + Send>) -> Error {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    Error::new(
+        ErrorKind::Internal,
+        format!("internal error in throttlegate (please report it): {what}"),
+    )
+}
+
+fn to_napi(e: Error) -> napi::Error<Code> {
+    napi::Error::new(Code(code_of(e.kind())), e.to_string())
+}
+
+/// Run a synchronous entry point: core errors and panics become JavaScript
+/// errors with a stable `code`.
+pub(crate) fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, napi::Error<Code>> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r.map_err(to_napi),
+        Err(payload) => Err(to_napi(panic_error(payload))),
+    }
+}
+
+/// A future whose panics are caught and reported as `internal` errors.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<T, F: Future<Output = Result<T, Error>>> Future for CatchUnwind<F> {
+    type Output = Result<T, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(move || fut.poll(cx))) {
+            Ok(p) => p,
+            Err(payload) => Poll::Ready(Err(panic_error(payload))),
+        }
+    }
+}
+
+/// A JavaScript `Error` with `message` and `code`, made on the JavaScript thread.
+unsafe fn js_error(env: sys::napi_env, e: &Error) -> napi::Result<sys::napi_value> {
+    let code = unsafe { <&str as ToNapiValue>::to_napi_value(env, code_of(e.kind()))? };
+    let message = unsafe { String::to_napi_value(env, e.to_string())? };
+    let mut out = ptr::null_mut();
+    napi::check_status!(unsafe { sys::napi_create_error(env, code, message, &mut out) })?;
+    Ok(out)
+}
+
+/// Run `fut` on the Tokio runtime and return a Promise for its result.
+///
+/// napi rejects a promise with the JavaScript value behind an error made from
+/// one, so a core error is turned into an `Error` carrying `code` on the
+/// JavaScript thread and handed over that way: async functions of napi only
+/// carry its own status codes otherwise.
+pub(crate) fn spawn<'env, T, V, F, M>(env: &'env Env, fut: F, map: M) -> napi::Result<PromiseRaw<'env, V>>
+where
+    T: Send + 'static,
+    V: ToNapiValue,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
+    M: FnOnce(T) -> V + 'static,
+{
+    let fut = CatchUnwind(Box::pin(fut));
+    env.spawn_future_with_callback(async move { Ok(fut.await) }, move |env, outcome| match outcome {
+        Ok(value) => match catch_unwind(AssertUnwindSafe(move || map(value))) {
+            Ok(v) => Ok(v),
+            Err(payload) => Err(reject(env, &panic_error(payload))),
+        },
+        Err(e) => Err(reject(env, &e)),
+    })
+}
+
+fn reject(env: &Env, e: &Error) -> napi::Error {
+    match unsafe { js_error(env.raw(), e) } {
+        Ok(value) => napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) }),
+        Err(fallback) => fallback,
+    }
+}
