@@ -1,0 +1,59 @@
+"""throttlegate: a distributed rate limiter.
+
+Sliding-window log (exact, the default) and token bucket, each run atomically
+in Redis as one script or in an embedded in-memory backend with identical
+results. Every applicable rule of a policy is decided at once, all or nothing.
+
+>>> import throttlegate
+>>> limiter = throttlegate.Limiter([{"name": "per-ip", "key": "ip:{ip}", "limit": 2, "window": "1m"}])
+>>> limiter.check({"ip": "203.0.113.7"}).allowed
+True
+"""
+
+from __future__ import annotations
+
+from throttlegate._errors import (
+    BackendError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    ClosedError,
+    InternalError,
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidPolicyError,
+    PolicyFileError,
+    ThrottlegateError,
+)
+from throttlegate._native import (
+    DEFAULT_PREFIX,
+    MAX_KEY_LEN,
+    ClientIp,
+    Decision,
+    Limiter,
+    ManualClock,
+    Policy,
+    RuleResult,
+    __version__,
+)
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_KEY_LEN",
+    "BackendError",
+    "BackendTimeoutError",
+    "BackendUnavailableError",
+    "ClientIp",
+    "ClosedError",
+    "Decision",
+    "InternalError",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
+    "InvalidPolicyError",
+    "Limiter",
+    "ManualClock",
+    "Policy",
+    "PolicyFileError",
+    "RuleResult",
+    "ThrottlegateError",
+    "__version__",
+]

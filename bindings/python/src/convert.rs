@@ -1,0 +1,206 @@
+//! Python values to core types. Every failure names the argument at fault.
+
+use pyo3::exceptions::PyUnicodeError;
+use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
+use serde_json::{Map, Number, Value};
+
+use crate::errors::{invalid_argument, invalid_type};
+
+/// Deepest nesting accepted in a policy given as dicts and lists; a policy
+/// is three levels deep, so this only stops runaway recursion.
+const MAX_DEPTH: usize = 32;
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "object".to_string())
+}
+
+/// A Python `str` as Rust text; lone surrogates are refused with a message
+/// naming `what`.
+pub fn text(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
+    let py = obj.py();
+    let s = obj
+        .cast::<PyString>()
+        .map_err(|_| invalid_type(py, format!("{what}: expected str, got {}", type_name(obj))))?;
+    match s.to_cow() {
+        Ok(t) => Ok(t.to_string()),
+        Err(e) if e.is_instance_of::<PyUnicodeError>(py) => Err(invalid_argument(
+            py,
+            format!("{what}: not valid Unicode text (it contains a lone surrogate)"),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// An optional `str` argument (`None` is absent).
+pub fn opt_text(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<String>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => text(o, what).map(Some),
+    }
+}
+
+/// Request attributes from a mapping of `str` to `str` (or `int`). A `None`
+/// value means the request lacks that attribute.
+pub fn attributes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
+    let py = obj.py();
+    let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = if let Ok(d) = obj.cast::<PyDict>() {
+        d.iter().collect()
+    } else if let Ok(m) = obj.cast::<PyMapping>() {
+        let mut out = Vec::new();
+        for item in m.items()?.iter() {
+            let pair = item.cast_into::<PyTuple>()?;
+            out.push((pair.get_item(0)?, pair.get_item(1)?));
+        }
+        out
+    } else {
+        return Err(invalid_type(
+            py,
+            format!("attributes: expected a mapping of str to str, got {}", type_name(obj)),
+        ));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (k, v) in items {
+        let name = match k.cast::<PyString>() {
+            Ok(_) => text(&k, "attributes: a name")?,
+            Err(_) => {
+                return Err(invalid_type(
+                    py,
+                    format!("attributes: names must be str, got {}", type_name(&k)),
+                ))
+            }
+        };
+        if v.is_none() {
+            continue;
+        }
+        let value = if v.is_instance_of::<PyString>() {
+            text(&v, &format!("attributes[{name:?}]"))?
+        } else if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() {
+            v.str()?.to_string()
+        } else {
+            return Err(invalid_type(
+                py,
+                format!("attributes[{name:?}]: expected str, int or None, got {}", type_name(&v)),
+            ));
+        };
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+/// A cost: an `int` of at least 0 (the core says why 0 is refused).
+pub fn cost(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let py = obj.py();
+    if !obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyBool>() {
+        return Err(invalid_type(py, format!("cost: expected int, got {}", type_name(obj))));
+    }
+    obj.extract::<u64>()
+        .map_err(|_| invalid_argument(py, format!("cost: {} is not an integer >= 1", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
+}
+
+/// A duration in seconds (`int` or `float`), for `timeout`.
+pub fn seconds(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<std::time::Duration> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyBool>() || !(obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>()) {
+        return Err(invalid_type(py, format!("{what}: expected seconds as int or float, got {}", type_name(obj))));
+    }
+    let secs: f64 = obj.extract()?;
+    std::time::Duration::try_from_secs_f64(secs)
+        .map_err(|_| invalid_argument(py, format!("{what}: {secs} is not a valid number of seconds")))
+}
+
+/// A policy given as Python dicts and lists, as the JSON value the core reads.
+pub fn to_json(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value> {
+    let py = obj.py();
+    if depth > MAX_DEPTH {
+        return Err(invalid_argument(py, format!("policy: {path} is nested too deeply")));
+    }
+    if obj.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = obj.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(Value::from(v));
+        }
+        if let Ok(v) = obj.extract::<u64>() {
+            return Ok(Value::from(v));
+        }
+        return Err(invalid_argument(py, format!("policy: {path}: the integer is too large")));
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        let v: f64 = obj.extract()?;
+        return Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| invalid_argument(py, format!("policy: {path}: {v} is not a finite number")));
+    }
+    if obj.is_instance_of::<PyString>() {
+        return text(obj, &format!("policy: {path}")).map(Value::String);
+    }
+    if let Ok(d) = obj.cast::<PyDict>() {
+        let mut map = Map::new();
+        for (k, v) in d.iter() {
+            if !k.is_instance_of::<PyString>() {
+                return Err(invalid_type(
+                    py,
+                    format!("policy: {path}: keys must be str, got {}", type_name(&k)),
+                ));
+            }
+            let key = text(&k, &format!("policy: {path}: a key"))?;
+            let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+            map.insert(key, to_json(&v, &child, depth + 1)?);
+        }
+        return Ok(Value::Object(map));
+    }
+    if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        let mut out = Vec::new();
+        for (i, item) in obj.try_iter()?.enumerate() {
+            out.push(to_json(&item?, &format!("{path}[{i}]"), depth + 1)?);
+        }
+        return Ok(Value::Array(out));
+    }
+    let at = if path.is_empty() { "the policy".to_string() } else { path.to_string() };
+    Err(invalid_type(
+        py,
+        format!("policy: {at}: expected dict, list, str, int, float, bool or None, got {}", type_name(obj)),
+    ))
+}
+
+/// A JSON value as plain Python objects.
+pub fn from_json<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => b.into_bound_py_any(py)?,
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i.into_bound_py_any(py)?
+            } else if let Some(u) = n.as_u64() {
+                u.into_bound_py_any(py)?
+            } else {
+                n.as_f64().unwrap_or(f64::NAN).into_bound_py_any(py)?
+            }
+        }
+        Value::String(s) => s.into_bound_py_any(py)?,
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(from_json(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, from_json(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}

@@ -1,0 +1,358 @@
+//! `throttlegate.Limiter`: the core limiter behind a Python handle that
+//! survives `os.fork()`.
+
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
+use pyo3::types::{PyDict, PyString};
+use throttlegate as core;
+
+use crate::convert;
+use crate::errors::{core_to_py, guard, invalid_type, make};
+use crate::runtime;
+use crate::types::{Decision, ManualClock, Policy};
+
+struct State {
+    pid: u32,
+    core: Option<core::Limiter>,
+}
+
+/// A rate limiter: a policy bound to Redis or to the embedded backend.
+///
+/// Safe to share between threads and asyncio tasks. After `os.fork()` the
+/// child rebuilds its runtime and connections on first use (the embedded
+/// backend starts empty in the child).
+#[pyclass(module = "throttlegate._native", frozen)]
+pub struct Limiter {
+    builder: core::LimiterBuilder,
+    policy: core::Policy,
+    url: Option<String>,
+    // Locked only while the GIL is held: `os.fork()` runs with the GIL, so
+    // the lock is never held by another thread at a fork.
+    state: Mutex<State>,
+}
+
+impl Limiter {
+    /// The core limiter for this process, rebuilt in a forked child.
+    fn core(&self, py: Python<'_>) -> PyResult<core::Limiter> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        let Some(current) = state.core.as_ref() else {
+            return Err(make(py, core::ErrorKind::Closed.as_str(), "the limiter is closed", false));
+        };
+        if state.pid == pid {
+            return Ok(current.clone());
+        }
+        // The parent's connections and tasks belong to a runtime whose
+        // threads are gone: leak them rather than run their destructors.
+        std::mem::forget(state.core.take());
+        let fresh = self.builder.clone().build().map_err(|e| core_to_py(py, &e))?;
+        state.core = Some(fresh.clone());
+        state.pid = pid;
+        Ok(fresh)
+    }
+
+    fn block_on<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl std::future::Future<Output = core::Result<T>> + Send,
+    ) -> PyResult<T> {
+        let rt = runtime::get(py)?;
+        py.detach(|| rt.block_on(f)).map_err(|e| core_to_py(py, &e))
+    }
+}
+
+struct Request {
+    attrs: Vec<(String, String)>,
+    cost: u64,
+    call_id: Option<String>,
+}
+
+fn request(attributes: &Bound<'_, PyAny>, cost: &Bound<'_, PyAny>, call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Request> {
+    Ok(Request {
+        attrs: convert::attributes(attributes)?,
+        cost: convert::cost(cost)?,
+        call_id: convert::opt_text(call_id, "call_id")?,
+    })
+}
+
+async fn run_check(limiter: core::Limiter, req: Request) -> core::Result<Decision> {
+    let d = match req.call_id {
+        // A cost of 0 goes to `check`, which refuses it with the core's message.
+        Some(id) if req.cost > 0 => {
+            let options = core::CheckOptions { cost: req.cost, call_id: Some(id) };
+            limiter.check_with(&req.attrs, &options).await?
+        }
+        _ => limiter.check(&req.attrs, req.cost).await?,
+    };
+    Ok(Decision::from(d))
+}
+
+#[pymethods]
+impl Limiter {
+    /// Bind `policy` (a `Policy`, a path to a TOML/JSON file, or plain dicts)
+    /// to a backend: `url` is `redis://...`, `memory://`, or None (embedded).
+    #[new]
+    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        policy: &Bound<'_, PyAny>,
+        url: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        on_backend_error: Option<&Bound<'_, PyAny>>,
+        prefix: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+        key_secret: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        guard(py, || {
+            let policy = Policy::resolve(policy)?;
+            let mut builder = core::Limiter::builder(policy);
+            let url = convert::opt_text(url, "url")?;
+            if let Some(u) = &url {
+                builder = builder.url(u.clone());
+            }
+            if let Some(t) = timeout.filter(|o| !o.is_none()) {
+                builder = builder.timeout(convert::seconds(t, "timeout")?);
+            }
+            if let Some(m) = convert::opt_text(on_backend_error, "on_backend_error")? {
+                let mode = core::FailureMode::parse(&m).map_err(|e| core_to_py(py, &e))?;
+                builder = builder.on_backend_error(mode);
+            }
+            if let Some(p) = convert::opt_text(prefix, "prefix")? {
+                builder = builder.prefix(p);
+            }
+            if let Some(c) = clock.filter(|o| !o.is_none()) {
+                builder = builder.clock(resolve_clock(c)?);
+            }
+            if let Some(s) = key_secret.filter(|o| !o.is_none()) {
+                let bytes: Vec<u8> = if s.is_instance_of::<PyString>() {
+                    convert::text(s, "key_secret")?.into_bytes()
+                } else if let Ok(b) = s.cast::<pyo3::types::PyBytes>() {
+                    b.as_bytes().to_vec()
+                } else {
+                    return Err(invalid_type(py, "key_secret: expected str or bytes"));
+                };
+                builder = builder.key_secret(bytes);
+            }
+            let limiter = builder.clone().build().map_err(|e| core_to_py(py, &e))?;
+            Ok(Limiter {
+                builder,
+                policy: limiter.policy().clone(),
+                url,
+                state: Mutex::new(State { pid: std::process::id(), core: Some(limiter) }),
+            })
+        })
+    }
+
+    /// Check a request: consume from every applicable rule if all admit it,
+    /// nothing otherwise. Releases the GIL while it waits.
+    #[pyo3(signature = (attributes, cost = None, *, call_id = None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        attributes: &Bound<'_, PyAny>,
+        cost: Option<&Bound<'_, PyAny>>,
+        call_id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Decision> {
+        guard(py, || {
+            let req = request(attributes, &cost_or_one(py, cost)?, call_id)?;
+            let limiter = self.core(py)?;
+            self.block_on(py, run_check(limiter, req))
+        })
+    }
+
+    /// `check` as an awaitable, driven by the limiter's runtime.
+    #[pyo3(signature = (attributes, cost = None, *, call_id = None))]
+    fn check_async<'py>(
+        &self,
+        py: Python<'py>,
+        attributes: &Bound<'py, PyAny>,
+        cost: Option<&Bound<'py, PyAny>>,
+        call_id: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let req = request(attributes, &cost_or_one(py, cost)?, call_id)?;
+            let limiter = self.core(py)?;
+            runtime::future_into_py(py, run_check(limiter, req))
+        })
+    }
+
+    /// The decision a check of this cost would get now, consuming nothing.
+    #[pyo3(signature = (attributes, cost = None))]
+    fn peek(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, cost: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
+        guard(py, || {
+            let req = request(attributes, &cost_or_one(py, cost)?, None)?;
+            let limiter = self.core(py)?;
+            self.block_on(py, async move { limiter.peek(&req.attrs, req.cost).await.map(Decision::from) })
+        })
+    }
+
+    /// `peek` as an awaitable.
+    #[pyo3(signature = (attributes, cost = None))]
+    fn peek_async<'py>(
+        &self,
+        py: Python<'py>,
+        attributes: &Bound<'py, PyAny>,
+        cost: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let req = request(attributes, &cost_or_one(py, cost)?, None)?;
+            let limiter = self.core(py)?;
+            runtime::future_into_py(py, async move { limiter.peek(&req.attrs, req.cost).await.map(Decision::from) })
+        })
+    }
+
+    /// Forget the state of every rule that applies to this request; returns
+    /// how many keys existed.
+    fn reset(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<u64> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let limiter = self.core(py)?;
+            self.block_on(py, async move { limiter.reset(&attrs).await })
+        })
+    }
+
+    /// `reset` as an awaitable.
+    fn reset_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let limiter = self.core(py)?;
+            runtime::future_into_py(py, async move { limiter.reset(&attrs).await })
+        })
+    }
+
+    /// The backend keys this request touches, one per applicable rule.
+    fn keys(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            Ok(self.core(py)?.keys(&attrs))
+        })
+    }
+
+    /// Check that the backend answers within the timeout.
+    fn ping(&self, py: Python<'_>) -> PyResult<()> {
+        guard(py, || {
+            let limiter = self.core(py)?;
+            self.block_on(py, async move { limiter.ping().await })
+        })
+    }
+
+    /// `ping` as an awaitable.
+    fn ping_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let limiter = self.core(py)?;
+            // `()` would become an empty tuple; the awaitable yields None.
+            runtime::future_into_py(py, async move { limiter.ping().await.map(|()| Option::<bool>::None) })
+        })
+    }
+
+    /// Counters since the limiter was made (in this process).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        guard(py, || {
+            let s = self.core(py)?.stats();
+            let d = PyDict::new(py);
+            d.set_item("calls", s.calls)?;
+            d.set_item("allowed", s.allowed)?;
+            d.set_item("denied", s.denied)?;
+            d.set_item("degraded_allowed", s.degraded_allowed)?;
+            d.set_item("degraded_denied", s.degraded_denied)?;
+            d.set_item("backend_errors", s.backend_errors)?;
+            d.set_item("timeouts", s.timeouts)?;
+            Ok(d)
+        })
+    }
+
+    /// Close the limiter: every later call raises `ClosedError`. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        guard(py, || {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(limiter) = state.core.take() {
+                if state.pid == std::process::id() {
+                    limiter.close();
+                } else {
+                    std::mem::forget(limiter);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// True after `close()`.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).core.is_none()
+    }
+
+    /// `"memory"` or `"redis"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        match self.url.as_deref().map(str::trim) {
+            None | Some("") | Some("memory://") | Some("memory:") => "memory",
+            Some(_) => "redis",
+        }
+    }
+
+    /// The policy, with the limiter's overrides applied.
+    #[getter]
+    fn policy(&self) -> Policy {
+        Policy { inner: self.policy.clone() }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let me: Py<Limiter> = slf.unbind();
+        runtime::future_into_py(py, async move { Ok(me) })
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __aexit__<'py>(&self, py: Python<'py>, _args: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        self.close(py)?;
+        runtime::future_into_py(py, async move { Ok(false) })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Limiter(backend={:?}, rules={:?}, closed={})",
+            self.backend(),
+            self.policy.rules().iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            if self.closed() { "True" } else { "False" }
+        )
+    }
+}
+
+fn cost_or_one<'py>(py: Python<'py>, cost: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+    match cost {
+        Some(c) => Ok(c.clone()),
+        None => Ok(1u64.into_bound_py_any(py)?),
+    }
+}
+
+fn resolve_clock(obj: &Bound<'_, PyAny>) -> PyResult<core::Clock> {
+    let py = obj.py();
+    if let Ok(m) = obj.cast::<ManualClock>() {
+        return Ok(core::Clock::Manual(m.get().inner.clone()));
+    }
+    if obj.is_instance_of::<PyString>() {
+        return match convert::text(obj, "clock")?.as_str() {
+            "backend" => Ok(core::Clock::Backend),
+            "system" => Ok(core::Clock::System),
+            other => Err(crate::errors::invalid_argument(
+                py,
+                format!("clock: {other:?} is not \"backend\", \"system\" or a ManualClock"),
+            )),
+        };
+    }
+    Err(invalid_type(py, "clock: expected \"backend\", \"system\" or a ManualClock"))
+}
