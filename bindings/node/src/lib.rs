@@ -11,6 +11,7 @@
 
 mod convert;
 mod errors;
+mod types;
 
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ pub struct Policy {
 #[napi]
 impl Policy {
     /// A policy from a plain object with the policy-file structure
-    /// (`{ rules: [{ name, key, limit, window }, ...], prefix?, timeout?, onBackendError? }`
+    /// (`{ rules: [{ name, key, limit, window }, ...], prefix?, timeout?, on_backend_error? }`,
     /// with the file's snake_case field names).
     #[napi(constructor, ts_args_type = "value: PolicyObject")]
     pub fn new(env: &Env, value: Unknown<'_>) -> Result<Self, Code> {
@@ -428,14 +429,14 @@ impl Limiter {
     }
 
     /// Check that the backend answers (a `PING` for Redis) within the timeout.
-    #[napi]
+    #[napi(ts_return_type = "Promise<void>")]
     pub fn ping<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let limiter = self.inner.clone();
         errors::spawn(env, async move { limiter.ping().await }, |()| ())
     }
 
     /// Close the limiter and drop its connections. Closing twice is harmless.
-    #[napi]
+    #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let limiter = self.inner.clone();
         errors::spawn(env, async move {

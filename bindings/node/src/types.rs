@@ -1,0 +1,106 @@
+//! Shapes of the plain objects the API accepts, declared for TypeScript.
+//!
+//! The values themselves are read by `convert`, which names the option at
+//! fault in its errors; these structs exist so that `index.d.ts` is generated
+//! from this crate like everything else in it.
+#![allow(dead_code)]
+
+use napi_derive::napi;
+
+/// The options of `new Limiter()`; each overrides the policy's own setting.
+#[napi(object)]
+pub struct LimiterOptions {
+    /// The backend: `redis://host:port/db`, `rediss://` (TLS), `redis+unix:///path`,
+    /// or `memory://` (the embedded in-memory backend, also the default when absent).
+    pub url: Option<String>,
+    /// Bound on the whole of one call: milliseconds, or a duration string such as `"100ms"`.
+    #[napi(ts_type = "number | string")]
+    pub timeout: Option<String>,
+    /// What a call does when the backend is down or too slow: admit (degraded),
+    /// deny (degraded), or reject with the error.
+    #[napi(ts_type = "'allow' | 'deny' | 'error'")]
+    pub on_backend_error: Option<String>,
+    /// Prefix of every key (default `throttlegate:`).
+    pub key_prefix: Option<String>,
+    /// Where "now" comes from: the backend's clock (default), this host's
+    /// clock (for Redis services that refuse `TIME` in scripts), or a `ManualClock`.
+    #[napi(ts_type = "ManualClock | 'backend' | 'system'")]
+    pub clock: Option<String>,
+    /// Hash attribute values with this secret before they go into keys, so raw
+    /// values such as API keys never reach the backend.
+    #[napi(ts_type = "string | Buffer")]
+    pub key_secret: Option<String>,
+    /// Also emit `X-RateLimit-Limit`, `-Remaining` and `-Reset` in `headers`.
+    pub legacy_headers: Option<bool>,
+}
+
+/// The options of `Limiter.check()`.
+#[napi(object)]
+pub struct CheckOptions {
+    /// Units this request costs (default 1); from 1 to each applicable rule's limit.
+    pub cost: Option<f64>,
+    /// An id making a retry of the same request idempotent: a second call with
+    /// the same id does not count again. 1-64 characters from `A-Z a-z 0-9 _ -`.
+    pub call_id: Option<String>,
+}
+
+/// The options of `Limiter.peek()`.
+#[napi(object)]
+pub struct PeekOptions {
+    /// Units the request would cost (default 1).
+    pub cost: Option<f64>,
+}
+
+/// The options of `new ClientIp()`.
+#[napi(object)]
+pub struct ClientIpOptions {
+    /// Proxies whose forwarded headers are believed: addresses or CIDR networks.
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Bits of an IPv6 address that identify one client (1-128, default 64).
+    pub ipv6_prefix: Option<u32>,
+}
+
+/// One rule, in the policy-file structure (snake_case names, as in the file).
+#[napi(object)]
+pub struct RuleObject {
+    /// Unique name of the rule (part of its keys and headers).
+    pub name: String,
+    /// Key template over attributes, such as `"ip:{ip}"`.
+    pub key: String,
+    /// The algorithm (default `sliding_window_log`).
+    #[napi(ts_type = "'sliding_window_log' | 'token_bucket'")]
+    pub algorithm: Option<String>,
+    /// Sliding window: units admitted per window.
+    pub limit: Option<f64>,
+    /// Sliding window: milliseconds or a duration string such as `"1m"`.
+    #[napi(ts_type = "number | string")]
+    pub window: Option<String>,
+    /// Token bucket: the bucket's size.
+    pub capacity: Option<f64>,
+    /// Token bucket: tokens added per second (may be fractional).
+    #[napi(js_name = "refill_rate")]
+    pub refill_rate: Option<f64>,
+    /// Apply the rule only to requests whose attributes have these values.
+    #[napi(js_name = "match", ts_type = "Record<string, string | string[]>")]
+    pub matches: Option<String>,
+    /// Evaluate and report the rule without ever denying because of it.
+    pub shadow: Option<bool>,
+    /// Per-rule override of the policy's failure mode.
+    #[napi(js_name = "on_backend_error", ts_type = "'allow' | 'deny' | 'error'")]
+    pub on_backend_error: Option<String>,
+}
+
+/// A policy in the policy-file structure (what a TOML or JSON policy file holds).
+#[napi(object)]
+pub struct PolicyObject {
+    /// The rules, in order.
+    pub rules: Vec<RuleObject>,
+    /// Prefix of every key (default `throttlegate:`).
+    pub prefix: Option<String>,
+    /// Bound on one call: milliseconds or a duration string (default `"100ms"`).
+    #[napi(ts_type = "number | string")]
+    pub timeout: Option<String>,
+    /// What a call does when the backend fails (default `allow`).
+    #[napi(js_name = "on_backend_error", ts_type = "'allow' | 'deny' | 'error'")]
+    pub on_backend_error: Option<String>,
+}

@@ -1,1 +1,0 @@
-//! throttlegate-cli (being written).
