@@ -1,0 +1,199 @@
+//! `throttlegate`: try a rate-limit policy before deploying it.
+//!
+//! - `simulate` drives synthetic traffic through a policy in virtual time
+//!   (an hour of traffic in seconds) and reports what each rule admitted and
+//!   denied, interval by interval;
+//! - `check`, `peek` and `reset` make one decision, take one look, or clear
+//!   one client's state (to unblock a customer) against a live Redis;
+//! - `bench` measures a backend: checks per second and latency percentiles.
+
+mod bench;
+mod error;
+mod oneshot;
+mod simulate;
+mod traffic;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use throttlegate::duration::parse_duration;
+use throttlegate::{FailureMode, Limiter, LimiterBuilder, Policy};
+
+use crate::error::{CliError, CliResult, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE};
+
+const EXIT_CODES: &str = "\
+Exit status:
+  0  success (check/peek: the request is allowed)
+  1  check/peek: the request is denied
+  2  bad input: arguments, policy file, scenario file, attributes
+  3  the backend is unreachable, too slow or failing
+  4  internal error";
+
+/// Distributed rate limiter: simulate, inspect and benchmark policies.
+#[derive(Debug, Parser)]
+#[command(name = "throttlegate", version, after_help = EXIT_CODES, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Drive a traffic pattern through a policy in virtual time and report,
+    /// per interval, what each rule admitted and denied.
+    #[command(after_help = simulate::AFTER_HELP)]
+    Simulate(simulate::SimulateArgs),
+    /// Decide one request (consuming from every applicable rule if allowed)
+    /// and print the decision and its HTTP headers.
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Check(oneshot::CheckArgs),
+    /// Show the decision a request would get now, without consuming anything.
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Peek(oneshot::PeekArgs),
+    /// Forget the state of every rule that applies to a request (unblock a client).
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Reset(oneshot::ResetArgs),
+    /// Load a backend with checks and report checks/s and latency percentiles.
+    #[command(after_help = bench::AFTER_HELP)]
+    Bench(bench::BenchArgs),
+}
+
+/// Options every command shares: the policy and how to reach the backend.
+#[derive(Debug, Clone, Args)]
+pub struct BackendArgs {
+    /// Policy file (TOML or JSON).
+    #[arg(long, value_name = "FILE")]
+    pub rules: PathBuf,
+    /// Override the policy's key prefix.
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// Bound on each call to the backend (e.g. 500ms, 5s).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration_arg)]
+    pub timeout: Duration,
+    /// File holding the secret that hashes attribute values into keys; must be
+    /// the one the application uses, or the keys differ.
+    #[arg(long, value_name = "FILE")]
+    pub key_secret_file: Option<PathBuf>,
+}
+
+impl BackendArgs {
+    /// Load the policy and start a limiter builder with these options.
+    /// Backend failures are errors here, never silently degraded answers.
+    pub fn builder(&self, redis: Option<&str>) -> CliResult<LimiterBuilder> {
+        let policy = Policy::from_file(&self.rules)?;
+        let mut b = Limiter::builder(policy)
+            .timeout(self.timeout)
+            .on_backend_error(FailureMode::Error);
+        if let Some(url) = redis {
+            b = b.url(url);
+        }
+        if let Some(p) = &self.prefix {
+            b = b.prefix(p.clone());
+        }
+        if let Some(path) = &self.key_secret_file {
+            let mut secret = std::fs::read(path).map_err(|e| {
+                CliError::usage(format!("cannot read --key-secret-file {}: {e}", path.display()))
+            })?;
+            while secret.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                secret.pop();
+            }
+            b = b.key_secret(secret);
+        }
+        Ok(b)
+    }
+}
+
+/// Durations on the command line: `250ms`, `30s`, `15m`, `1h`, `1d`, or bare milliseconds.
+pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.is_zero() {
+        return Err("must be at least 1ms".into());
+    }
+    Ok(d)
+}
+
+/// A Tokio runtime for the commands that run on one thread.
+pub fn runtime() -> CliResult<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError {
+            kind: "internal",
+            message: format!("cannot start the async runtime: {e}"),
+            exit: EXIT_INTERNAL,
+        })
+}
+
+fn run(cli: Cli) -> CliResult<u8> {
+    match cli.command {
+        Command::Simulate(a) => simulate::run(a),
+        Command::Check(a) => oneshot::check(a),
+        Command::Peek(a) => oneshot::peek(a),
+        Command::Reset(a) => oneshot::reset(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+fn json_requested() -> bool {
+    std::env::args().skip(1).any(|a| a == "--json")
+}
+
+fn report(err: &CliError) {
+    eprintln!("throttlegate: error: {err}");
+    if json_requested() {
+        println!(
+            "{}",
+            serde_json::json!({ "error": { "kind": err.kind, "message": err.one_line(), "exit": err.exit } })
+        );
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind as K;
+            if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                let code = if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand { EXIT_USAGE } else { EXIT_OK };
+                return ExitCode::from(code);
+            }
+            // clap's report spans several lines (tips, usage); keep its first.
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments")
+                .trim()
+                .trim_start_matches("error: ")
+                .to_string();
+            report(&CliError::usage(format!("{first} (see --help)")));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // A panic is reported as one line below, not as a backtrace dump.
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = std::panic::catch_unwind(|| run(cli));
+    match outcome {
+        Ok(Ok(code)) => ExitCode::from(code),
+        Ok(Err(e)) => {
+            report(&e);
+            ExitCode::from(e.exit)
+        }
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            report(&CliError {
+                kind: "internal",
+                message: format!("unexpected internal failure (a bug; please report it): {what}"),
+                exit: EXIT_INTERNAL,
+            });
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
