@@ -1,0 +1,55 @@
+// Types of `throttlegate/express` (hand-written: the middleware is JavaScript).
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Decision, Limiter, LimiterOptions, Policy, PolicyObject } from './index';
+
+/** A request as the middleware sees it; `rateLimit` is set to the decision. */
+export type RateLimitedRequest = IncomingMessage & { rateLimit?: Decision };
+
+/** Express's `next`. */
+export type NextFunction = (err?: unknown) => void;
+
+/** Options of {@link rateLimit}: give a `limiter`, or a `policy` to build one. */
+export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> {
+  /** The limiter to check with (it carries its own `onBackendError`). */
+  limiter?: Limiter;
+  /** A policy to build a limiter from (a `Policy`, a file path or a plain object). */
+  policy?: Policy | string | PolicyObject;
+  /** Options of the limiter built from `policy` (for instance `url`). */
+  limiterOptions?: LimiterOptions;
+  /**
+   * When the backend is down or too slow (only with `policy`): admit the
+   * request (`'allow'`), deny it with 429 (`'deny'`), or pass the error to
+   * `onError` (`'error'`). Both admitted and denied answers are marked `degraded`.
+   */
+  onBackendError?: 'allow' | 'deny' | 'error';
+  /** Proxies whose `Forwarded` / `X-Forwarded-For` headers are believed (addresses or CIDR networks). */
+  trustedProxies?: string[];
+  /** Bits of an IPv6 client address that identify one client (default 64). */
+  ipv6Prefix?: number;
+  /**
+   * The attributes of a request. Default: `{ ip: clientIp }` (no attributes
+   * when the peer is not an IP address, so IP rules do not apply).
+   */
+  attributes?: (req: Req, clientIp: string | null) => Record<string, string | null | undefined> | Promise<Record<string, string | null | undefined>>;
+  /** Units a request costs (default 1). */
+  cost?: number | ((req: Req) => number | Promise<number>);
+  /** Requests for which this returns true are not checked. */
+  skip?: (req: Req) => boolean | Promise<boolean>;
+  /** Set the `RateLimit-*` headers on admitted responses (default true). */
+  headers?: boolean;
+  /** Answer a denied request. Default: 429 with the headers and a problem+json body. */
+  onDenied?: (req: Req, res: Res, next: NextFunction, decision: Decision) => unknown;
+  /** Handle an error of the check. Default: `next(err)`. */
+  onError?: (err: Error & { code?: string }, req: Req, res: Res, next: NextFunction) => unknown;
+}
+
+/** The middleware; `limiter` is the limiter it checks with (close it on shutdown). */
+export interface RateLimitMiddleware<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> {
+  (req: Req, res: Res, next: NextFunction): Promise<void>;
+  readonly limiter: Limiter;
+}
+
+/** Make a middleware that checks every request against a limiter. */
+export declare function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  options: RateLimitOptions<Req, Res>,
+): RateLimitMiddleware<Req, Res>;

@@ -1,0 +1,61 @@
+// An Express app limited by throttlegate.
+//
+//   node examples/express_app.js                      # embedded backend
+//   REDIS_URL=redis://127.0.0.1:6379 PORT=3000 node examples/express_app.js
+//
+// Every client may make 10 requests a minute, and 3 login attempts per
+// 15 minutes. Behind a reverse proxy, list it in TRUSTED_PROXIES
+// (comma-separated addresses or networks) so X-Forwarded-For is believed.
+'use strict';
+
+const express = require('express');
+const { Limiter } = require('throttlegate');
+const { rateLimit } = require('throttlegate/express');
+
+const POLICY = {
+  rules: [
+    { name: 'per-ip', key: 'ip:{ip}', limit: 10, window: '1m' },
+    {
+      name: 'login',
+      key: 'login:{ip}',
+      match: { route: '/login', method: ['POST'] },
+      limit: 3,
+      window: '15m',
+    },
+  ],
+};
+
+/**
+ * Build the app. `options.url` picks the backend (embedded when absent);
+ * the other options are the Limiter's (`keyPrefix`, `clock`, ...).
+ */
+function createApp({ url, trustedProxies = [], ...limiterOptions } = {}) {
+  const limiter = new Limiter(POLICY, { url, ...limiterOptions });
+  const app = express();
+  app.use(
+    rateLimit({
+      limiter,
+      trustedProxies,
+      attributes: (req, ip) => ({ ip, route: req.path, method: req.method }),
+    }),
+  );
+  app.get('/', (req, res) => {
+    res.json({ hello: 'world', remaining: req.rateLimit.remaining });
+  });
+  app.post('/login', (req, res) => {
+    res.json({ loggedIn: true });
+  });
+  return { app, limiter };
+}
+
+module.exports = { createApp, POLICY };
+
+if (require.main === module) {
+  const trustedProxies = (process.env.TRUSTED_PROXIES || '').split(',').filter(Boolean);
+  const { app, limiter } = createApp({ url: process.env.REDIS_URL, trustedProxies });
+  const port = Number(process.env.PORT || 3000);
+  const server = app.listen(port, '127.0.0.1', () => {
+    console.log(`listening on http://127.0.0.1:${server.address().port} (${limiter.backend} backend)`);
+  });
+  process.on('SIGINT', () => server.close(() => limiter.close()));
+}
