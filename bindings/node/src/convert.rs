@@ -4,7 +4,7 @@
 use std::ptr;
 use std::time::Duration;
 
-use napi::bindgen_prelude::{Buffer, FromNapiRef, FromNapiValue};
+use napi::bindgen_prelude::{Buffer, ClassInstance, FromNapiValue};
 use napi::{sys, Env, JsValue, Unknown, ValueType};
 use throttlegate::{CheckOptions, Clock, Error, ErrorKind, FailureMode};
 
@@ -174,7 +174,7 @@ pub(crate) fn any_policy(env: &Env, v: &Unknown<'_>) -> Result<throttlegate::Pol
             throttlegate::Policy::from_file(path)
         }
         ValueType::Object => {
-            if let Ok(p) = unsafe { Policy::from_napi_ref(env.raw(), v.raw()) } {
+            if let Ok(p) = unsafe { ClassInstance::<Policy>::from_napi_value(env.raw(), v.raw()) } {
                 return Ok(p.inner.clone());
             }
             throttlegate::Policy::from_value(&policy_value(env, v, "policy")?)
@@ -244,7 +244,7 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
                             )))
                         }
                     },
-                    _ => match unsafe { ManualClock::from_napi_ref(env.raw(), value.raw()) } {
+                    _ => match unsafe { ClassInstance::<ManualClock>::from_napi_value(env.raw(), value.raw()) } {
                         Ok(c) => Clock::Manual(c.inner.clone()),
                         Err(_) => {
                             return Err(invalid_argument(format!(
