@@ -1,0 +1,70 @@
+"""A Flask app rate-limited by throttlegate.
+
+Run it:  python examples/flask_app.py --port 8000 [--url redis://127.0.0.1:6379/0]
+Every request counts against `per-ip` (5 a minute); POST /login also against
+`login` (2 per 15 minutes); /health is exempt. Denials are 429 with the
+RateLimit headers, Retry-After and an application/problem+json body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from typing import Optional
+
+from flask import Flask, jsonify
+
+import throttlegate
+from throttlegate.flask import Throttle
+
+POLICY = {
+    "rules": [
+        {"name": "per-ip", "key": "ip:{ip}", "limit": 5, "window": "1m"},
+        {
+            "name": "login",
+            "key": "login:{ip}",
+            "match": {"path": "/login", "method": ["POST"]},
+            "limit": 2,
+            "window": "15m",
+        },
+    ]
+}
+
+
+def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), prefix: Optional[str] = None) -> Flask:
+    """The app, limited by a Limiter on `url` (None: the embedded backend)."""
+    limiter = throttlegate.Limiter(POLICY, url=url, prefix=prefix)
+    app = Flask(__name__)
+    throttle = Throttle(app, limiter=limiter, client_ip=throttlegate.ClientIp(trusted_proxies=list(trusted_proxies)))
+
+    @app.get("/")
+    def index():  # type: ignore[no-untyped-def]
+        return jsonify(hello="world")
+
+    @app.post("/login")
+    def login():  # type: ignore[no-untyped-def]
+        return jsonify(token="t_123")
+
+    @app.get("/health")
+    @throttle.exempt
+    def health():  # type: ignore[no-untyped-def]
+        return "ok"
+
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--url", default=os.environ.get("THROTTLEGATE_URL"))
+    parser.add_argument("--prefix", default=None)
+    parser.add_argument("--trusted-proxy", action="append", default=[])
+    args = parser.parse_args()
+    app = create_app(args.url, args.trusted_proxy, args.prefix)
+    app.run(host=args.host, port=args.port, threaded=True)
+
+
+if __name__ == "__main__":
+    main()
