@@ -1,0 +1,848 @@
+/*
+ * Tests of the C API through the installed header and library: wiring of
+ * every function, every result code reached from C, NULL for every pointer
+ * parameter, invalid UTF-8, outputs untouched on failure, the per-thread
+ * last error, and one limiter shared by 64 threads (embedded and Redis).
+ *
+ * Needs $TG_REDIS_URL and $TG_REDIS_PORT (a redis-server of its own, started
+ * by scripts/test-c.sh). Exit status 0 when every check passes.
+ *
+ * SPDX-License-Identifier: MIT OR Apache-2.0
+ */
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <throttlegate.h>
+
+#ifndef TG_EXPECTED_VERSION
+#error "compile with -DTG_EXPECTED_VERSION=\"x.y.z\""
+#endif
+
+static int failures = 0;
+static int checks = 0;
+
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        checks++;                                                             \
+        if (!(cond)) {                                                        \
+            failures++;                                                       \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fputc('\n', stderr);                                              \
+        }                                                                     \
+    } while (0)
+
+/* A call's code must be `want`; a failure must come with a message that
+ * contains `needle` (when not NULL), a success with an empty message. */
+static void expect_rc(const char *file, int line, const char *expr, tg_result rc, tg_result want,
+                      const char *needle) {
+    const char *msg = tg_last_error_message();
+    checks++;
+    if (rc != want) {
+        failures++;
+        fprintf(stderr, "%s:%d: %s returned %s (%s), expected %s\n", file, line, expr, tg_result_name(rc), msg,
+                tg_result_name(want));
+    } else if (want != TG_OK && (msg[0] == '\0' || (needle != NULL && strstr(msg, needle) == NULL))) {
+        failures++;
+        fprintf(stderr, "%s:%d: %s: message \"%s\" does not name \"%s\"\n", file, line, expr, msg,
+                needle != NULL ? needle : "anything");
+    } else if (want == TG_OK && msg[0] != '\0') {
+        failures++;
+        fprintf(stderr, "%s:%d: %s: message \"%s\" after success\n", file, line, expr, msg);
+    }
+}
+
+#define EXPECT_RC(call, want, needle) expect_rc(__FILE__, __LINE__, #call, (call), (want), (needle))
+#define OK(call) EXPECT_RC(call, TG_OK, NULL)
+
+/* A pointer no successful call returns, to prove outputs stay untouched. */
+static char sentinel_storage;
+#define SENTINEL ((void *)&sentinel_storage)
+
+static const char *redis_url;
+static int redis_port;
+static long prefix_counter = 0;
+
+static const char *fresh_prefix(char *buf, size_t len) {
+    snprintf(buf, len, "tgc-%ld-%ld:", (long)getpid(), ++prefix_counter);
+    return buf;
+}
+
+/* ---- a few raw Redis commands, to set up server-side conditions ---- */
+
+static int connect_port(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Send one command; return the first reply line (static buffer) or NULL. */
+static const char *redis_command(int argc, const char **argv) {
+    static char reply[512];
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++) {
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
+    }
+    int fd = connect_port(redis_port);
+    if (fd < 0) return NULL;
+    size_t got = 0;
+    if (write(fd, buf, (size_t)n) == n) {
+        while (got < sizeof reply - 1) {
+            ssize_t r = read(fd, reply + got, 1);
+            if (r <= 0 || reply[got] == '\n') break;
+            got++;
+        }
+    }
+    close(fd);
+    reply[got] = '\0';
+    return got > 0 ? reply : NULL;
+}
+
+/* A loopback port with nothing listening (bound, then released). */
+static int closed_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr;
+    socklen_t len = sizeof addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&addr, sizeof addr);
+    getsockname(fd, (struct sockaddr *)&addr, &len);
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+/* A loopback listener that accepts connections (kernel backlog) and never
+ * answers: a backend that hangs. Returns the fd; *port receives the port. */
+static int silent_listener(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr;
+    socklen_t len = sizeof addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd, (struct sockaddr *)&addr, sizeof addr);
+    listen(fd, 64);
+    getsockname(fd, (struct sockaddr *)&addr, &len);
+    *port = ntohs(addr.sin_port);
+    return fd;
+}
+
+/* ---- helpers ---- */
+
+static const char *POLICY_TOML =
+    "prefix = \"tgc-default:\"\n"
+    "timeout = \"60s\"\n"
+    "[[rules]]\n"
+    "name = \"per-ip\"\n"
+    "key = \"ip:{ip}\"\n"
+    "limit = 3\n"
+    "window = \"1s\"\n"
+    "[[rules]]\n"
+    "name = \"per-key\"\n"
+    "key = \"key:{api_key}\"\n"
+    "algorithm = \"token_bucket\"\n"
+    "capacity = 10\n"
+    "refill_rate = 5\n";
+
+static tg_policy *policy_from(const char *text) {
+    tg_policy *p = NULL;
+    tg_result rc = tg_policy_from_str(text, &p);
+    CHECK(rc == TG_OK, "policy: %s", tg_last_error_message());
+    return p;
+}
+
+/* A limiter on `url` with a fresh prefix, the error failure mode, a long
+ * timeout, and the manual clock `clock` (when not NULL). */
+static tg_limiter *limiter_on(const tg_policy *policy, const char *url, const tg_clock *clock) {
+    tg_limiter_options *o = NULL;
+    tg_limiter *l = NULL;
+    char prefix[64];
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_url(o, url));
+    OK(tg_limiter_options_set_prefix(o, fresh_prefix(prefix, sizeof prefix)));
+    OK(tg_limiter_options_set_timeout_ms(o, 60000));
+    OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
+    if (clock != NULL) OK(tg_limiter_options_set_clock(o, clock));
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_limiter_options_free(o);
+    return l;
+}
+
+static tg_decision_info check_info(const tg_limiter *l, const tg_attribute *attrs, size_t n, uint64_t cost) {
+    tg_decision *d = NULL;
+    tg_decision_info info;
+    memset(&info, 0, sizeof info);
+    OK(tg_limiter_check(l, attrs, n, cost, &d));
+    if (d != NULL) OK(tg_decision_get(d, &info));
+    tg_decision_free(d);
+    return info;
+}
+
+/* ---- tests ---- */
+
+static void test_version_and_names(void) {
+    CHECK(strcmp(tg_version(), TG_EXPECTED_VERSION) == 0, "version %s", tg_version());
+    struct { uint32_t code; const char *name; } names[] = {
+        {TG_OK, "ok"}, {TG_INVALID_POLICY, "invalid_policy"}, {TG_INVALID_ARGUMENT, "invalid_argument"},
+        {TG_IO, "io"}, {TG_BACKEND_UNAVAILABLE, "backend_unavailable"}, {TG_TIMEOUT, "timeout"},
+        {TG_BACKEND, "backend"}, {TG_CLOSED, "closed"}, {TG_INTERNAL, "internal"},
+        {TG_NULL_POINTER, "null_pointer"}, {TG_INVALID_UTF8, "invalid_utf8"}, {9, "unknown"},
+        {99, "unknown"}, {0xFFFFFFFFu, "unknown"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        CHECK(strcmp(tg_result_name(names[i].code), names[i].name) == 0, "name of %u: %s", names[i].code,
+              tg_result_name(names[i].code));
+    }
+    /* The numbers are part of the ABI: they never change. */
+    CHECK(TG_INVALID_POLICY == 1 && TG_INVALID_ARGUMENT == 2 && TG_IO == 3 && TG_BACKEND_UNAVAILABLE == 4 &&
+              TG_TIMEOUT == 5 && TG_BACKEND == 6 && TG_CLOSED == 7 && TG_INTERNAL == 8 &&
+              TG_NULL_POINTER == 100 && TG_INVALID_UTF8 == 101,
+          "result numbers moved");
+}
+
+static void test_policies(void) {
+    tg_policy *p = NULL;
+    size_t n = 0;
+    OK(tg_policy_from_str(POLICY_TOML, &p));
+    OK(tg_policy_rule_count(p, &n));
+    CHECK(n == 2, "rule count %zu", n);
+    tg_policy_free(p);
+
+    p = NULL;
+    OK(tg_policy_from_str("{\"rules\":[{\"name\":\"a\",\"key\":\"ip:{ip}\",\"limit\":5,\"window\":\"1m\"}]}", &p));
+    OK(tg_policy_rule_count(p, &n));
+    CHECK(n == 1, "rule count %zu", n);
+    tg_policy_free(p);
+
+    /* Failures leave the output alone and name the field. */
+    p = SENTINEL;
+    EXPECT_RC(tg_policy_from_str("[[rules]]\nname = \"a\"\nkey = \"k\"\nlimit = 5\nwindow = \"1s\"\nlimitt = 3\n", &p),
+              TG_INVALID_POLICY, "limitt");
+    CHECK(p == SENTINEL, "output written on failure");
+    EXPECT_RC(tg_policy_from_str("{\"rules\": [", &p), TG_INVALID_POLICY, "JSON");
+    EXPECT_RC(tg_policy_from_str("[[rules]]\nname = \"a\"\nkey = \"k\"\nlimit = 0\nwindow = \"1s\"\n", &p),
+              TG_INVALID_POLICY, "limit");
+    CHECK(p == SENTINEL, "output written on failure");
+
+    /* Files: TOML by extension, a missing file, a file that is not UTF-8. */
+    char path[] = "/tmp/tg-policy-XXXXXX.toml";
+    int fd = mkstemps(path, 5);
+    CHECK(fd >= 0, "mkstemps");
+    CHECK(write(fd, POLICY_TOML, strlen(POLICY_TOML)) == (ssize_t)strlen(POLICY_TOML), "write");
+    close(fd);
+    p = NULL;
+    OK(tg_policy_from_file(path, &p));
+    OK(tg_policy_rule_count(p, &n));
+    CHECK(n == 2, "rule count from file %zu", n);
+    tg_policy_free(p);
+
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "fopen");
+    fputs("[[rules]]\nname = \"caf\xe9\"\n", f);
+    fclose(f);
+    p = SENTINEL;
+    EXPECT_RC(tg_policy_from_file(path, &p), TG_INVALID_POLICY, "UTF-8");
+    CHECK(p == SENTINEL, "output written on failure");
+    unlink(path);
+    EXPECT_RC(tg_policy_from_file(path, &p), TG_IO, path);
+    CHECK(p == SENTINEL, "output written on failure");
+}
+
+/* Check, peek, reset, call ids, headers, results, stats and close on one backend. */
+static void test_wiring(const char *url) {
+    tg_policy *policy = policy_from(POLICY_TOML);
+    tg_clock *clock = NULL;
+    OK(tg_clock_manual_new(1000000000000, &clock));
+    tg_limiter *l = limiter_on(policy, url, clock);
+    tg_policy_free(policy); /* the limiter keeps its own copy */
+    tg_attribute attrs[] = {{"ip", "203.0.113.7"}, {"api_key", "k_1"}};
+
+    OK(tg_limiter_ping(l));
+
+    tg_decision *d = NULL;
+    tg_decision_info info;
+    OK(tg_limiter_check(l, attrs, 2, 1, &d));
+    OK(tg_decision_get(d, &info));
+    CHECK(info.allowed && tg_decision_allowed(d), "first check denied");
+    CHECK(info.limit == 3 && info.remaining == 2, "limit %" PRIu64 " remaining %" PRIu64, info.limit, info.remaining);
+    CHECK(info.retry_after_ms == 0 && info.reset_after_ms == 1000, "retry %" PRIu64 " reset %" PRIu64,
+          info.retry_after_ms, info.reset_after_ms);
+    CHECK(info.rule != NULL && strcmp(info.rule, "per-ip") == 0, "rule %s", info.rule ? info.rule : "NULL");
+    CHECK(!info.degraded && info.result_count == 2, "degraded %d results %zu", info.degraded, info.result_count);
+
+    tg_rule_result r;
+    OK(tg_decision_result(d, 1, &r));
+    CHECK(strcmp(r.rule, "per-key") == 0 && r.allowed && !r.shadow && r.limit == 10 && r.remaining == 9 &&
+              r.window_ms == 2000 && r.retry_after_ms == 0 && r.reset_after_ms == 200,
+          "per-key result %s %" PRIu64 " %" PRIu64 " %" PRIu64, r.rule, r.remaining, r.window_ms, r.reset_after_ms);
+    memset(&r, 0x5a, sizeof r);
+    tg_rule_result untouched = r;
+    EXPECT_RC(tg_decision_result(d, 2, &r), TG_INVALID_ARGUMENT, "index");
+    CHECK(memcmp(&r, &untouched, sizeof r) == 0, "result written on failure");
+
+    size_t n = 0, n_legacy = 0;
+    OK(tg_decision_header_count(d, false, &n));
+    OK(tg_decision_header_count(d, true, &n_legacy));
+    CHECK(n == 5 && n_legacy == 8, "headers %zu legacy %zu", n, n_legacy);
+    const char *name = SENTINEL, *value = SENTINEL;
+    OK(tg_decision_header(d, false, 0, &name, &value));
+    CHECK(strcmp(name, "RateLimit-Limit") == 0 && strcmp(value, "3") == 0, "header 0 %s: %s", name, value);
+    OK(tg_decision_header(d, false, 3, &name, &value));
+    CHECK(strcmp(name, "RateLimit-Policy") == 0 && strcmp(value, "\"per-ip\";q=3;w=1, \"per-key\";q=10;w=2") == 0,
+          "header 3 %s: %s", name, value);
+    OK(tg_decision_header(d, true, 7, &name, &value));
+    CHECK(strcmp(name, "X-RateLimit-Reset") == 0, "legacy header 7 %s", name);
+    name = value = SENTINEL;
+    EXPECT_RC(tg_decision_header(d, false, 5, &name, &value), TG_INVALID_ARGUMENT, "index");
+    CHECK(name == SENTINEL && value == SENTINEL, "header written on failure");
+    tg_decision_free(d);
+
+    /* peek consumes nothing */
+    for (int i = 0; i < 2; i++) {
+        d = NULL;
+        OK(tg_limiter_peek(l, attrs, 2, 1, &d));
+        OK(tg_decision_get(d, &info));
+        CHECK(info.allowed, "peek denied");
+        tg_decision_free(d);
+    }
+    info = check_info(l, attrs, 2, 1);
+    CHECK(info.allowed && info.remaining == 1, "second check remaining %" PRIu64, info.remaining);
+
+    /* A retried call id counts once. */
+    d = NULL;
+    OK(tg_limiter_check_with_call_id(l, attrs, 2, 1, "req-1", &d));
+    OK(tg_decision_get(d, &info));
+    CHECK(info.allowed && info.remaining == 0, "call id check remaining %" PRIu64, info.remaining);
+    tg_decision_free(d);
+    d = NULL;
+    OK(tg_limiter_check_with_call_id(l, attrs, 2, 1, "req-1", &d));
+    OK(tg_decision_get(d, &info));
+    CHECK(info.allowed && info.remaining == 0, "replayed call id counted again: allowed %d remaining %" PRIu64,
+          info.allowed, info.remaining);
+    tg_decision_free(d);
+
+    /* The fourth unit is denied by per-ip, with Retry-After and a problem body. */
+    d = NULL;
+    OK(tg_limiter_check(l, attrs, 2, 1, &d));
+    OK(tg_decision_get(d, &info));
+    CHECK(!info.allowed && !tg_decision_allowed(d), "fourth unit allowed");
+    CHECK(info.retry_after_ms > 0 && info.retry_after_ms <= 1000, "retry %" PRIu64, info.retry_after_ms);
+    CHECK(info.rule != NULL && strcmp(info.rule, "per-ip") == 0, "denying rule %s", info.rule ? info.rule : "NULL");
+    OK(tg_decision_header_count(d, false, &n));
+    OK(tg_decision_header(d, false, n - 1, &name, &value));
+    CHECK(strcmp(name, "Retry-After") == 0 && strcmp(value, "1") == 0, "last header %s: %s", name, value);
+    const char *problem = NULL;
+    OK(tg_decision_problem_json(d, &problem));
+    CHECK(strstr(problem, "\"violated_rules\":[\"per-ip\"]") != NULL && strstr(problem, "429") != NULL,
+          "problem %s", problem);
+    tg_decision_free(d);
+
+    /* Costs out of range name themselves. */
+    d = SENTINEL;
+    EXPECT_RC(tg_limiter_check(l, attrs, 2, 0, &d), TG_INVALID_ARGUMENT, "cost");
+    EXPECT_RC(tg_limiter_check(l, attrs, 2, 4, &d), TG_INVALID_ARGUMENT, "per-ip");
+    EXPECT_RC(tg_limiter_check_with_call_id(l, attrs, 2, 0, "req-2", &d), TG_INVALID_ARGUMENT, "cost");
+    EXPECT_RC(tg_limiter_check_with_call_id(l, attrs, 2, 1, "no spaces", &d), TG_INVALID_ARGUMENT, "call_id");
+    EXPECT_RC(tg_limiter_peek(l, attrs, 2, 0, &d), TG_INVALID_ARGUMENT, "cost");
+    CHECK(d == SENTINEL, "decision written on failure");
+
+    /* The window moves with the manual clock. */
+    OK(tg_clock_advance_ms(clock, 1000));
+    int64_t now = 0;
+    OK(tg_clock_now_us(clock, &now));
+    CHECK(now == 1000001000000, "clock reads %" PRId64, now);
+    info = check_info(l, attrs, 2, 1);
+    CHECK(info.allowed && info.remaining == 2, "after a window: allowed %d remaining %" PRIu64, info.allowed,
+          info.remaining);
+
+    /* No applicable rule: admitted, no headline, no headers. */
+    tg_attribute other[] = {{"user", "u1"}};
+    d = NULL;
+    OK(tg_limiter_check(l, other, 1, 1, &d));
+    OK(tg_decision_get(d, &info));
+    OK(tg_decision_header_count(d, false, &n));
+    CHECK(info.allowed && info.rule == NULL && info.limit == 0 && info.result_count == 0 && n == 0,
+          "unlimited decision: rule %s headers %zu", info.rule ? info.rule : "NULL", n);
+    tg_decision_free(d);
+    d = NULL;
+    OK(tg_limiter_check(l, NULL, 0, 1, &d)); /* NULL with length 0 is an empty list */
+    CHECK(tg_decision_allowed(d), "empty attributes denied");
+    tg_decision_free(d);
+
+    /* Reset forgets both keys. */
+    uint64_t deleted = 99;
+    OK(tg_limiter_reset(l, attrs, 2, &deleted));
+    CHECK(deleted == 2, "deleted %" PRIu64, deleted);
+    info = check_info(l, attrs, 2, 1);
+    CHECK(info.remaining == 2, "after reset remaining %" PRIu64, info.remaining);
+
+    tg_stats stats;
+    OK(tg_limiter_stats(l, &stats));
+    CHECK(stats.calls == stats.allowed + stats.denied && stats.denied == 1 && stats.calls >= 9,
+          "stats calls %" PRIu64 " allowed %" PRIu64 " denied %" PRIu64, stats.calls, stats.allowed, stats.denied);
+
+    /* Closed: every call says so; closing again is harmless. */
+    OK(tg_limiter_close(l));
+    d = SENTINEL;
+    EXPECT_RC(tg_limiter_check(l, attrs, 2, 1, &d), TG_CLOSED, "closed");
+    CHECK(d == SENTINEL, "decision written on failure");
+    EXPECT_RC(tg_limiter_ping(l), TG_CLOSED, "closed");
+    EXPECT_RC(tg_limiter_reset(l, attrs, 2, &deleted), TG_CLOSED, "closed");
+    OK(tg_limiter_close(l));
+    tg_limiter_free(l);
+    tg_clock_free(clock);
+}
+
+/* Options other than the ones test_wiring uses, and their validation. */
+static void test_options(void) {
+    tg_policy *policy = policy_from(POLICY_TOML);
+    tg_attribute attrs[] = {{"api_key", "k_secret_value"}};
+    tg_limiter_options *o = NULL;
+    tg_limiter *l = SENTINEL;
+    tg_clock *system = NULL;
+    OK(tg_limiter_options_new(&o));
+    OK(tg_clock_system_new(&system));
+    OK(tg_limiter_options_set_clock(o, system));
+    tg_clock_free(system); /* the options keep their share */
+    OK(tg_limiter_options_set_key_secret(o, (const uint8_t *)"s3cret\0bytes", 12));
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_decision_info info = check_info(l, attrs, 1, 1);
+    CHECK(info.allowed && info.remaining == 9, "keyed check remaining %" PRIu64, info.remaining);
+    tg_limiter_free(l);
+
+    l = SENTINEL;
+    OK(tg_limiter_options_set_timeout_ms(o, 0));
+    EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_INVALID_ARGUMENT, "timeout");
+    OK(tg_limiter_options_set_timeout_ms(o, 1000));
+    OK(tg_limiter_options_set_prefix(o, "has space"));
+    EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_INVALID_ARGUMENT, "prefix");
+    OK(tg_limiter_options_set_prefix(o, "tgc-ok:"));
+    OK(tg_limiter_options_set_url(o, "ftp://example.com"));
+    EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_INVALID_ARGUMENT, "url");
+    EXPECT_RC(tg_limiter_new(policy, "ftp://example.com", &l), TG_INVALID_ARGUMENT, "url");
+    CHECK(l == SENTINEL, "limiter written on failure");
+    EXPECT_RC(tg_limiter_options_set_on_backend_error(o, 3), TG_INVALID_ARGUMENT, "mode");
+    EXPECT_RC(tg_limiter_options_set_key_secret(o, (const uint8_t *)"", 0), TG_INVALID_ARGUMENT, "secret");
+    tg_limiter_options_free(o);
+
+    /* tg_limiter_new on the embedded backend. */
+    l = NULL;
+    OK(tg_limiter_new(policy, "memory://", &l));
+    info = check_info(l, attrs, 1, 3);
+    CHECK(info.allowed && info.remaining == 7, "cost 3 remaining %" PRIu64, info.remaining);
+    tg_limiter_free(l);
+
+    /* Clocks: a system clock cannot be moved; a manual one cannot go negative. */
+    tg_clock *c = NULL;
+    OK(tg_clock_system_new(&c));
+    EXPECT_RC(tg_clock_advance_ms(c, 1), TG_INVALID_ARGUMENT, "manual");
+    tg_clock_free(c);
+    c = SENTINEL;
+    EXPECT_RC(tg_clock_manual_new(-1, &c), TG_INVALID_ARGUMENT, "start_us");
+    CHECK(c == SENTINEL, "clock written on failure");
+    OK(tg_clock_manual_new(5, &c));
+    EXPECT_RC(tg_clock_set_us(c, -5), TG_INVALID_ARGUMENT, "now_us");
+    EXPECT_RC(tg_clock_advance_ms(c, UINT64_MAX), TG_INVALID_ARGUMENT, "overflow");
+    OK(tg_clock_set_us(c, 7000));
+    int64_t now = 0;
+    OK(tg_clock_now_us(c, &now));
+    CHECK(now == 7000, "clock %" PRId64, now);
+    tg_clock_free(c);
+    tg_policy_free(policy);
+}
+
+/* A limiter whose every call meets a backend failure, with mode `mode`. */
+static tg_limiter *failing_limiter(const tg_policy *policy, const char *url, uint32_t mode, uint64_t timeout_ms) {
+    tg_limiter_options *o = NULL;
+    tg_limiter *l = NULL;
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_url(o, url));
+    OK(tg_limiter_options_set_timeout_ms(o, timeout_ms));
+    OK(tg_limiter_options_set_on_backend_error(o, mode));
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_limiter_options_free(o);
+    return l;
+}
+
+/* Backend failures: unavailable, timeout, an error answer; degraded modes. */
+static void test_backend_failures(void) {
+    tg_policy *policy = policy_from(POLICY_TOML);
+    tg_attribute attrs[] = {{"ip", "198.51.100.1"}};
+    char url[128];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+
+    tg_limiter *l = failing_limiter(policy, url, TG_FAILURE_ERROR, 5000);
+    tg_decision *d = SENTINEL;
+    EXPECT_RC(tg_limiter_check(l, attrs, 1, 1, &d), TG_BACKEND_UNAVAILABLE, "unavailable");
+    CHECK(d == SENTINEL, "decision written on failure");
+    EXPECT_RC(tg_limiter_ping(l), TG_BACKEND_UNAVAILABLE, NULL);
+    tg_stats stats;
+    OK(tg_limiter_stats(l, &stats));
+    CHECK(stats.backend_errors == 1, "backend_errors %" PRIu64, stats.backend_errors);
+    tg_limiter_free(l);
+
+    l = failing_limiter(policy, url, TG_FAILURE_ALLOW, 5000);
+    d = NULL;
+    tg_decision_info info;
+    OK(tg_limiter_check(l, attrs, 1, 1, &d));
+    OK(tg_decision_get(d, &info));
+    CHECK(info.allowed && info.degraded, "allow mode: allowed %d degraded %d", info.allowed, info.degraded);
+    tg_decision_free(d);
+    OK(tg_limiter_stats(l, &stats));
+    CHECK(stats.degraded_allowed == 1, "degraded_allowed %" PRIu64, stats.degraded_allowed);
+    tg_limiter_free(l);
+
+    l = failing_limiter(policy, url, TG_FAILURE_DENY, 5000);
+    d = NULL;
+    OK(tg_limiter_check(l, attrs, 1, 1, &d));
+    OK(tg_decision_get(d, &info));
+    CHECK(!info.allowed && info.degraded && info.retry_after_ms > 0, "deny mode: allowed %d degraded %d",
+          info.allowed, info.degraded);
+    tg_decision_free(d);
+    OK(tg_limiter_stats(l, &stats));
+    CHECK(stats.degraded_denied == 1, "degraded_denied %" PRIu64, stats.degraded_denied);
+    tg_limiter_free(l);
+
+    /* A server that accepts and never answers: the call ends with the
+     * timeout. The redis client's own connect/response timers have the same
+     * length as the call's bound and may fire first, which the core reports
+     * as "unavailable"; TG_TIMEOUT must still be reachable, so try a few
+     * fresh limiters. */
+    int port;
+    int silent = silent_listener(&port);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+    int timeouts = 0, attempts = 0;
+    for (; attempts < 20 && timeouts == 0; attempts++) {
+        l = failing_limiter(policy, url, TG_FAILURE_ERROR, 200);
+        d = SENTINEL;
+        tg_result rc = tg_limiter_check(l, attrs, 1, 1, &d);
+        CHECK(rc == TG_TIMEOUT || rc == TG_BACKEND_UNAVAILABLE, "silent backend: %s (%s)", tg_result_name(rc),
+              tg_last_error_message());
+        CHECK(d == SENTINEL, "decision written on failure");
+        if (rc == TG_TIMEOUT) {
+            timeouts++;
+            CHECK(strstr(tg_last_error_message(), "timeout") != NULL, "timeout message %s", tg_last_error_message());
+            OK(tg_limiter_stats(l, &stats));
+            CHECK(stats.timeouts == 1, "timeouts %" PRIu64, stats.timeouts);
+        }
+        tg_limiter_free(l);
+    }
+    CHECK(timeouts == 1, "TG_TIMEOUT never came back in %d attempts", attempts);
+    printf("  silent backend: TG_TIMEOUT after %d attempt(s)\n", attempts);
+    close(silent);
+
+    /* A server that answers with an error: a user without scripting rights. */
+    const char *acl[] = {"ACL", "SETUSER", "tgc-noscript", "on", ">pw", "~*", "+@all", "-@scripting"};
+    const char *reply = redis_command(8, acl);
+    CHECK(reply != NULL && strncmp(reply, "+OK", 3) == 0, "ACL SETUSER: %s", reply ? reply : "no reply");
+    snprintf(url, sizeof url, "redis://tgc-noscript:pw@127.0.0.1:%d", redis_port);
+    l = failing_limiter(policy, url, TG_FAILURE_ERROR, 60000);
+    d = SENTINEL;
+    EXPECT_RC(tg_limiter_check(l, attrs, 1, 1, &d), TG_BACKEND, "error");
+    CHECK(d == SENTINEL, "decision written on failure");
+    tg_limiter_free(l);
+    tg_policy_free(policy);
+}
+
+/* Exported only by builds with the crate's test-hooks feature (the one
+ * scripts/test-c.sh installs); deliberately absent from the header. */
+tg_result tg_test_panic(void);
+
+static void test_internal(void) {
+    EXPECT_RC(tg_test_panic(), TG_INTERNAL, "deliberate panic");
+    EXPECT_RC(tg_test_panic(), TG_INTERNAL, "please report");
+}
+
+/* NULL in every pointer parameter: TG_NULL_POINTER naming the parameter,
+ * outputs untouched; _free(NULL) is a no-op. */
+static void test_null_pointers(void) {
+    tg_policy *p = NULL;
+    tg_limiter *l = NULL;
+    tg_limiter_options *o = NULL;
+    tg_clock *c = NULL;
+    tg_decision *d = NULL;
+    tg_attribute attrs[] = {{"ip", "192.0.2.1"}};
+    OK(tg_policy_from_str(POLICY_TOML, &p));
+    OK(tg_limiter_options_new(&o));
+    OK(tg_clock_manual_new(0, &c));
+    OK(tg_limiter_new(p, "memory://", &l));
+    OK(tg_limiter_check(l, attrs, 1, 1, &d));
+
+    tg_policy *p2 = SENTINEL;
+    tg_limiter *l2 = SENTINEL;
+    tg_decision *d2 = SENTINEL;
+    size_t n = 7;
+    int64_t now = 7;
+    uint64_t deleted = 7;
+    const char *s1 = SENTINEL, *s2 = SENTINEL;
+    tg_stats stats;
+    tg_decision_info info;
+    tg_rule_result rr;
+
+    EXPECT_RC(tg_policy_from_file(NULL, &p2), TG_NULL_POINTER, "path");
+    EXPECT_RC(tg_policy_from_file("/nonexistent.toml", NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_policy_from_str(NULL, &p2), TG_NULL_POINTER, "text");
+    EXPECT_RC(tg_policy_from_str(POLICY_TOML, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_policy_rule_count(NULL, &n), TG_NULL_POINTER, "policy");
+    EXPECT_RC(tg_policy_rule_count(p, NULL), TG_NULL_POINTER, "out");
+
+    EXPECT_RC(tg_clock_manual_new(0, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_clock_system_new(NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_clock_advance_ms(NULL, 1), TG_NULL_POINTER, "clock");
+    EXPECT_RC(tg_clock_set_us(NULL, 1), TG_NULL_POINTER, "clock");
+    EXPECT_RC(tg_clock_now_us(NULL, &now), TG_NULL_POINTER, "clock");
+    EXPECT_RC(tg_clock_now_us(c, NULL), TG_NULL_POINTER, "out");
+
+    EXPECT_RC(tg_limiter_options_new(NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_limiter_options_set_url(NULL, "memory://"), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_url(o, NULL), TG_NULL_POINTER, "url");
+    EXPECT_RC(tg_limiter_options_set_timeout_ms(NULL, 5), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_on_backend_error(NULL, TG_FAILURE_DENY), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_prefix(NULL, "x:"), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_prefix(o, NULL), TG_NULL_POINTER, "prefix");
+    EXPECT_RC(tg_limiter_options_set_clock(NULL, c), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_clock(o, NULL), TG_NULL_POINTER, "clock");
+    EXPECT_RC(tg_limiter_options_set_key_secret(NULL, (const uint8_t *)"k", 1), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_key_secret(o, NULL, 1), TG_NULL_POINTER, "secret");
+
+    EXPECT_RC(tg_limiter_new(NULL, "memory://", &l2), TG_NULL_POINTER, "policy");
+    EXPECT_RC(tg_limiter_new(p, NULL, &l2), TG_NULL_POINTER, "url");
+    EXPECT_RC(tg_limiter_new(p, "memory://", NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_limiter_new_with_options(NULL, o, &l2), TG_NULL_POINTER, "policy");
+    EXPECT_RC(tg_limiter_new_with_options(p, NULL, &l2), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_new_with_options(p, o, NULL), TG_NULL_POINTER, "out");
+
+    tg_attribute null_name[] = {{"ip", "192.0.2.1"}, {NULL, "x"}};
+    tg_attribute null_value[] = {{"ip", NULL}};
+    EXPECT_RC(tg_limiter_check(NULL, attrs, 1, 1, &d2), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_check(l, NULL, 1, 1, &d2), TG_NULL_POINTER, "attributes");
+    EXPECT_RC(tg_limiter_check(l, null_name, 2, 1, &d2), TG_NULL_POINTER, "attributes[1].name");
+    EXPECT_RC(tg_limiter_check(l, null_value, 1, 1, &d2), TG_NULL_POINTER, "attributes[0].value");
+    EXPECT_RC(tg_limiter_check(l, attrs, 1, 1, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_limiter_check_with_call_id(NULL, attrs, 1, 1, "id", &d2), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_check_with_call_id(l, NULL, 1, 1, "id", &d2), TG_NULL_POINTER, "attributes");
+    EXPECT_RC(tg_limiter_check_with_call_id(l, attrs, 1, 1, NULL, &d2), TG_NULL_POINTER, "call_id");
+    EXPECT_RC(tg_limiter_check_with_call_id(l, attrs, 1, 1, "id", NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_limiter_peek(NULL, attrs, 1, 1, &d2), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_peek(l, NULL, 1, 1, &d2), TG_NULL_POINTER, "attributes");
+    EXPECT_RC(tg_limiter_peek(l, attrs, 1, 1, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_limiter_reset(NULL, attrs, 1, &deleted), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_reset(l, NULL, 1, &deleted), TG_NULL_POINTER, "attributes");
+    EXPECT_RC(tg_limiter_reset(l, attrs, 1, NULL), TG_NULL_POINTER, "deleted");
+    EXPECT_RC(tg_limiter_ping(NULL), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_stats(NULL, &stats), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_stats(l, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_limiter_close(NULL), TG_NULL_POINTER, "limiter");
+
+    EXPECT_RC(tg_decision_get(NULL, &info), TG_NULL_POINTER, "decision");
+    EXPECT_RC(tg_decision_get(d, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_decision_result(NULL, 0, &rr), TG_NULL_POINTER, "decision");
+    EXPECT_RC(tg_decision_result(d, 0, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_decision_header_count(NULL, false, &n), TG_NULL_POINTER, "decision");
+    EXPECT_RC(tg_decision_header_count(d, false, NULL), TG_NULL_POINTER, "out");
+    EXPECT_RC(tg_decision_header(NULL, false, 0, &s1, &s2), TG_NULL_POINTER, "decision");
+    EXPECT_RC(tg_decision_header(d, false, 0, NULL, &s2), TG_NULL_POINTER, "name");
+    EXPECT_RC(tg_decision_header(d, false, 0, &s1, NULL), TG_NULL_POINTER, "value");
+    EXPECT_RC(tg_decision_problem_json(NULL, &s1), TG_NULL_POINTER, "decision");
+    EXPECT_RC(tg_decision_problem_json(d, NULL), TG_NULL_POINTER, "out");
+    CHECK(!tg_decision_allowed(NULL), "a NULL decision allowed");
+
+    CHECK(p2 == SENTINEL && l2 == SENTINEL && d2 == SENTINEL,
+          "an output was written on failure");
+    CHECK(n == 7 && now == 7 && deleted == 7 && s1 == SENTINEL && s2 == SENTINEL,
+          "an output was written on failure");
+
+    tg_policy_free(NULL);
+    tg_limiter_free(NULL);
+    tg_limiter_options_free(NULL);
+    tg_clock_free(NULL);
+    tg_decision_free(NULL);
+
+    tg_decision_free(d);
+    tg_limiter_free(l);
+    tg_clock_free(c);
+    tg_limiter_options_free(o);
+    tg_policy_free(p);
+}
+
+/* Strings that are not UTF-8: TG_INVALID_UTF8 naming the string. */
+static void test_invalid_utf8(void) {
+    static const char bad[] = "caf\xc3\x28";
+    tg_policy *p = policy_from(POLICY_TOML);
+    tg_limiter *l = NULL;
+    tg_limiter_options *o = NULL;
+    tg_policy *p2 = SENTINEL;
+    tg_limiter *l2 = SENTINEL;
+    tg_decision *d = SENTINEL;
+    OK(tg_limiter_new(p, "memory://", &l));
+    OK(tg_limiter_options_new(&o));
+
+    EXPECT_RC(tg_policy_from_str(bad, &p2), TG_INVALID_UTF8, "text");
+    EXPECT_RC(tg_limiter_new(p, bad, &l2), TG_INVALID_UTF8, "url");
+    EXPECT_RC(tg_limiter_options_set_url(o, bad), TG_INVALID_UTF8, "url");
+    EXPECT_RC(tg_limiter_options_set_prefix(o, bad), TG_INVALID_UTF8, "prefix");
+    tg_attribute bad_name[] = {{"ip", "192.0.2.1"}, {bad, "x"}};
+    tg_attribute bad_value[] = {{"ip", bad}};
+    EXPECT_RC(tg_limiter_check(l, bad_name, 2, 1, &d), TG_INVALID_UTF8, "attributes[1].name");
+    EXPECT_RC(tg_limiter_check(l, bad_value, 1, 1, &d), TG_INVALID_UTF8, "attributes[0].value");
+    EXPECT_RC(tg_limiter_peek(l, bad_value, 1, 1, &d), TG_INVALID_UTF8, "attributes[0].value");
+    uint64_t deleted = 7;
+    EXPECT_RC(tg_limiter_reset(l, bad_value, 1, &deleted), TG_INVALID_UTF8, "attributes[0].value");
+    tg_attribute ok[] = {{"ip", "192.0.2.1"}};
+    EXPECT_RC(tg_limiter_check_with_call_id(l, ok, 1, 1, bad, &d), TG_INVALID_UTF8, "call_id");
+    /* A repeated name is ambiguous, not silently resolved. */
+    tg_attribute twice[] = {{"ip", "192.0.2.1"}, {"ip", "192.0.2.2"}};
+    EXPECT_RC(tg_limiter_check(l, twice, 2, 1, &d), TG_INVALID_ARGUMENT, "more than once");
+    CHECK(p2 == SENTINEL && l2 == SENTINEL && d == SENTINEL && deleted == 7, "an output was written on failure");
+
+    /* Valid non-ASCII UTF-8 passes. */
+    tg_attribute unicode[] = {{"ip", "caf\xc3\xa9"}};
+    tg_decision_info info = check_info(l, unicode, 1, 1);
+    CHECK(info.allowed && info.remaining == 2, "unicode value remaining %" PRIu64, info.remaining);
+
+    tg_limiter_options_free(o);
+    tg_limiter_free(l);
+    tg_policy_free(p);
+}
+
+/* ---- threads ---- */
+
+enum { THREADS = 64, CALLS_PER_THREAD = 4, SHARED_LIMIT = 100 };
+
+typedef struct {
+    const tg_limiter *limiter;
+    pthread_barrier_t *start;
+    int allowed;
+    int denied;
+    int errors;
+} worker_args;
+
+static void *worker(void *arg) {
+    worker_args *w = arg;
+    tg_attribute attrs[] = {{"ip", "203.0.113.99"}};
+    pthread_barrier_wait(w->start);
+    for (int i = 0; i < CALLS_PER_THREAD; i++) {
+        tg_decision *d = NULL;
+        if (tg_limiter_check(w->limiter, attrs, 1, 1, &d) != TG_OK) {
+            w->errors++;
+            continue;
+        }
+        if (tg_decision_allowed(d)) w->allowed++;
+        else w->denied++;
+        tg_decision_free(d);
+    }
+    return NULL;
+}
+
+/* One limiter shared by 64 threads, one key, limit 100: exactly 100 pass. */
+static void test_shared_by_threads(const char *url) {
+    tg_policy *policy = policy_from("[[rules]]\nname = \"shared\"\nkey = \"ip:{ip}\"\nlimit = 100\nwindow = \"1h\"\n");
+    tg_clock *clock = NULL;
+    OK(tg_clock_manual_new(1000000000000, &clock));
+    tg_limiter *l = limiter_on(policy, url, clock);
+    pthread_t threads[THREADS];
+    worker_args args[THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, THREADS);
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (worker_args){l, &start, 0, 0, 0};
+        CHECK(pthread_create(&threads[i], NULL, worker, &args[i]) == 0, "pthread_create %d", i);
+    }
+    int allowed = 0, denied = 0, errors = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        allowed += args[i].allowed;
+        denied += args[i].denied;
+        errors += args[i].errors;
+    }
+    pthread_barrier_destroy(&start);
+    CHECK(errors == 0, "%s: %d calls failed", url, errors);
+    CHECK(allowed == SHARED_LIMIT, "%s: %d allowed, expected exactly %d", url, allowed, SHARED_LIMIT);
+    CHECK(denied == THREADS * CALLS_PER_THREAD - SHARED_LIMIT, "%s: %d denied", url, denied);
+    tg_stats stats;
+    OK(tg_limiter_stats(l, &stats));
+    CHECK(stats.allowed == SHARED_LIMIT && stats.calls == THREADS * CALLS_PER_THREAD,
+          "stats allowed %" PRIu64 " calls %" PRIu64, stats.allowed, stats.calls);
+    printf("  %s: %d threads x %d checks -> %d allowed, %d denied\n", url, THREADS, CALLS_PER_THREAD, allowed,
+           denied);
+    tg_limiter_free(l);
+    tg_clock_free(clock);
+    tg_policy_free(policy);
+}
+
+static void *fail_on_other_thread(void *arg) {
+    (void)arg;
+    tg_policy *p = SENTINEL;
+    tg_policy_from_str("not = [valid", &p);
+    tg_clock *c = NULL;
+    tg_clock_manual_new(0, &c); /* success: clears this thread's message only */
+    tg_clock_free(c);
+    return NULL;
+}
+
+/* The last error is per thread. */
+static void test_last_error_per_thread(void) {
+    tg_policy *p = SENTINEL;
+    EXPECT_RC(tg_policy_from_str(NULL, &p), TG_NULL_POINTER, "text");
+    char mine[256];
+    snprintf(mine, sizeof mine, "%s", tg_last_error_message());
+    pthread_t t;
+    pthread_create(&t, NULL, fail_on_other_thread, NULL);
+    pthread_join(t, NULL);
+    CHECK(strcmp(tg_last_error_message(), mine) == 0, "message changed by another thread: %s",
+          tg_last_error_message());
+}
+
+int main(void) {
+    redis_url = getenv("TG_REDIS_URL");
+    const char *port = getenv("TG_REDIS_PORT");
+    if (redis_url == NULL || port == NULL) {
+        fprintf(stderr, "test_throttlegate: TG_REDIS_URL and TG_REDIS_PORT must name the test redis-server\n");
+        return 2;
+    }
+    redis_port = atoi(port);
+
+    struct { const char *name; void (*run)(void); } tests[] = {
+        {"version and result names", test_version_and_names},
+        {"policies", test_policies},
+        {"options", test_options},
+        {"backend failures", test_backend_failures},
+        {"internal errors", test_internal},
+        {"NULL pointers", test_null_pointers},
+        {"invalid UTF-8", test_invalid_utf8},
+        {"last error per thread", test_last_error_per_thread},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        printf("test: %s\n", tests[i].name);
+        tests[i].run();
+    }
+    const char *urls[] = {"memory://", redis_url};
+    for (int i = 0; i < 2; i++) {
+        printf("test: wiring on %s\n", urls[i]);
+        test_wiring(urls[i]);
+        printf("test: one limiter, %d threads on %s\n", THREADS, urls[i]);
+        test_shared_by_threads(urls[i]);
+    }
+    printf("test_throttlegate: %d checks, %d failures\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}
