@@ -10,7 +10,7 @@
 -- admitted request writes, so the state is only read on a denial.
 
 local MICRO = 1000000
-local TB_IDS = 16
+local TB_IDS = 64
 
 -- Microseconds until `need` micro-tokens have been refilled at `rate`.
 local function tb_wait(need, rate)

@@ -96,7 +96,7 @@ fn tb_wait(need: u64, rate: f64) -> i64 {
 }
 
 /// How many recent call ids a bucket remembers (`TB_IDS` in the Lua).
-pub(crate) const TB_IDS: usize = 16;
+pub(crate) const TB_IDS: usize = 64;
 
 /// A token bucket: micro-tokens, the time of the last admission, and the ids
 /// of the last [`TB_IDS`] admitted calls that asked for deduplication.

@@ -39,6 +39,14 @@ pub(crate) enum RuleArgs {
 }
 
 impl RuleArgs {
+    /// The rule's `limit` or `capacity`.
+    pub fn limit(&self) -> u64 {
+        match *self {
+            RuleArgs::Window { limit, .. } => limit,
+            RuleArgs::Bucket { capacity, .. } => capacity,
+        }
+    }
+
     pub fn shadow(&self) -> bool {
         match *self {
             RuleArgs::Window { shadow, .. } | RuleArgs::Bucket { shadow, .. } => shadow,
@@ -102,11 +110,6 @@ impl RedisBackend {
             conn: OnceLock::new(),
             sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
         })))
-    }
-
-    /// A handle to use after releasing the limiter's lock.
-    pub fn conn_handle(&self) -> RedisBackend {
-        self.clone()
     }
 
     /// The connection manager, made on first use (inside the runtime). It
@@ -174,7 +177,7 @@ impl RedisBackend {
     }
 }
 
-fn parse_reply(reply: &[i64], n: usize) -> Result<(i64, Verdict)> {
+pub(crate) fn parse_reply(reply: &[i64], n: usize) -> Result<(i64, Verdict)> {
     if reply.len() != 2 + 4 * n {
         return Err(Error::new(
             ErrorKind::Backend,
@@ -197,4 +200,41 @@ fn parse_reply(reply: &[i64], n: usize) -> Result<(i64, Verdict)> {
         reply[0],
         Verdict { outcomes },
     ))
+}
+
+/// A network backend: one Redis node or a Redis Cluster. Cheap to clone.
+#[derive(Clone)]
+pub(crate) enum Remote {
+    Redis(RedisBackend),
+    Cluster(crate::cluster::ClusterBackend),
+}
+
+impl Remote {
+    pub async fn eval(&self, plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> Result<Verdict> {
+        match self {
+            Remote::Redis(r) => r.eval(plan, mode, now).await.map(|(_, v)| v),
+            Remote::Cluster(c) => c.eval(plan, mode, now).await,
+        }
+    }
+
+    pub async fn reset(&self, keys: &[String]) -> Result<u64> {
+        match self {
+            Remote::Redis(r) => r.reset(keys).await,
+            Remote::Cluster(c) => c.reset(keys).await,
+        }
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        match self {
+            Remote::Redis(r) => r.ping().await,
+            Remote::Cluster(c) => c.ping().await,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Remote::Redis(_) => "redis",
+            Remote::Cluster(_) => "cluster",
+        }
+    }
 }

@@ -31,6 +31,7 @@ mod algo;
 mod backend;
 mod client_ip;
 mod clock;
+mod cluster;
 mod decision;
 pub mod duration;
 mod error;

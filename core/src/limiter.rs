@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::{Mode, Plan, RedisBackend, RuleArgs, Verdict};
+use crate::backend::{Mode, Plan, RedisBackend, Remote, RuleArgs, Verdict};
+use crate::cluster::ClusterBackend;
 use crate::clock::{system_now_us, Clock};
 use crate::decision::{Decision, RuleResult};
 use crate::error::{Error, ErrorKind, Result};
@@ -33,7 +34,7 @@ pub(crate) struct CompiledRule {
 
 enum Backend {
     Memory(MemoryBackend),
-    Redis(RedisBackend),
+    Remote(Remote),
 }
 
 /// Counters for operators: how many checks, how they ended, and how many
@@ -151,17 +152,20 @@ impl LimiterBuilder {
         }
         let backend = match self.url.as_deref().map(str::trim) {
             None | Some("") | Some("memory://") | Some("memory:") => Backend::Memory(MemoryBackend::new()),
+            Some(url) if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
+                Backend::Remote(Remote::Cluster(ClusterBackend::new(url, policy.timeout)?))
+            }
             Some(url)
                 if url.starts_with("redis://")
                     || url.starts_with("rediss://")
                     || url.starts_with("redis+unix://")
                     || url.starts_with("unix://") =>
             {
-                Backend::Redis(RedisBackend::new(url, policy.timeout)?)
+                Backend::Remote(Remote::Redis(RedisBackend::new(url, policy.timeout)?))
             }
             Some(url) => {
                 return Err(Error::invalid_argument(format!(
-                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix:// or memory://"
+                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix://, redis+cluster:// or memory://"
                 )))
             }
         };
@@ -307,11 +311,11 @@ impl Limiter {
         &self.inner.policy
     }
 
-    /// `"memory"` or `"redis"` (`"closed"` after [`Limiter::close`]).
+    /// `"memory"`, `"redis"` or `"cluster"` (`"closed"` after [`Limiter::close`]).
     pub fn backend_name(&self) -> &'static str {
         match &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()) {
             Some(Backend::Memory(_)) => "memory",
-            Some(Backend::Redis(_)) => "redis",
+            Some(Backend::Remote(r)) => r.name(),
             None => "closed",
         }
     }
@@ -353,7 +357,7 @@ impl Limiter {
             let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
             match &*guard {
                 Some(Backend::Memory(m)) => return Ok(m.reset(&keys, now)),
-                Some(Backend::Redis(r)) => r.conn_handle(),
+                Some(Backend::Remote(r)) => r.clone(),
                 None => return Err(closed()),
             }
         };
@@ -375,7 +379,7 @@ impl Limiter {
             let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
             match &*guard {
                 Some(Backend::Memory(_)) => return Ok(()),
-                Some(Backend::Redis(r)) => r.conn_handle(),
+                Some(Backend::Remote(r)) => r.clone(),
                 None => return Err(closed()),
             }
         };
@@ -514,7 +518,7 @@ impl Limiter {
                     self.count(&d);
                     return Ok(d);
                 }
-                Some(Backend::Redis(r)) => r.conn_handle(),
+                Some(Backend::Remote(r)) => r.clone(),
                 None => return Err(closed()),
             }
         };
@@ -523,7 +527,7 @@ impl Limiter {
             _ => Some(self.local_now()),
         };
         let result = match tokio::time::timeout(self.inner.timeout, redis.eval(&plan, mode, now)).await {
-            Ok(r) => r.map(|(_, v)| v),
+            Ok(r) => r,
             Err(_) => Err(timeout_error(self.inner.timeout)),
         };
         if matches!(&result, Err(e) if e.kind() == ErrorKind::Timeout) {

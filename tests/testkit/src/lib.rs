@@ -185,3 +185,133 @@ impl Drop for RedisServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A local Redis Cluster: `primaries` primaries with one replica each, made
+/// with `redis-cli --cluster create` on free loopback ports and torn down
+/// when dropped.
+pub struct RedisCluster {
+    /// Every node, primaries first (as given to `--cluster create`).
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Start `primaries` primaries and as many replicas, and wait until the
+    /// cluster is `ok` on every node.
+    pub fn start(primaries: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..primaries * 2)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-replica-validity-factor",
+                    "0",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
+        let status = Command::new(std::env::var("THROTTLEGATE_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into()))
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("cannot run redis-cli (Debian package redis-tools)");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok(Duration::from_secs(20));
+        // Wait for every replica's initial sync, so failover tests start
+        // from replicas that follow their primaries.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let synced = cluster.nodes.iter().all(|n| {
+                n.command(&["INFO", "replication"])
+                    .map(|i| i.contains("role:slave") == i.contains("master_link_status:up"))
+                    .unwrap_or(false)
+            });
+            if synced {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    /// Wait until every running node says `cluster_state:ok` and knows all slots.
+    pub fn wait_ok(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                n.command(&["CLUSTER", "INFO"])
+                    .map(|i| i.contains("cluster_state:ok") && i.contains("cluster_slots_ok:16384"))
+                    .unwrap_or(false)
+            });
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the cluster did not become ok within {limit:?}");
+    }
+
+    /// `redis+cluster://` URL with every primary as a seed.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The node currently serving `slot` as a primary.
+    pub fn primary_of(&self, slot: u16) -> &RedisServer {
+        for n in &self.nodes {
+            if n.child.is_none() {
+                continue;
+            }
+            let Ok(nodes) = n.command(&["CLUSTER", "NODES"]) else { continue };
+            for line in nodes.lines() {
+                let parts: Vec<&str> = line.split_whitespace().collect();
+                if parts.len() < 9 || !parts[2].contains("master") || parts[2].contains("fail") {
+                    continue;
+                }
+                let port: u16 = parts[1]
+                    .split('@')
+                    .next()
+                    .and_then(|a| a.rsplit(':').next())
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+                for range in &parts[8..] {
+                    if range.starts_with('[') {
+                        continue;
+                    }
+                    let (lo, hi) = match range.split_once('-') {
+                        Some((a, b)) => (a.parse().unwrap_or(1), b.parse().unwrap_or(0)),
+                        None => {
+                            let v = range.parse().unwrap_or(u16::MAX);
+                            (v, v)
+                        }
+                    };
+                    if (lo..=hi).contains(&slot) {
+                        if let Some(node) = self.nodes.iter().find(|x| x.port() == port) {
+                            return node;
+                        }
+                    }
+                }
+            }
+            break;
+        }
+        panic!("no primary serves slot {slot}");
+    }
+
+    /// The node id (`CLUSTER MYID`) of `node`.
+    pub fn node_id(node: &RedisServer) -> String {
+        node.command(&["CLUSTER", "MYID"]).unwrap_or_default()
+    }
+}

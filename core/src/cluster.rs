@@ -1,0 +1,282 @@
+//! Redis Cluster: rules grouped by hash slot, one script invocation per slot.
+//!
+//! Rules whose keys share a slot (a policy can co-locate them on purpose with
+//! a `{{hash tag}}` in their key templates) are decided together in one
+//! invocation, all or nothing. Different slots are decided concurrently; when
+//! one of them denies, the slots that admitted give back what they consumed
+//! (undo mode of the script). Meanwhile another request may briefly see less
+//! quota than it could have had, but no limit is ever exceeded.
+//!
+//! Every cluster call carries a call id that the script checks first, so a
+//! script the cluster client re-sends (after a redirection or a lost
+//! connection) cannot count twice.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+
+use crate::algo::Outcome;
+use crate::backend::{parse_reply, Mode, Plan, Verdict, CHECK_SCRIPT};
+use crate::error::{Error, Result};
+
+/// CRC16/XMODEM, the hash of Redis Cluster slots.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc
+}
+
+/// The hash slot of `key`, honouring `{hash tags}` as Redis does.
+pub(crate) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match bytes.iter().position(|&b| b == b'{') {
+        Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    crc16(hashed) % 16384
+}
+
+/// Parse `redis+cluster://host:port,host:port/` (or `rediss+cluster://` for
+/// TLS) into one seed URL per node.
+pub(crate) fn seed_urls(url: &str) -> Result<Vec<String>> {
+    let (scheme, rest) = if let Some(r) = url.strip_prefix("redis+cluster://") {
+        ("redis", r)
+    } else if let Some(r) = url.strip_prefix("rediss+cluster://") {
+        ("rediss", r)
+    } else {
+        return Err(Error::invalid_argument(format!("url: {url:?} is not a cluster URL")));
+    };
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.split(['/', '?']).next().unwrap_or("");
+    let seeds: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{scheme}://{auth}{h}"))
+        .collect();
+    if seeds.is_empty() {
+        return Err(Error::invalid_argument(format!(
+            "url: {url:?} names no node; write redis+cluster://host:port,host:port"
+        )));
+    }
+    Ok(seeds)
+}
+
+/// A Redis Cluster backend. Clones share the connection.
+#[derive(Clone)]
+pub(crate) struct ClusterBackend(std::sync::Arc<ClusterInner>);
+
+pub(crate) struct ClusterInner {
+    client: ClusterClient,
+    conn: tokio::sync::OnceCell<ClusterConnection>,
+    sha: String,
+}
+
+impl ClusterBackend {
+    pub fn new(url: &str, timeout: Duration) -> Result<ClusterBackend> {
+        let seeds = seed_urls(url)?;
+        // The cluster client retries many times and has no overall bound by
+        // default: bound every attempt by the timeout and retry only twice,
+        // quickly; the limiter's own timeout bounds the whole call anyway.
+        let client = ClusterClient::builder(seeds)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(2)
+            .min_retry_wait(5)
+            .max_retry_wait(50)
+            .build()
+            .map_err(|e| Error::invalid_argument(format!("url: {url:?}: {e}")).with_source(e))?;
+        Ok(ClusterBackend(std::sync::Arc::new(ClusterInner {
+            client,
+            conn: tokio::sync::OnceCell::new(),
+            sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
+        })))
+    }
+
+    async fn conn(&self) -> Result<ClusterConnection> {
+        let c = self
+            .0
+            .conn
+            .get_or_try_init(|| async { self.0.client.get_async_connection().await })
+            .await?;
+        Ok(c.clone())
+    }
+
+    /// One invocation for the rules `idx` of the plan (all in one slot).
+    async fn eval_group(
+        &self,
+        mut conn: ClusterConnection,
+        plan: &Plan<'_>,
+        idx: &[usize],
+        mode: &str,
+        now: Option<i64>,
+    ) -> Result<Vec<Outcome>> {
+        let mut args: Vec<&str> = Vec::with_capacity(5 + 4 * idx.len());
+        let now_s = now.map(|t| t.to_string()).unwrap_or_default();
+        let cost = plan.cost.to_string();
+        args.extend([mode, now_s.as_str(), plan.call_id.as_str(), cost.as_str(), "1"]);
+        for &i in idx {
+            args.extend(plan.compiled[i].script_args.iter().map(String::as_str));
+        }
+        let keys: Vec<&str> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.0.sha).arg(keys.len()).arg(&keys).arg(&args);
+        let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
+            Ok(v) => v,
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                // EVAL runs (and caches) the script on the node that owns the
+                // slot; the call id keeps it from counting twice.
+                let mut eval = redis::cmd("EVAL");
+                eval.arg(CHECK_SCRIPT).arg(keys.len()).arg(&keys).arg(&args);
+                eval.query_async(&mut conn).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if mode == "u" {
+            return Ok(Vec::new());
+        }
+        Ok(parse_reply(&reply, idx.len())?.1.outcomes)
+    }
+
+    /// Decide the plan slot by slot; give back on a denial.
+    pub async fn eval(&self, plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> Result<Verdict> {
+        let conn = self.conn().await?;
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, key) in plan.keys.iter().enumerate() {
+            let s = slot(key);
+            match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        let m = if mode == Mode::Check { "c" } else { "p" };
+        let results = join_all(
+            groups
+                .iter()
+                .map(|(_, idx)| self.eval_group(conn.clone(), plan, idx, m, now)),
+        )
+        .await;
+        let mut outcomes = vec![None; plan.keys.len()];
+        let mut first_err = None;
+        let mut committed: Vec<&Vec<usize>> = Vec::new();
+        let mut all_pass = true;
+        for ((_, idx), r) in groups.iter().zip(results) {
+            match r {
+                Ok(os) => {
+                    let group_pass = idx
+                        .iter()
+                        .zip(&os)
+                        .all(|(&i, o)| o.allowed || plan.compiled[i].args.shadow());
+                    all_pass &= group_pass;
+                    if group_pass {
+                        committed.push(idx);
+                    }
+                    for (&i, o) in idx.iter().zip(os) {
+                        outcomes[i] = Some(o);
+                    }
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if mode == Mode::Check && (!all_pass || first_err.is_some()) {
+            // Give back what the admitting slots consumed (only the rules
+            // that admitted were written).
+            let undo: Vec<Vec<usize>> = committed
+                .iter()
+                .map(|idx| {
+                    idx.iter()
+                        .copied()
+                        .filter(|&i| outcomes[i].map(|o| o.allowed).unwrap_or(false))
+                        .collect::<Vec<_>>()
+                })
+                .filter(|v| !v.is_empty())
+                .collect();
+            let undone = join_all(
+                undo.iter()
+                    .map(|idx| self.eval_group(conn.clone(), plan, idx, "u", now)),
+            )
+            .await;
+            if let Some(e) = undone.into_iter().find_map(|r| r.err()) {
+                first_err.get_or_insert(e);
+            }
+            for idx in &undo {
+                for &i in idx {
+                    if let Some(o) = outcomes[i].as_mut() {
+                        o.remaining = (o.remaining + plan.cost).min(plan.compiled[i].args.limit());
+                    }
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        Ok(Verdict {
+            outcomes: outcomes.into_iter().map(|o| o.expect("every group answered")).collect(),
+        })
+    }
+
+    /// Delete `keys` (one command per key: they may live on different nodes).
+    pub async fn reset(&self, keys: &[String]) -> Result<u64> {
+        let conn = self.conn().await?;
+        let results = join_all(keys.iter().map(|k| {
+            let mut c = conn.clone();
+            async move { redis::cmd("DEL").arg(k).query_async::<u64>(&mut c).await }
+        }))
+        .await;
+        let mut n = 0;
+        for r in results {
+            n += r?;
+        }
+        Ok(n)
+    }
+
+    /// Round trip to the cluster.
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn().await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot("123456789"), 12739);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(slot("foo{{bar}}zap"), crc16(b"{bar") % 16384);
+    }
+
+    #[test]
+    fn seed_urls_parse() {
+        assert_eq!(
+            seed_urls("redis+cluster://a:1,b:2/").unwrap(),
+            vec!["redis://a:1", "redis://b:2"]
+        );
+        assert_eq!(
+            seed_urls("rediss+cluster://u:p@a:1,b:2").unwrap(),
+            vec!["rediss://u:p@a:1", "rediss://u:p@b:2"]
+        );
+        assert!(seed_urls("redis+cluster://").is_err());
+    }
+}
