@@ -1,0 +1,141 @@
+// Against real redis-servers: wiring, concurrency on one key, failure
+// modes, and proof that waiting on Redis never blocks the event loop.
+'use strict';
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { Limiter } = require('throttlegate');
+const { startRedis, startSilentServer, freePort, freshPrefix } = require('./helpers.js');
+
+const RULES = { rules: [{ name: 'per-ip', key: 'ip:{ip}', limit: 100, window: '1h' }] };
+
+/** Run `total` checks on one key, `inFlight` at a time; resolve to how many were admitted. */
+async function hammer(limiter, total, inFlight) {
+  let started = 0;
+  let admitted = 0;
+  async function worker() {
+    while (started < total) {
+      started += 1;
+      const d = await limiter.check({ ip: '203.0.113.7' });
+      if (d.allowed) admitted += 1;
+    }
+  }
+  await Promise.all(Array.from({ length: inFlight }, worker));
+  return admitted;
+}
+
+/** Count setInterval ticks while `promise` is pending. */
+async function ticksWhile(promise) {
+  let ticks = 0;
+  const timer = setInterval(() => {
+    ticks += 1;
+  }, 5);
+  try {
+    const value = await promise;
+    return { ticks, value };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+describe('redis backend', () => {
+  let redis;
+  before(async () => {
+    redis = await startRedis(['--enable-debug-command', 'yes']);
+  });
+  after(async () => {
+    if (redis) await redis.stop();
+  });
+
+  it('checks, peeks and resets through Redis', async () => {
+    const limiter = new Limiter(RULES, { url: redis.url, keyPrefix: freshPrefix('w'), timeout: 5000 });
+    assert.equal(limiter.backend, 'redis');
+    await limiter.ping();
+    const d = await limiter.check({ ip: '192.0.2.1' }, { cost: 3 });
+    assert.equal(d.allowed, true);
+    assert.equal(d.remaining, 97);
+    assert.equal(d.degraded, false);
+    // a peek reports what a check of its cost would leave
+    assert.equal((await limiter.peek({ ip: '192.0.2.1' })).remaining, 96);
+    assert.equal(await limiter.reset({ ip: '192.0.2.1' }), 1);
+    assert.equal((await limiter.check({ ip: '192.0.2.1' })).remaining, 99);
+    await limiter.close();
+    await assert.rejects(limiter.check({ ip: '192.0.2.1' }), { code: 'closed' });
+  });
+
+  it('admits exactly the limit from 64 concurrent promises on one key', async () => {
+    const limiter = new Limiter(RULES, { url: redis.url, keyPrefix: freshPrefix('c'), timeout: 10000 });
+    assert.equal(await hammer(limiter, 256, 64), 100);
+    await limiter.close();
+  });
+
+  it('keeps the event loop running while Redis is busy', async () => {
+    const limiter = new Limiter(RULES, { url: redis.url, keyPrefix: freshPrefix('s'), timeout: 10000 });
+    await limiter.ping();
+    // DEBUG SLEEP blocks the server itself; the checks queue behind it.
+    const sleeping = redis.command(['DEBUG', 'SLEEP', '0.5']);
+    const checks = Promise.all(Array.from({ length: 8 }, () => limiter.check({ ip: '198.51.100.4' })));
+    const { ticks, value } = await ticksWhile(checks);
+    await sleeping;
+    assert.equal(value.length, 8);
+    assert.ok(value.every((d) => d.allowed && !d.degraded));
+    assert.ok(ticks >= 3, `timers fired ${ticks} times while checks waited`);
+    await limiter.close();
+  });
+});
+
+describe('embedded backend under concurrency', () => {
+  it('admits exactly the limit from 64 concurrent promises on one key', async () => {
+    const limiter = new Limiter(RULES);
+    assert.equal(await hammer(limiter, 256, 64), 100);
+  });
+});
+
+describe('backend failures', () => {
+  let silent;
+  let closedPort;
+  before(async () => {
+    silent = await startSilentServer();
+    closedPort = await freePort();
+  });
+  after(async () => {
+    if (silent) await silent.close();
+  });
+
+  it('answers from the failure policy when Redis hangs, without blocking timers', async () => {
+    const allow = new Limiter(RULES, { url: silent.url, timeout: 300, onBackendError: 'allow' });
+    const { ticks, value } = await ticksWhile(allow.check({ ip: '203.0.113.1' }));
+    assert.equal(value.allowed, true);
+    assert.equal(value.degraded, true);
+    assert.ok(ticks >= 3, `timers fired ${ticks} times while the check waited`);
+    assert.equal(allow.stats().timeouts, 1);
+    assert.equal(allow.stats().degradedAllowed, 1);
+
+    const deny = new Limiter(RULES, { url: silent.url, timeout: 100, onBackendError: 'deny' });
+    const d = await deny.check({ ip: '203.0.113.1' });
+    assert.equal(d.allowed, false);
+    assert.equal(d.degraded, true);
+    assert.ok(d.headers['Retry-After']);
+
+    const error = new Limiter(RULES, { url: silent.url, timeout: 100, onBackendError: 'error' });
+    await assert.rejects(error.check({ ip: '203.0.113.1' }), (err) => {
+      assert.ok(err instanceof Error);
+      assert.equal(err.code, 'timeout');
+      assert.match(err.message, /100 ms/);
+      return true;
+    });
+    await assert.rejects(error.ping(), { code: 'timeout' });
+    await Promise.all([allow.close(), deny.close(), error.close()]);
+  });
+
+  it('reports an unreachable Redis as backend_unavailable', async () => {
+    const url = `redis://127.0.0.1:${closedPort}`;
+    const error = new Limiter(RULES, { url, timeout: 2000, onBackendError: 'error' });
+    await assert.rejects(error.check({ ip: '203.0.113.2' }), { code: 'backend_unavailable' });
+    const allow = new Limiter(RULES, { url, timeout: 2000 });
+    const d = await allow.check({ ip: '203.0.113.2' });
+    assert.equal(d.allowed, true);
+    assert.equal(d.degraded, true);
+    await Promise.all([error.close(), allow.close()]);
+  });
+});
