@@ -45,7 +45,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1000)]
     clients: u64,
     /// Client popularity (Zipf exponent): 0 = all alike.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     skew: f64,
     /// Cost of each request.
     #[arg(long, default_value_t = 1)]

@@ -160,15 +160,18 @@ fn main() -> ExitCode {
                 let code = if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand { EXIT_USAGE } else { EXIT_OK };
                 return ExitCode::from(code);
             }
-            // clap's report spans several lines (tips, usage); keep its first.
+            // clap's report spans several lines (tips, usage); keep its first
+            // paragraph (which may list the missing arguments), on one line.
             let text = e.render().to_string();
-            let first = text
+            let first: Vec<&str> = text
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments")
-                .trim()
-                .trim_start_matches("error: ")
-                .to_string();
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let first = first.join(" ");
+            let first = first.trim_start_matches("error: ");
+            let first = if first.is_empty() { "invalid arguments" } else { first };
             report(&CliError::usage(format!("{first} (see --help)")));
             return ExitCode::from(EXIT_USAGE);
         }

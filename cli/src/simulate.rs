@@ -58,7 +58,7 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
     /// Requests per second, all clients together.
-    #[arg(long, default_value_t = 50.0, conflicts_with = "scenario")]
+    #[arg(long, default_value_t = 50.0, conflicts_with = "scenario", allow_negative_numbers = true)]
     rate: f64,
     /// Length of the simulated traffic (virtual time).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration_arg, conflicts_with = "scenario")]
@@ -70,7 +70,7 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 20)]
     clients: u64,
     /// Client popularity (Zipf exponent): 0 = all alike, 1 = a few heavy clients.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     skew: f64,
     /// Cost of each request.
     #[arg(long, default_value_t = 1)]

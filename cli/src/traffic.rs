@@ -492,7 +492,7 @@ pub fn load_scenario(path: &str, defaults: &PhaseDefaults) -> CliResult<Scenario
         let msg = e.message().to_string();
         let line = e
             .span()
-            .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
+            .map(|s| text.as_bytes()[..s.start.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1)
             .map(|l| format!(" (line {l})"))
             .unwrap_or_default();
         CliError::usage(format!("scenario file {path}{line}: {msg}"))

@@ -1,0 +1,470 @@
+//! The `throttlegate` binary, run as a user runs it: real processes, a real
+//! redis-server, the example files of the repository.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use throttlegate_testkit::RedisServer;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_throttlegate"))
+}
+
+fn repo(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the throttlegate binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e}): {}{}", stdout(o), stderr(o)))
+}
+
+/// A failure: the given exit code, and exactly one line on stderr that
+/// contains every one of `needles`.
+fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "exit code; stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line on stderr, got: {err:?}");
+    assert!(err.starts_with("throttlegate: error: "), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "{err:?} should mention {n:?}");
+    }
+}
+
+fn temp_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("throttlegate-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const SMALL_POLICY: &str = r#"
+[[rules]]
+name = "per-ip"
+key = "ip:{ip}"
+limit = 3
+window = "1m"
+
+[[rules]]
+name = "per-key"
+key = "key:{api_key}"
+algorithm = "token_bucket"
+capacity = 5
+refill_rate = 0.01
+"#;
+
+// ---- help and usage --------------------------------------------------------
+
+#[test]
+fn help_everywhere() {
+    for args in [
+        vec!["--help"],
+        vec!["simulate", "--help"],
+        vec!["check", "--help"],
+        vec!["peek", "--help"],
+        vec!["reset", "--help"],
+        vec!["bench", "--help"],
+        vec!["help", "simulate"],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(out.contains("Usage: throttlegate"), "{args:?}: {out}");
+    }
+    assert!(stdout(&run(&["--help"])).contains("Exit status"));
+    assert!(stdout(&run(&["simulate", "--help"])).contains("Scenario file"));
+    let v = run(&["--version"]);
+    assert_eq!(v.status.code(), Some(0));
+    assert!(stdout(&v).contains("0.1.0"));
+}
+
+#[test]
+fn usage_errors_are_one_line_with_exit_2() {
+    assert_fails(&run(&["frobnicate"]), 2, &["frobnicate"]);
+    assert_fails(&run(&["check", "--rules", &repo("examples/rules.toml"), "ip=1"]), 2, &["--redis"]);
+    assert_fails(&run(&["simulate"]), 2, &["--rules"]);
+    assert_fails(
+        &run(&["simulate", "--rules", &repo("examples/rules.toml"), "--rate", "fast"]),
+        2,
+        &["--rate", "fast"],
+    );
+    assert_fails(
+        &run(&["simulate", "--rules", &repo("examples/rules.toml"), "--duration", "10 parsecs"]),
+        2,
+        &["--duration"],
+    );
+    assert_fails(
+        &run(&[
+            "simulate", "--rules", &repo("examples/rules.toml"),
+            "--scenario", &repo("examples/scenario-launch.toml"), "--rate", "3",
+        ]),
+        2,
+        &["--scenario", "--rate"],
+    );
+    // No subcommand: the help, on stderr, and a failure status.
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+// ---- policy and input errors -------------------------------------------------
+
+#[test]
+fn bad_policies_name_the_problem() {
+    let missing = run(&["simulate", "--rules", "/nonexistent/rules.toml"]);
+    assert_fails(&missing, 2, &["io", "/nonexistent/rules.toml"]);
+
+    let bad = temp_file(
+        "bad-limit.toml",
+        "[[rules]]\nname = \"a\"\nkey = \"ip:{ip}\"\nlimit = 0\nwindow = \"1m\"\n",
+    );
+    assert_fails(&run(&["simulate", "--rules", bad.to_str().unwrap()]), 2, &["invalid_policy", "limit"]);
+
+    let unknown = temp_file(
+        "unknown-field.toml",
+        "[[rules]]\nname = \"a\"\nkey = \"ip:{ip}\"\nlimit = 5\nwindow = \"1m\"\nburst = 3\n",
+    );
+    assert_fails(&run(&["simulate", "--rules", unknown.to_str().unwrap()]), 2, &["burst"]);
+
+    let malformed = temp_file("malformed.toml", "[[rules]\nname = \n");
+    assert_fails(&run(&["simulate", "--rules", malformed.to_str().unwrap()]), 2, &["invalid_policy", "TOML"]);
+}
+
+#[test]
+fn bad_traffic_flags_and_scenarios_name_the_problem() {
+    let rules = repo("examples/rules.toml");
+    assert_fails(&run(&["simulate", "--rules", &rules, "--attr", "ip"]), 2, &["--attr", "NAME=TEMPLATE"]);
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--attr", "ip=10.{host}"]),
+        2,
+        &["{host}", "{client}"],
+    );
+    assert_fails(&run(&["simulate", "--rules", &rules, "--clients", "0"]), 2, &["clients"]);
+    assert_fails(&run(&["simulate", "--rules", &rules, "--rate", "-1"]), 2, &["rate"]);
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--rate", "1000000", "--duration", "1d"]),
+        2,
+        &["at most"],
+    );
+    assert_fails(&run(&["simulate", "--rules", &rules, "--cost", "500"]), 2, &["invalid_argument", "cost"]);
+
+    let unknown = temp_file(
+        "scenario-unknown.toml",
+        "[[phases]]\nduration = \"1m\"\nrate = 5\nspeed = 3\n",
+    );
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--scenario", unknown.to_str().unwrap()]),
+        2,
+        &["speed", "line 4"],
+    );
+    let empty = temp_file("scenario-empty.toml", "seed = 3\n");
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--scenario", empty.to_str().unwrap()]),
+        2,
+        &["phases"],
+    );
+    let bad_duration = temp_file("scenario-duration.toml", "[[phases]]\nduration = \"soon\"\nrate = 5\n");
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--scenario", bad_duration.to_str().unwrap()]),
+        2,
+        &["phases[0]", "duration"],
+    );
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--scenario", "/nonexistent/scenario.toml"]),
+        2,
+        &["/nonexistent/scenario.toml"],
+    );
+}
+
+#[test]
+fn json_errors_are_machine_readable() {
+    let o = run(&["check", "--json", "--rules", "/nonexistent.toml", "--redis", "memory://", "ip=1"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v = json(&o);
+    assert_eq!(v["error"]["kind"], "io");
+    assert_eq!(v["error"]["exit"], 2);
+}
+
+// ---- simulate ----------------------------------------------------------------
+
+#[test]
+fn the_demo_runs_and_shows_every_rule() {
+    let o = run(&["simulate", "--rules", &repo("examples/rules.toml")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in ["per-ip", "per-api-key", "login", "global", "per-ip-strict (shadow)", "Summary", "0:09:00"] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+}
+
+#[test]
+fn every_example_scenario_runs() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("scenario") && name.ends_with(".toml")) {
+            continue;
+        }
+        n += 1;
+        let o = run(&["simulate", "--rules", &repo("examples/rules.toml"), "--scenario", path.to_str().unwrap(), "--json"]);
+        assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
+        let v = json(&o);
+        assert!(v["phases"].as_array().unwrap().len() >= 2, "{name}");
+        assert!(v["denied"].as_u64().unwrap() > 0, "{name}: the example crosses a limit");
+    }
+    assert!(n >= 2, "example scenarios found: {n}");
+}
+
+#[test]
+fn simulation_is_deterministic_per_seed() {
+    let rules = repo("examples/rules.toml");
+    let a = run(&["simulate", "--rules", &rules, "--duration", "2m", "--seed", "9"]);
+    let b = run(&["simulate", "--rules", &rules, "--duration", "2m", "--seed", "9"]);
+    let c = run(&["simulate", "--rules", &rules, "--duration", "2m", "--seed", "10"]);
+    assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
+    assert_eq!(stdout(&a), stdout(&b));
+    assert_ne!(stdout(&a), stdout(&c));
+}
+
+#[test]
+fn simulated_counts_add_up_and_respect_the_limit() {
+    let p = temp_file(
+        "one-rule.toml",
+        "[[rules]]\nname = \"w\"\nkey = \"ip:{ip}\"\nlimit = 10\nwindow = \"1m\"\n",
+    );
+    let o = run(&[
+        "simulate", "--rules", p.to_str().unwrap(), "--rate", "5", "--duration", "10m",
+        "--clients", "1", "--interval", "1m", "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    let requests = v["requests"].as_u64().unwrap();
+    assert_eq!(requests, v["allowed"].as_u64().unwrap() + v["denied"].as_u64().unwrap());
+    assert!((2_500..3_500).contains(&requests), "about 5/s for 10 minutes: {requests}");
+    let intervals = v["intervals"].as_array().unwrap();
+    assert_eq!(intervals.len(), 10);
+    let mut sum = 0;
+    for row in intervals {
+        let allowed = row["allowed"].as_u64().unwrap();
+        // One client far above 10/min: exactly 10 admitted per aligned minute.
+        assert_eq!(allowed, 10, "{row}");
+        assert_eq!(row["rules"]["w"]["allowed"], row["allowed"]);
+        sum += row["requests"].as_u64().unwrap();
+    }
+    assert_eq!(sum, requests);
+    assert_eq!(v["rules"][0]["decided_denials"], v["denied"]);
+}
+
+#[test]
+fn scenario_phases_and_templates_shape_the_traffic() {
+    let rules = temp_file("per-route.toml", SMALL_POLICY);
+    let scenario = temp_file(
+        "two-phases.toml",
+        r#"
+seed = 3
+interval = "30s"
+[attributes]
+ip = "10.0.{client}.1"
+[[phases]]
+name = "quiet"
+duration = "1m"
+rate = 0
+[[phases]]
+name = "busy"
+duration = "1m"
+rate = 2
+clients = 2
+burst = 2
+attributes = { api_key = "k-{phase}-{client}" }
+"#,
+    );
+    let o = run(&["simulate", "--rules", rules.to_str().unwrap(), "--scenario", scenario.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["interval_ms"], 30_000);
+    assert_eq!(v["phases"][0]["requests"], 0);
+    let busy = v["phases"][1]["requests"].as_u64().unwrap();
+    assert!(busy > 0 && busy % 2 == 0, "bursts of 2: {busy}");
+    // Two clients, 3 per minute each on per-ip: at most 6 admitted.
+    assert!(v["allowed"].as_u64().unwrap() <= 6);
+    let top = v["most_denied_clients"].as_array().unwrap();
+    assert!(top.iter().all(|c| c["attributes"].as_str().unwrap().contains("api_key=k-busy-")), "{top:?}");
+}
+
+#[test]
+fn simulation_on_redis_matches_the_embedded_backend() {
+    let server = RedisServer::start();
+    let rules = repo("examples/rules.toml");
+    let args = ["simulate", "--rules", rules.as_str(), "--duration", "3m", "--rate", "20", "--json"];
+    let memory = run(&args);
+    let mut with_redis: Vec<&str> = args.to_vec();
+    let url = server.url();
+    with_redis.extend(["--redis", url.as_str()]);
+    let redis = run(&with_redis);
+    assert_eq!(redis.status.code(), Some(0), "{}", stderr(&redis));
+    let (mut m, mut r) = (json(&memory), json(&redis));
+    assert_eq!(m["backend"], "memory");
+    assert_eq!(r["backend"], "redis");
+    m["backend"] = Value::Null;
+    r["backend"] = Value::Null;
+    assert_eq!(m, r, "the same traffic gets the same decisions on both backends");
+    // The simulation removed its keys.
+    assert_eq!(server.command(&["DBSIZE"]).unwrap(), "0");
+}
+
+// ---- check, peek, reset against redis ----------------------------------------
+
+#[test]
+fn check_peek_reset_against_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let rules = temp_file("oneshot.toml", SMALL_POLICY);
+    let rules = rules.to_str().unwrap();
+    let base = |cmd: &str| -> Vec<String> {
+        vec![cmd.into(), "--rules".into(), rules.into(), "--redis".into(), url.clone(), "--json".into()]
+    };
+    let call = |cmd: &str, extra: &[&str]| -> Output {
+        let mut a = base(cmd);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        bin().args(&a).output().unwrap()
+    };
+
+    let o = call("check", &["ip=203.0.113.7", "api_key=k1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let d = json(&o);
+    assert_eq!(d["allowed"], true);
+    assert_eq!(d["rule"], "per-ip");
+    assert_eq!(d["remaining"], 2);
+    assert_eq!(d["results"].as_array().unwrap().len(), 2);
+    assert_eq!(d["headers"][0], serde_json::json!(["RateLimit-Limit", "3"]));
+
+    // peek consumes nothing.
+    let p1 = json(&call("peek", &["ip=203.0.113.7"]));
+    let p2 = json(&call("peek", &["ip=203.0.113.7"]));
+    assert_eq!(p1["remaining"], 1, "a peek shows what a check would leave");
+    assert_eq!(p1, p2);
+
+    // A repeated call id counts once.
+    for _ in 0..2 {
+        let o = call("check", &["--call-id", "order-42", "ip=203.0.113.7"]);
+        assert_eq!(json(&o)["remaining"], 1);
+    }
+    assert_eq!(json(&call("check", &["ip=203.0.113.7"]))["remaining"], 0);
+
+    // Denied: exit status 1, Retry-After among the headers.
+    let o = call("check", &["ip=203.0.113.7"]);
+    assert_eq!(o.status.code(), Some(1));
+    let d = json(&o);
+    assert_eq!(d["allowed"], false);
+    assert!(d["retry_after_ms"].as_u64().unwrap() > 0);
+    assert!(d["headers"].as_array().unwrap().iter().any(|h| h[0] == "Retry-After"));
+    let o = call("peek", &["ip=203.0.113.7"]);
+    assert_eq!(o.status.code(), Some(1));
+
+    // The text form shows the decision and the headers.
+    let o = bin()
+        .args(["check", "--rules", rules, "--redis", &url, "--legacy-headers", "ip=203.0.113.7"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let text = stdout(&o);
+    assert!(text.contains("DENIED by rule \"per-ip\""), "{text}");
+    assert!(text.contains("Retry-After: "), "{text}");
+    assert!(text.contains("X-RateLimit-Limit: 3"), "{text}");
+
+    // reset unblocks the client and says how many keys it removed.
+    let o = call("reset", &["ip=203.0.113.7", "api_key=k1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = json(&o);
+    assert_eq!(r["deleted"], 2);
+    assert_eq!(r["keys"].as_array().unwrap().len(), 2);
+    assert_eq!(json(&call("reset", &["ip=203.0.113.7"]))["deleted"], 0);
+    assert_eq!(json(&call("check", &["ip=203.0.113.7"]))["remaining"], 2);
+
+    // No applicable rule: allowed, no headline rule.
+    let d = json(&call("check", &["user=nobody"]));
+    assert_eq!(d["allowed"], true);
+    assert_eq!(d["rule"], Value::Null);
+    let o = bin().args(["reset", "--rules", rules, "--redis", &url, "user=nobody"]).output().unwrap();
+    assert!(stdout(&o).contains("nothing to reset"));
+
+    // Bad input against a live backend.
+    assert_fails(&call("check", &["--cost", "4", "ip=203.0.113.7"]), 2, &["invalid_argument", "cost", "per-ip"]);
+    assert_fails(&call("check", &["--cost", "0", "ip=1"]), 2, &["--cost"]);
+    assert_fails(&call("check", &["--call-id", "no spaces", "ip=1"]), 2, &["call_id"]);
+    assert_fails(&call("check", &["ip"]), 2, &["NAME=VALUE"]);
+    assert_fails(&call("check", &["ip=1", "ip=2"]), 2, &["twice"]);
+}
+
+#[test]
+fn unreachable_backend_exits_3() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let rules = repo("examples/rules.toml");
+    for cmd in ["check", "peek", "reset"] {
+        let o = run(&[cmd, "--rules", &rules, "--redis", &url, "--timeout", "2s", "ip=203.0.113.7"]);
+        assert_fails(&o, 3, &["backend_unavailable"]);
+    }
+    let o = run(&["simulate", "--rules", &rules, "--redis", &url, "--duration", "1m"]);
+    assert_fails(&o, 3, &["backend_unavailable"]);
+    assert_fails(&run(&["check", "--rules", &rules, "--redis", "http://example.com", "ip=1"]), 2, &["url"]);
+}
+
+// ---- bench ---------------------------------------------------------------------
+
+#[test]
+fn bench_reports_throughput_and_percentiles() {
+    let o = run(&["bench", "--rules", &repo("examples/rules.toml"), "--requests", "3000", "--concurrency", "4", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["backend"], "memory");
+    assert_eq!(v["checks"], 3000);
+    assert_eq!(v["allowed"].as_u64().unwrap() + v["denied"].as_u64().unwrap(), 3000);
+    let lat = &v["latency_us"];
+    let (p50, p99, max) = (lat["p50"].as_f64().unwrap(), lat["p99"].as_f64().unwrap(), lat["max"].as_f64().unwrap());
+    assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{lat}");
+    assert!(v["checks_per_second"].as_f64().unwrap() > 0.0);
+
+    let text = run(&["bench", "--rules", &repo("examples/rules.toml"), "--requests", "500", "--no-progress"]);
+    assert_eq!(text.status.code(), Some(0));
+    assert!(stdout(&text).contains("checks/s"));
+    assert!(stdout(&text).contains("p99"));
+    assert_fails(&run(&["bench", "--rules", &repo("examples/rules.toml"), "--concurrency", "0"]), 2, &["--concurrency"]);
+}
+
+#[test]
+fn bench_against_redis_cleans_up() {
+    let server = RedisServer::start();
+    let rules = temp_file("bench.toml", SMALL_POLICY);
+    let o = run(&[
+        "bench", "--rules", rules.to_str().unwrap(), "--redis", &server.url(), "--requests", "400",
+        "--clients", "20", "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["backend"], "redis");
+    assert_eq!(v["checks"], 400);
+    // 20 clients, 3 per minute on per-ip: at most 60 admitted.
+    assert!(v["allowed"].as_u64().unwrap() <= 60);
+    assert_eq!(server.command(&["DBSIZE"]).unwrap(), "0", "the benchmark removed its keys");
+}
