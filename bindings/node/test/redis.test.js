@@ -73,7 +73,9 @@ describe('redis backend', () => {
     const limiter = new Limiter(RULES, { url: redis.url, keyPrefix: freshPrefix('s'), timeout: 10000 });
     await limiter.ping();
     // DEBUG SLEEP blocks the server itself; the checks queue behind it.
-    const sleeping = redis.command(['DEBUG', 'SLEEP', '0.5']);
+    // Give the command time to reach the server before the checks are sent.
+    const sleeping = redis.command(['DEBUG', 'SLEEP', '1']);
+    await new Promise((r) => setTimeout(r, 100));
     const checks = Promise.all(Array.from({ length: 8 }, () => limiter.check({ ip: '198.51.100.4' })));
     const { ticks, value } = await ticksWhile(checks);
     await sleeping;
