@@ -114,11 +114,16 @@ pub fn seconds(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<std::time::Durati
         .map_err(|_| invalid_argument(py, format!("{what}: {secs} is not a valid number of seconds")))
 }
 
+/// `InvalidPolicyError`: everything wrong inside a policy tree is a policy error.
+fn invalid_policy(py: Python<'_>, message: String) -> PyErr {
+    crate::errors::make(py, throttlegate::ErrorKind::InvalidPolicy.as_str(), &message, false)
+}
+
 /// A policy given as Python dicts and lists, as the JSON value the core reads.
 pub fn to_json(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value> {
     let py = obj.py();
     if depth > MAX_DEPTH {
-        return Err(invalid_argument(py, format!("policy: {path} is nested too deeply")));
+        return Err(invalid_policy(py, format!("policy: {path} is nested too deeply")));
     }
     if obj.is_none() {
         return Ok(Value::Null);
@@ -133,27 +138,30 @@ pub fn to_json(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Val
         if let Ok(v) = obj.extract::<u64>() {
             return Ok(Value::from(v));
         }
-        return Err(invalid_argument(py, format!("policy: {path}: the integer is too large")));
+        return Err(invalid_policy(py, format!("policy: {path}: the integer is too large")));
     }
     if obj.is_instance_of::<PyFloat>() {
         let v: f64 = obj.extract()?;
         return Number::from_f64(v)
             .map(Value::Number)
-            .ok_or_else(|| invalid_argument(py, format!("policy: {path}: {v} is not a finite number")));
+            .ok_or_else(|| invalid_policy(py, format!("policy: {path}: {v} is not a finite number")));
     }
     if obj.is_instance_of::<PyString>() {
-        return text(obj, &format!("policy: {path}")).map(Value::String);
+        return text(obj, &format!("policy: {path}"))
+            .map(Value::String)
+            .map_err(|_| invalid_policy(py, format!("policy: {path}: not valid Unicode text")));
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut map = Map::new();
         for (k, v) in d.iter() {
             if !k.is_instance_of::<PyString>() {
-                return Err(invalid_type(
+                return Err(invalid_policy(
                     py,
                     format!("policy: {path}: keys must be str, got {}", type_name(&k)),
                 ));
             }
-            let key = text(&k, &format!("policy: {path}: a key"))?;
+            let key = text(&k, &format!("policy: {path}: a key"))
+                .map_err(|_| invalid_policy(py, format!("policy: {path}: a key is not valid Unicode text")))?;
             let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
             map.insert(key, to_json(&v, &child, depth + 1)?);
         }
@@ -167,7 +175,7 @@ pub fn to_json(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Val
         return Ok(Value::Array(out));
     }
     let at = if path.is_empty() { "the policy".to_string() } else { path.to_string() };
-    Err(invalid_type(
+    Err(invalid_policy(
         py,
         format!("policy: {at}: expected dict, list, str, int, float, bool or None, got {}", type_name(obj)),
     ))

@@ -46,7 +46,9 @@ impl Policy {
 
     fn from_python(obj: &Bound<'_, PyAny>) -> PyResult<core::Policy> {
         let py = obj.py();
-        let mut value = convert::to_json(obj, "", 0)?;
+        // A bare list is the `rules` array; paths in messages say so.
+        let top = if obj.is_instance_of::<PyList>() { "rules" } else { "" };
+        let mut value = convert::to_json(obj, top, 0)?;
         if value.is_array() {
             value = serde_json::json!({ "rules": value });
         }
