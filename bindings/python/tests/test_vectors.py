@@ -1,0 +1,111 @@
+"""The conformance vectors (tests/vectors/*.json, plus this package's own)
+replayed against the embedded backend and a real Redis, through the Python API."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import throttlegate as tg
+from conftest import REPO
+
+VECTOR_FILES = sorted((REPO / "tests" / "vectors").glob("*.json")) + sorted(
+    (Path(__file__).parent / "vectors").glob("*.json")
+)
+DECISION_KEYS = {"allowed", "limit", "remaining", "retry_after_ms", "reset_after_ms", "rule", "results", "headers"}
+RESULT_KEYS = {"rule", "allowed", "shadow", "limit", "remaining", "retry_after_ms", "reset_after_ms"}
+
+
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds rounded up, through whole microseconds
+    so that float noise cannot change a comparison."""
+    return math.ceil(round(seconds * 1e6) / 1000)
+
+
+def decision_view(d: tg.Decision, wanted: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(wanted) - DECISION_KEYS
+    assert not unknown, f"unknown expect keys {unknown}"
+    got: dict[str, Any] = {
+        "allowed": d.allowed,
+        "limit": d.limit,
+        "remaining": d.remaining,
+        "retry_after_ms": ms(d.retry_after),
+        "reset_after_ms": ms(d.reset_after),
+        "rule": d.rule,
+        "headers": [list(pair) for pair in d.headers.items()],
+        "results": [
+            {
+                "rule": r.rule,
+                "allowed": r.allowed,
+                "shadow": r.shadow,
+                "limit": r.limit,
+                "remaining": r.remaining,
+                "retry_after_ms": ms(r.retry_after),
+                "reset_after_ms": ms(r.reset_after),
+            }
+            for r in d.results
+        ],
+    }
+    # The _ms fields must agree with the float seconds.
+    assert got["retry_after_ms"] == d.retry_after_ms and got["reset_after_ms"] == d.reset_after_ms
+    if "results" in wanted:
+        for want in wanted["results"]:
+            assert not set(want) - RESULT_KEYS, f"unknown result keys {set(want) - RESULT_KEYS}"
+        got["results"] = [
+            {k: r[k] for k in want} for r, want in zip(got["results"], wanted["results"])
+        ] + got["results"][len(wanted["results"]):]
+    return {k: got[k] for k in wanted}
+
+
+def replay(path: Path, url: str | None) -> None:
+    case = json.loads(path.read_text())
+    clock = tg.ManualClock(case["start_us"])
+    prefix = f"v-{uuid.uuid4().hex[:12]}:"
+    limiter = tg.Limiter(case["policy"], url=url, prefix=prefix, clock=clock, timeout=10.0, on_backend_error="error")
+    try:
+        for i, step in enumerate(case["steps"]):
+            where = f"{path.name} step {i}"
+            clock.advance(ms=step.get("advance_ms", 0))
+            op = step.get("op", "check")
+            attrs = step.get("attributes", {})
+            cost = step.get("cost", 1)
+            try:
+                if op == "check":
+                    out: Any = limiter.check(attrs, cost, call_id=step.get("call_id"))
+                elif op == "peek":
+                    out = limiter.peek(attrs, cost)
+                elif op == "reset":
+                    out = limiter.reset(attrs)
+                else:
+                    raise AssertionError(f"{where}: unknown op {op!r}")
+            except tg.ThrottlegateError as e:
+                assert "expect_error" in step, f"{where}: unexpected {type(e).__name__}: {e}"
+                assert e.kind == step["expect_error"], f"{where}: {e.kind} ({e}) instead of {step['expect_error']}"
+                continue
+            assert "expect_error" not in step, f"{where}: expected {step['expect_error']}, got {out!r}"
+            want = step["expect"]
+            if op == "reset":
+                assert {"deleted": out} == want, where
+            else:
+                assert decision_view(out, want) == want, where
+    finally:
+        limiter.close()
+
+
+@pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
+def test_vector_embedded(path: Path) -> None:
+    replay(path, None)
+
+
+@pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
+def test_vector_redis(path: Path, redis_server: Any) -> None:
+    replay(path, redis_server.url)
+
+
+def test_own_vector_is_found() -> None:
+    assert any(p.stem == "python-window-and-bucket" for p in VECTOR_FILES)
