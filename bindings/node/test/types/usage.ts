@@ -1,0 +1,74 @@
+// Type-checked by `tsc --noEmit` (never run): the public API as a
+// TypeScript user writes it.
+import { ClientIp, ErrorCode, Limiter, ManualClock, Policy, VERSION } from 'throttlegate';
+import type { Decision, LimiterOptions, PolicyObject, RuleResult, Stats } from 'throttlegate';
+import { rateLimit } from 'throttlegate/express';
+import type { RateLimitedRequest } from 'throttlegate/express';
+import { createServer } from 'node:http';
+
+const policy: PolicyObject = {
+  prefix: 'app:',
+  timeout: '100ms',
+  on_backend_error: 'allow',
+  rules: [
+    { name: 'per-ip', key: 'ip:{ip}', limit: 100, window: '1m' },
+    { name: 'per-key', key: 'key:{api_key}', algorithm: 'token_bucket', capacity: 20, refill_rate: 5 },
+    { name: 'login', key: 'login:{ip}', match: { route: '/login', method: ['POST'] }, limit: 5, window: 900_000 },
+  ],
+};
+
+const options: LimiterOptions = {
+  url: 'redis://127.0.0.1:6379',
+  timeout: 50,
+  onBackendError: 'deny',
+  keyPrefix: 'svc:',
+  clock: new ManualClock(1_000_000),
+  keySecret: Buffer.from('secret'),
+  legacyHeaders: true,
+};
+
+async function main(): Promise<void> {
+  const fromObject = new Limiter(policy);
+  const fromFile = new Limiter('policy.toml', options);
+  const fromPolicy = new Limiter(Policy.fromString('{"rules": []}'), { clock: 'system' });
+  const d: Decision = await fromObject.check({ ip: '203.0.113.7', api_key: undefined }, { cost: 1, callId: 'r1' });
+  const allowed: boolean = d.allowed;
+  const wait: number = d.retryAfterMs + d.resetAfterMs + d.limit + d.remaining;
+  const rule: string | null = d.rule;
+  const results: RuleResult[] = d.results;
+  const headers: Record<string, string> = d.headers;
+  const degraded: boolean = d.degraded;
+  const peeked: Decision = await fromObject.peek({ ip: '203.0.113.7' }, { cost: 2 });
+  const deleted: number = await fromObject.reset({ ip: '203.0.113.7' });
+  const keys: string[] = fromObject.keys({ ip: '203.0.113.7' });
+  const stats: Stats = fromObject.stats();
+  const backend: string = fromFile.backend;
+  await fromPolicy.ping();
+  await fromObject.close();
+  try {
+    await fromObject.check({ ip: 'x' });
+  } catch (err) {
+    if ((err as { code?: string }).code === ErrorCode.Closed) {
+      console.log('closed');
+    }
+  }
+  const ip: string | null = new ClientIp({ trustedProxies: ['10.0.0.0/8'], ipv6Prefix: 64 }).clientIp(
+    '10.0.0.1',
+    undefined,
+    ['198.51.100.9'],
+  );
+  const middleware = rateLimit<RateLimitedRequest>({
+    policy,
+    limiterOptions: { url: 'redis://127.0.0.1:6379' },
+    onBackendError: 'allow',
+    trustedProxies: ['127.0.0.1'],
+    attributes: (req, clientIp) => ({ ip: clientIp, route: req.url }),
+    cost: () => 1,
+    onDenied: (req, res, next, decision) => res.writeHead(429).end(decision.problemJson ?? ''),
+  });
+  createServer((req, res) => middleware(req, res, () => res.end('ok')));
+  await middleware.limiter.close();
+  console.log(VERSION, allowed, wait, rule, results, headers, degraded, peeked, deleted, keys, stats, backend, ip);
+}
+
+void main();

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The Node package: install (builds the addon from source), check that the
+# committed index.d.ts matches the Rust source, type-check a TypeScript user,
+# run the node:test suites (they start their own redis-servers), then pack the
+# package and install the tarball in an empty folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+
+# Tests build the addon without optimisations; users' `npm install` builds release.
+export THROTTLEGATE_BUILD_PROFILE="${THROTTLEGATE_BUILD_PROFILE:-dev}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+echo "== npm ci (builds the addon, $THROTTLEGATE_BUILD_PROFILE profile)"
+npm ci --no-audit --no-fund
+
+echo "== index.d.ts is up to date with bindings/node/src"
+npx napi build --manifest-path bindings/node/Cargo.toml --package-json-path package.json \
+  --output-dir "$WORK/dts" --dts index.d.ts --no-js --no-const-enum --runtime-string-enum >"$WORK/dts.log" 2>&1 \
+  || { cat "$WORK/dts.log"; exit 1; }
+if ! diff -u bindings/node/index.d.ts "$WORK/dts/index.d.ts"; then
+  echo "bindings/node/index.d.ts is stale: run \`npm run build:dts\` and commit it" >&2
+  exit 1
+fi
+
+echo "== tsc --noEmit on a TypeScript user of the API"
+npx tsc -p bindings/node/test/types/tsconfig.json
+
+echo "== node --test"
+node --test bindings/node/test/
+
+echo "== npm pack, then install the tarball in an empty folder"
+npm pack --pack-destination "$WORK" --silent >/dev/null
+TARBALL="$(ls "$WORK"/throttlegate-*.tgz)"
+mkdir "$WORK/app"
+cd "$WORK/app"
+npm init -y >/dev/null
+# A target directory of its own: the packed sources live at another path, and
+# their build must not overwrite the repository's artifacts.
+CARGO_TARGET_DIR="$ROOT/target/node-pack" npm install --no-audit --no-fund "$TARBALL"
+node -e '
+const assert = require("node:assert/strict");
+const { Limiter, VERSION } = require("throttlegate");
+const { rateLimit } = require("throttlegate/express");
+assert.equal(typeof rateLimit, "function");
+const limiter = new Limiter({ rules: [{ name: "a", key: "ip:{ip}", limit: 1, window: "1m" }] });
+limiter.check({ ip: "203.0.113.7" }).then(async (d) => {
+  assert.equal(d.allowed, true);
+  assert.equal((await limiter.check({ ip: "203.0.113.7" })).allowed, false);
+  const esm = await import("throttlegate");
+  assert.equal(esm.Limiter, Limiter);
+  console.log(`installed throttlegate ${VERSION} works`);
+});
+'
+echo "test-node: every check passed"
