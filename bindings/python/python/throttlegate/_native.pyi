@@ -5,7 +5,9 @@ from collections.abc import Awaitable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Optional, Union
 
-from typing_extensions import Self, TypeAlias
+from typing_extensions import Self, TypeAlias, final
+
+__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "__version__"]
 
 __version__: str
 DEFAULT_PREFIX: str
@@ -16,10 +18,11 @@ _Attributes: TypeAlias = Mapping[str, Union[str, int, None]]
 #: What `Limiter` accepts as a policy.
 _PolicySource: TypeAlias = Union["Policy", str, "os.PathLike[str]", dict[str, Any], list[dict[str, Any]]]
 
+@final
 class Policy:
     """A validated, ordered set of rules and the settings they share."""
 
-    def __init__(self, source: Union[dict[str, Any], list[dict[str, Any]]]) -> None: ...
+    def __new__(cls, source: Union[dict[str, Any], list[dict[str, Any]]]) -> Self: ...
     @staticmethod
     def from_file(path: Union[str, os.PathLike[str]]) -> Policy: ...
     @staticmethod
@@ -34,18 +37,20 @@ class Policy:
     @property
     def on_backend_error(self) -> Literal["allow", "deny", "error"]: ...
     def __len__(self) -> int: ...
-    def __eq__(self, other: object) -> bool: ...
-    def __ne__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __ne__(self, other: object, /) -> bool: ...
 
+@final
 class ManualClock:
     """A clock that only moves when told to (tests, simulations)."""
 
-    def __init__(self, start_us: Optional[int] = ...) -> None: ...
+    def __new__(cls, start_us: Optional[int] = ...) -> Self: ...
     @property
     def now_us(self) -> int: ...
     def set_us(self, now_us: int) -> None: ...
     def advance(self, ms: Optional[int] = ..., *, us: Optional[int] = ...) -> None: ...
 
+@final
 class RuleResult:
     """The outcome of one rule for one check."""
 
@@ -70,6 +75,7 @@ class RuleResult:
     @property
     def window(self) -> float: ...
 
+@final
 class Decision:
     """The answer to one check; times in seconds as float."""
 
@@ -98,19 +104,21 @@ class Decision:
     def headers_with(self, *, legacy: bool = False) -> dict[str, str]: ...
     def problem_json(self) -> str: ...
 
+@final
 class ClientIp:
     """The client address of a request, per the trusted-proxy rules."""
 
-    def __init__(self, trusted_proxies: Optional[list[str]] = ..., ipv6_prefix: Optional[int] = ...) -> None: ...
+    def __new__(cls, trusted_proxies: Optional[list[str]] = ..., ipv6_prefix: Optional[int] = ...) -> Self: ...
     def client_ip(
         self, peer: str, forwarded: Optional[str] = None, x_forwarded_for: Optional[str] = None
     ) -> Optional[str]: ...
 
+@final
 class Limiter:
     """A rate limiter: a policy bound to Redis or to the embedded backend."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         policy: _PolicySource,
         url: Optional[str] = None,
         *,
@@ -119,7 +127,7 @@ class Limiter:
         prefix: Optional[str] = None,
         clock: Union[ManualClock, Literal["backend", "system"], None] = None,
         key_secret: Union[str, bytes, None] = None,
-    ) -> None: ...
+    ) -> Self: ...
     def check(self, attributes: _Attributes, cost: Optional[int] = None, *, call_id: Optional[str] = None) -> Decision: ...
     def check_async(
         self, attributes: _Attributes, cost: Optional[int] = None, *, call_id: Optional[str] = None
@@ -143,9 +151,9 @@ class Limiter:
     def __exit__(
         self,
         *_args: Union[type[BaseException], BaseException, TracebackType, None],
-    ) -> bool: ...
+    ) -> Literal[False]: ...
     def __aenter__(self) -> Awaitable[Self]: ...
     def __aexit__(
         self,
         *_args: Union[type[BaseException], BaseException, TracebackType, None],
-    ) -> Awaitable[bool]: ...
+    ) -> Awaitable[Literal[False]]: ...

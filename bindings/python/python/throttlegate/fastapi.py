@@ -73,7 +73,7 @@ class _Checker:
             attrs: AttributeMap = default_attributes(req, self.client_ip)
         else:
             got = self.attributes(req)
-            attrs = await got if inspect.isawaitable(got) else got  # type: ignore[assignment]
+            attrs = await got if inspect.isawaitable(got) else got
         units = self.cost(req) if callable(self.cost) else self.cost
         return await self.limiter.check_async(attrs, units)
 

@@ -1,0 +1,48 @@
+"""Typed use of the public API, checked by mypy --strict against the shipped
+stubs (test_typing.py); it is also run, so the types describe real behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Optional
+
+import throttlegate
+from throttlegate import Decision, Limiter, ManualClock, Policy, RuleResult
+
+policy: Policy = Policy([{"name": "per-ip", "key": "ip:{ip}", "limit": 3, "window": "1s"}])
+clock = ManualClock(1_000_000)
+limiter: Limiter = Limiter(policy, None, timeout=0.5, on_backend_error="deny", prefix="typed:", clock=clock)
+decision: Decision = limiter.check({"ip": "203.0.113.7", "unused": None, "n": 3}, 1, call_id="c-1")
+allowed: bool = decision.allowed
+wait: float = decision.retry_after + decision.reset_after
+wait_ms: int = decision.retry_after_ms + decision.reset_after_ms
+rule: Optional[str] = decision.rule
+results: list[RuleResult] = decision.results
+headers: dict[str, str] = decision.headers_with(legacy=True)
+body: str = decision.problem_json()
+deleted: int = limiter.reset({"ip": "203.0.113.7"})
+keys: list[str] = limiter.keys({"ip": "203.0.113.7"})
+stats: dict[str, int] = limiter.stats()
+client: Optional[str] = throttlegate.ClientIp(["10.0.0.0/8"], 64).client_ip("10.0.0.1", None, "192.0.2.1")
+clock.advance(ms=5)
+clock.set_us(clock.now_us + 1)
+
+
+async def main() -> Decision:
+    async with Limiter([{"name": "a", "key": "{k}", "limit": 1, "window": 1000}]) as inner:
+        await inner.ping_async()
+        peeked: Decision = await inner.peek_async({"k": "v"})
+        assert peeked.allowed
+        return await inner.check_async({"k": "v"}, 1)
+
+
+with limiter:
+    final: Decision = asyncio.run(main())
+    assert final.allowed and decision.allowed and deleted == 1 and client == "192.0.2.1"
+
+try:
+    Limiter({"rules": []})
+except throttlegate.InvalidPolicyError as e:
+    kind: str = e.kind
+    code: int = e.code
+    temporary: bool = e.temporary
