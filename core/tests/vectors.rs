@@ -18,14 +18,21 @@ fn vectors_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors")
 }
 
+/// Where the replaying tests read vectors: the suite, or for exploratory runs
+/// the directory in `THROTTLEGATE_VECTORS` (e.g. random cases from
+/// `generate.py --random`).
+fn replay_dir() -> PathBuf {
+    std::env::var_os("THROTTLEGATE_VECTORS").map_or_else(vectors_dir, PathBuf::from)
+}
+
 struct Vector {
     file: String,
     doc: Value,
 }
 
-fn load_vectors() -> Vec<Vector> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(vectors_dir())
-        .expect("tests/vectors exists")
+fn load_vectors(dir: &Path) -> Vec<Vector> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
         .map(|e| e.expect("readable directory entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
@@ -125,7 +132,7 @@ fn replay_all(url: Option<&str>) -> (usize, Vec<String>) {
     let backend = url.map_or("memory", |_| "redis");
     let mut problems = Vec::new();
     let mut steps_run = 0;
-    for (i, v) in load_vectors().iter().enumerate() {
+    for (i, v) in load_vectors(&replay_dir()).iter().enumerate() {
         let policy = match Policy::from_value(&v.doc["policy"]) {
             Ok(p) => p,
             Err(e) => {
@@ -186,7 +193,7 @@ fn compare(at: &str, want: &Value, have: &Value, problems: &mut Vec<String>) {
 }
 
 fn assert_clean(backend: &str, (steps, problems): (usize, Vec<String>)) {
-    assert!(steps > 0, "no vector steps found in {}", vectors_dir().display());
+    assert!(steps > 0, "no vector steps found in {}", replay_dir().display());
     assert!(
         problems.is_empty(),
         "{} mismatch(es) on the {backend} backend over {steps} steps:\n{}",
@@ -208,7 +215,7 @@ fn every_vector_on_redis() {
 
 #[test]
 fn the_suite_is_large_and_well_formed() {
-    let vectors = load_vectors();
+    let vectors = load_vectors(&vectors_dir());
     assert!(vectors.len() >= 40, "only {} vectors", vectors.len());
     let mut algorithms = std::collections::BTreeSet::new();
     for v in &vectors {

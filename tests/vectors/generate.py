@@ -27,6 +27,8 @@ implementation. It models:
 Usage:
     python3 tests/vectors/generate.py           # (re)write every file
     python3 tests/vectors/generate.py --check   # fail if a file is stale
+    python3 tests/vectors/generate.py --random 500 --out DIR [--seed S]
+        # random cases for exploratory runs (THROTTLEGATE_VECTORS=DIR)
 
 Keys in Redis carry real-time TTLs while the cases run on a manual clock, so
 the generator refuses cases where that difference could show: every key's TTL
@@ -174,13 +176,19 @@ def tb_wait(need, rate):
     return int(wait)
 
 
+# How many call ids of recent admissions a bucket remembers. Cases stay well
+# below it: the contract only says a retried call must not count twice.
+TB_IDS = 16
+
+
 class Bucket:
-    """Token bucket state: micro-tokens after the last admission, its time, its call id."""
+    """Token bucket state: micro-tokens after the last admission, its time,
+    and the ids of the recent admissions that carried a call id."""
 
     def __init__(self):
         self.tokens = None
         self.last = None
-        self.call_id = None
+        self.ids = []
         self.expires_at = None
 
     def current(self, now, capacity, rate):
@@ -205,12 +213,13 @@ class Bucket:
                     retry=tb_wait(want - tokens, rate), reset=tb_wait(full - tokens, rate))
 
     def seen(self, call_id):
-        return self.tokens is not None and self.call_id == call_id
+        return self.tokens is not None and call_id in self.ids
 
     def commit(self, now, left, reset, call_id):
         self.tokens = left
-        self.last = now
-        self.call_id = call_id
+        self.last = now if self.last is None else max(self.last, now)
+        if call_id is not None:
+            self.ids = (self.ids + [call_id])[-TB_IDS:]
         ttl_ms = max(1, ceil_ms(reset))
         self.expires_at = now + ttl_ms * 1000
         return ttl_ms
@@ -325,7 +334,6 @@ class Model:
                                 remaining=o["remaining"], retry=o["retry"], reset=o["reset"], w=r.header_w))
         all_pass = all(res["allowed"] or res["shadow"] for res in results)
         if mode == "check" and all_pass:
-            stored_id = call_id if call_id is not None else object()
             for r, o in zip(rules, raw):
                 if not o["allowed"]:
                     continue
@@ -334,10 +342,14 @@ class Model:
                     st = self.state.get(k)
                     if st is None or (st.expires_at is not None and self.now >= st.expires_at):
                         st = self.state[k] = Log()
-                    ttl = st.commit(self.now, cost, r.window_us, o["reset"], stored_id)
+                    # A call without an id gets a random one, never equal to a given id.
+                    ttl = st.commit(self.now, cost, r.window_us, o["reset"],
+                                    call_id if call_id is not None else object())
                 else:
                     st = self.state.setdefault(k, Bucket())
-                    ttl = st.commit(self.now, o["left"], o["reset"], stored_id)
+                    if st.expires_at is not None and self.now >= st.expires_at:
+                        st = self.state[k] = Bucket()
+                    ttl = st.commit(self.now, o["left"], o["reset"], call_id)
                 if ttl < MIN_TTL_MS:
                     raise CaseError(f"rule {r.name}: key TTL {ttl} ms is below {MIN_TTL_MS} ms of real time")
         for res in results:
@@ -775,11 +787,68 @@ case("reset-stacked", "reset counts the existing keys of the applicable rules on
       reset(dict(WEB, route="/login"), deleted=2)])
 
 
+def random_cases(count, seed):
+    """Random cases for exploratory runs (`--random N --out DIR`): not part
+    of the suite, but replayed by the same runners to look for disagreements."""
+    import random
+    rnd = random.Random(seed)
+    made = []
+    attempts = 0
+    while len(made) < count and attempts < count * 20:
+        attempts += 1
+        rules = []
+        for i in range(rnd.randint(1, 3)):
+            key = rnd.choice(["ip:{ip}", "k:{api_key}", "t:{ip}:{api_key}", "all"])
+            extra = {}
+            if rnd.random() < 0.2:
+                extra["shadow"] = True
+            if rnd.random() < 0.2:
+                extra["match"] = {"route": rnd.choice(["/a", ["/a", "/b"]])}
+            if rnd.random() < 0.5:
+                rules.append(swl(f"r{i}", key, rnd.randint(1, 8), rnd.choice(["5s", "30s", "1m", 90_500, "1h"]), **extra))
+            else:
+                rate = rnd.choice([0.01, 0.1, 0.3, 0.5, 0.25, 0.05, 0.7])
+                rules.append(tb(f"r{i}", key, rnd.randint(2, 12), rate, **extra))
+        steps = []
+        for _ in range(rnd.randint(3, 25)):
+            attrs = {"ip": rnd.choice(["1.1.1.1", "2.2.2.2"])}
+            if rnd.random() < 0.7:
+                attrs["api_key"] = rnd.choice(["a", "b"])
+            if rnd.random() < 0.6:
+                attrs["route"] = rnd.choice(["/a", "/b", "/c"])
+            op = rnd.choices(["check", "peek", "reset"], [10, 2, 1])[0]
+            adv = rnd.choice([0, 0, 1, 10, 333, 999, 1000, 2500, 10_000, 60_000])
+            if op == "reset":
+                steps.append(reset(attrs, adv))
+                continue
+            s = chk(attrs, rnd.choice([1, 1, 1, 2, 3]), adv, op=op)
+            if op == "check" and rnd.random() < 0.15:
+                s["call_id"] = rnd.choice(["id1", "id2"])
+            steps.append(s)
+        c = {"name": f"random-{seed}-{len(made)}", "description": "random", "policy": {"rules": rules},
+             "steps": steps, "start_us": START_US + rnd.randint(0, 10 ** 9)}
+        try:
+            made.append(build(c))
+        except CaseError:
+            continue
+    return made
+
+
 def render(v):
     return json.dumps(v, indent=2, ensure_ascii=False) + "\n"
 
 
 def main(argv):
+    if "--random" in argv:
+        count = int(argv[argv.index("--random") + 1])
+        out = argv[argv.index("--out") + 1]
+        seed = int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1
+        os.makedirs(out, exist_ok=True)
+        for v in random_cases(count, seed):
+            with open(os.path.join(out, v["name"] + ".json"), "w", encoding="utf-8") as f:
+                f.write(render(v))
+        print(f"wrote random vectors to {out}")
+        return 0
     check = "--check" in argv
     names = set()
     stale = []
