@@ -100,10 +100,14 @@ pub(crate) struct RedisInner {
 }
 
 impl RedisBackend {
-    pub fn new(url: &str, timeout: Duration) -> Result<RedisBackend> {
-        let client = redis::Client::open(url).map_err(|e| {
+    pub fn new(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<RedisBackend> {
+        let bad_url = |e: redis::RedisError| {
             Error::invalid_argument(format!("url: {url:?} is not a valid Redis URL")).with_source(e)
-        })?;
+        };
+        let client = match tls {
+            Some(t) => redis::Client::build_with_tls(url, t.certificates()).map_err(bad_url)?,
+            None => redis::Client::open(url).map_err(bad_url)?,
+        };
         Ok(RedisBackend(std::sync::Arc::new(RedisInner {
             client,
             timeout,
@@ -131,32 +135,29 @@ impl RedisBackend {
         Ok(this.conn.get_or_init(|| manager).clone())
     }
 
-    /// Run the check script: EVALSHA, and on NOSCRIPT load it and retry once.
+    /// Run the check script: EVALSHA, and on NOSCRIPT load it and retry once
+    /// (and if it was flushed again in between, EVAL the script itself).
     /// Returns the time the script used and the verdict.
     pub async fn eval(&self, plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> Result<(i64, Verdict)> {
         let mut conn = self.conn()?;
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.0.sha).arg(plan.keys.len()).arg(&plan.keys);
-        cmd.arg(if mode == Mode::Check { "c" } else { "p" });
-        match now {
-            Some(t) => cmd.arg(t),
-            None => cmd.arg(""),
-        };
-        cmd.arg(&plan.call_id)
-            .arg(plan.cost)
-            .arg(if plan.dedupe { "1" } else { "0" });
-        for rule in &plan.compiled {
-            cmd.arg(&rule.script_args[..]);
-        }
+        push_args(&mut cmd, plan, mode, now);
         let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
             Ok(v) => v,
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            Err(e) if is_noscript(&e) => {
                 redis::cmd("SCRIPT")
                     .arg("LOAD")
                     .arg(CHECK_SCRIPT)
                     .query_async::<String>(&mut conn)
                     .await?;
-                cmd.query_async(&mut conn).await?
+                match cmd.query_async(&mut conn).await {
+                    Ok(v) => v,
+                    // Flushed again between the load and the retry: send the
+                    // script itself, which cannot miss.
+                    Err(e) if is_noscript(&e) => eval_cmd(plan, mode, now).query_async(&mut conn).await?,
+                    Err(e) => return Err(e.into()),
+                }
             }
             Err(e) => return Err(e.into()),
         };
@@ -174,6 +175,54 @@ impl RedisBackend {
         let mut conn = self.conn()?;
         redis::cmd("PING").query_async::<String>(&mut conn).await?;
         Ok(())
+    }
+}
+
+pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// An EVAL of the whole script with the plan's keys and arguments.
+fn eval_cmd(plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> redis::Cmd {
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(CHECK_SCRIPT).arg(plan.keys.len()).arg(&plan.keys);
+    push_args(&mut eval, plan, mode, now);
+    eval
+}
+
+/// The script arguments after the keys.
+fn push_args(cmd: &mut redis::Cmd, plan: &Plan<'_>, mode: Mode, now: Option<i64>) {
+    cmd.arg(if mode == Mode::Check { "c" } else { "p" });
+    match now {
+        Some(t) => cmd.arg(t),
+        None => cmd.arg(""),
+    };
+    cmd.arg(&plan.call_id)
+        .arg(plan.cost)
+        .arg(if plan.dedupe { "1" } else { "0" });
+    for rule in &plan.compiled {
+        cmd.arg(&rule.script_args[..]);
+    }
+}
+
+/// TLS settings for `rediss://` URLs beyond the system's trust store.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// A CA certificate (PEM) to trust instead of the system's roots.
+    pub root_cert_pem: Option<Vec<u8>>,
+    /// A client certificate and key (PEM) for mutual TLS.
+    pub client_cert_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsOptions {
+    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self.client_cert_pem.as_ref().map(|(c, k)| redis::ClientTlsConfig {
+                client_cert: c.clone(),
+                client_key: k.clone(),
+            }),
+            root_cert: self.root_cert_pem.clone(),
+        }
     }
 }
 

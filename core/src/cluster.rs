@@ -18,7 +18,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use crate::algo::Outcome;
-use crate::backend::{parse_reply, Mode, Plan, Verdict, CHECK_SCRIPT};
+use crate::backend::{is_noscript, parse_reply, Mode, Plan, TlsOptions, Verdict, CHECK_SCRIPT};
 use crate::error::{Error, Result};
 
 /// CRC16/XMODEM, the hash of Redis Cluster slots.
@@ -86,17 +86,21 @@ pub(crate) struct ClusterInner {
 }
 
 impl ClusterBackend {
-    pub fn new(url: &str, timeout: Duration) -> Result<ClusterBackend> {
+    pub fn new(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<ClusterBackend> {
         let seeds = seed_urls(url)?;
         // The cluster client retries many times and has no overall bound by
         // default: bound every attempt by the timeout and retry only twice,
         // quickly; the limiter's own timeout bounds the whole call anyway.
-        let client = ClusterClient::builder(seeds)
+        let mut builder = ClusterClient::builder(seeds)
             .connection_timeout(timeout)
             .response_timeout(timeout)
             .retries(2)
             .min_retry_wait(5)
-            .max_retry_wait(50)
+            .max_retry_wait(50);
+        if let Some(t) = tls {
+            builder = builder.certs(t.certificates());
+        }
+        let client = builder
             .build()
             .map_err(|e| Error::invalid_argument(format!("url: {url:?}: {e}")).with_source(e))?;
         Ok(ClusterBackend(std::sync::Arc::new(ClusterInner {
@@ -136,7 +140,7 @@ impl ClusterBackend {
         cmd.arg(&self.0.sha).arg(keys.len()).arg(&keys).arg(&args);
         let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
             Ok(v) => v,
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            Err(e) if is_noscript(&e) => {
                 // EVAL runs (and caches) the script on the node that owns the
                 // slot; the call id keeps it from counting twice.
                 let mut eval = redis::cmd("EVAL");

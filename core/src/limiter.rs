@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::{Mode, Plan, RedisBackend, Remote, RuleArgs, Verdict};
+use crate::backend::{Mode, Plan, RedisBackend, Remote, RuleArgs, TlsOptions, Verdict};
 use crate::cluster::ClusterBackend;
 use crate::clock::{system_now_us, Clock};
 use crate::decision::{Decision, RuleResult};
@@ -89,9 +89,23 @@ pub struct LimiterBuilder {
     prefix: Option<String>,
     clock: Clock,
     key_secret: Option<Vec<u8>>,
+    tls: Option<TlsOptions>,
 }
 
 impl LimiterBuilder {
+    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the
+    /// system's roots (a private CA, a self-signed server).
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.get_or_insert_with(TlsOptions::default).root_cert_pem = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` URLs: present this client certificate and key (PEM), for mutual TLS.
+    pub fn tls_client_cert(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.get_or_insert_with(TlsOptions::default).client_cert_pem = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// The backend: `redis://host:port/db`, `rediss://...` (TLS),
     /// `redis+unix:///path`, or `memory://` (the embedded backend, the default).
     pub fn url(mut self, url: impl Into<String>) -> Self {
@@ -153,7 +167,7 @@ impl LimiterBuilder {
         let backend = match self.url.as_deref().map(str::trim) {
             None | Some("") | Some("memory://") | Some("memory:") => Backend::Memory(MemoryBackend::new()),
             Some(url) if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
-                Backend::Remote(Remote::Cluster(ClusterBackend::new(url, policy.timeout)?))
+                Backend::Remote(Remote::Cluster(ClusterBackend::new(url, policy.timeout, self.tls.as_ref())?))
             }
             Some(url)
                 if url.starts_with("redis://")
@@ -161,7 +175,7 @@ impl LimiterBuilder {
                     || url.starts_with("redis+unix://")
                     || url.starts_with("unix://") =>
             {
-                Backend::Remote(Remote::Redis(RedisBackend::new(url, policy.timeout)?))
+                Backend::Remote(Remote::Redis(RedisBackend::new(url, policy.timeout, self.tls.as_ref())?))
             }
             Some(url) => {
                 return Err(Error::invalid_argument(format!(
@@ -296,6 +310,7 @@ impl Limiter {
             prefix: None,
             clock: Clock::Backend,
             key_secret: None,
+            tls: None,
         }
     }
 

@@ -1,0 +1,183 @@
+//! Failure behaviour and security against real redis-servers: TLS, ACL users
+//! with only the commands the script needs, `maxmemory` refusals, `SCRIPT
+//! FLUSH` storms.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use throttlegate::{ErrorKind, FailureMode, Limiter, Policy, Rule};
+use throttlegate_testkit::{free_port, RedisServer};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn rules() -> Vec<Rule> {
+    vec![
+        Rule::sliding_window_log("per-ip", "ip:{ip}", 100_000, ms(60_000)),
+        Rule::token_bucket("per-key", "key:{ip}", 100_000, 1.0),
+    ]
+}
+
+fn build(url: &str) -> throttlegate::LimiterBuilder {
+    Limiter::builder(Policy::new(rules()).unwrap())
+        .url(url)
+        .timeout(ms(3000))
+        .on_backend_error(FailureMode::Error)
+}
+
+/// The exact ACL a limiter needs (documented in the README).
+pub const LIMITER_ACL: &[&str] = &[
+    "on", ">s3cret", "~throttlegate:*", "resetchannels", "-@all", "+evalsha", "+eval",
+    "+script|load", "+ping", "+del", "+time", "+zcount", "+zrange", "+zadd",
+    "+zremrangebyscore", "+zscore", "+zrem", "+pexpire", "+get", "+set",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_user_with_only_the_script_commands() {
+    let server = RedisServer::start();
+    let mut setuser = vec!["ACL", "SETUSER", "limiter"];
+    setuser.extend_from_slice(LIMITER_ACL);
+    assert_eq!(server.command(&setuser).unwrap(), "+OK");
+    let url = format!("redis://limiter:s3cret@127.0.0.1:{}", server.port());
+    let l = build(&url).build().unwrap();
+    let a = [("ip", "1.2.3.4")];
+    for _ in 0..3 {
+        assert!(l.check(&a, 1).await.unwrap().allowed);
+    }
+    assert!(l.peek(&a, 1).await.unwrap().allowed);
+    server.command(&["SCRIPT", "FLUSH"]).unwrap();
+    assert!(l.check(&a, 1).await.unwrap().allowed, "NOSCRIPT recovery needs only SCRIPT LOAD");
+    assert_eq!(l.reset(&a).await.unwrap(), 2);
+    // Keys outside the allowed pattern are refused: a backend error, not a crash.
+    let other = build(&url).prefix("other:").build().unwrap();
+    let e = other.check(&a, 1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    // A wrong password is an error too.
+    let bad = build(&format!("redis://limiter:nope@127.0.0.1:{}", server.port())).build().unwrap();
+    assert!(bad.check(&a, 1).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("throttlegate-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca_path, cert_path, key_path) = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&ca_path, ca_cert.pem()).unwrap();
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let tls_port = free_port();
+    let port_s = tls_port.to_string();
+    let server = RedisServer::start_with(&[
+        "--tls-port", &port_s,
+        "--tls-cert-file", cert_path.to_str().unwrap(),
+        "--tls-key-file", key_path.to_str().unwrap(),
+        "--tls-ca-cert-file", ca_path.to_str().unwrap(),
+        "--tls-auth-clients", "no",
+    ]);
+    let url = format!("rediss://localhost:{tls_port}");
+    let l = build(&url).tls_root_cert(ca_cert.pem()).build().unwrap();
+    let a = [("ip", "5.6.7.8")];
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(d.allowed && !d.degraded);
+    assert_eq!(server.command(&["EXISTS", &l.keys(&a)[0]]).unwrap(), "1");
+    // Without the CA, the server's certificate is not trusted: an error, never plain text.
+    let untrusted = build(&url).build().unwrap();
+    assert!(untrusted.check(&a, 1).await.is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maxmemory_refuses_a_check_whole() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let l = build(&server.url()).build().unwrap();
+    let a = [("ip", "9.9.9.9")];
+    // One rule's key exists before memory runs out.
+    assert!(l.check(&a, 1).await.unwrap().allowed);
+    let keys = l.keys(&a);
+    let before = (
+        server.command(&["ZCARD", &keys[0]]).unwrap(),
+        server.command(&["GET", &keys[1]]).unwrap(),
+    );
+    let used: u64 = server
+        .command(&["INFO", "memory"])
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Below what is already used: every write is refused from now on.
+    server.command(&["CONFIG", "SET", "maxmemory", &(used / 2).to_string()]).unwrap();
+    assert!(server.command(&["SET", "probe", "1"]).unwrap().starts_with("-OOM"));
+    let e = l.check(&a, 1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(e.to_string().contains("OOM"), "{e}");
+    let after = (
+        server.command(&["ZCARD", &keys[0]]).unwrap(),
+        server.command(&["GET", &keys[1]]).unwrap(),
+    );
+    assert_eq!(before, after, "a refused check must not be half-applied");
+    // With on_backend_error = deny the caller gets a degraded denial instead.
+    let deny = build(&server.url()).on_backend_error(FailureMode::Deny).build().unwrap();
+    let d = deny.check(&a, 1).await.unwrap();
+    assert!(!d.allowed && d.degraded);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn script_flush_storm_loses_no_call_and_no_count() {
+    let server = Arc::new(RedisServer::start());
+    let l = build(&server.url()).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flusher = {
+        let (server, stop) = (server.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut flushes = 0;
+            while !stop.load(Ordering::SeqCst) {
+                server.command(&["SCRIPT", "FLUSH"]).unwrap();
+                flushes += 1;
+                std::thread::sleep(ms(100));
+            }
+            flushes
+        })
+    };
+    let admitted = Arc::new(AtomicU32::new(0));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (l, admitted) = (l.clone(), admitted.clone());
+            tokio::spawn(async move {
+                for _ in 0..150 {
+                    let d = l.check(&[("ip", "4.4.4.4")], 1).await.expect("no error may reach a caller");
+                    if d.allowed {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(ms(1)).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let flushes = flusher.join().unwrap();
+    assert!(flushes >= 2, "only {flushes} flushes happened during the load");
+    let admitted = admitted.load(Ordering::SeqCst) as u64;
+    assert_eq!(admitted, 16 * 150);
+    let d = l.peek(&[("ip", "4.4.4.4")], 1).await.unwrap();
+    assert_eq!(d.results[0].remaining, 100_000 - admitted - 1, "counts must stay exact");
+    assert_eq!(d.results[1].remaining, 100_000 - admitted - 1);
+}
