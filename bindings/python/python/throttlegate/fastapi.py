@@ -15,7 +15,8 @@ Both call :meth:`throttlegate.Limiter.check_async`. The default attributes
 are ``ip`` (the client address per :class:`throttlegate.ClientIp`), ``method``
 and ``path``. A denial is a 429 with the rate-limit headers and (middleware)
 an ``application/problem+json`` body or (dependency) an ``HTTPException``
-whose detail is that problem object; allowed responses get the headers too.
+whose detail is that problem object; allowed responses get the headers too
+(a route's own ``RateLimit`` headers win over the middleware's).
 """
 
 from __future__ import annotations
@@ -113,8 +114,13 @@ class RateLimitMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
+                # Headers already set by a route's own check (RateLimit) are
+                # more specific than the middleware's: keep them.
+                present = {bytes(k).lower() for k, _ in message.get("headers", [])}
                 message = dict(message)
-                message["headers"] = list(message.get("headers", [])) + raw
+                message["headers"] = list(message.get("headers", [])) + [
+                    (k, v) for k, v in raw if k.lower() not in present
+                ]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
