@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The Python package's suite: build and install it from the repository root
+# with `pip install .` into .venv, check the stubs, run pytest (which starts
+# its own redis-server on a free loopback port).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+PY="$PWD/$VENV/bin/python"
+
+"$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
+"$PY" -m pip install --quiet --disable-pip-version-check \
+  "maturin>=1.9,<2" pytest mypy typing_extensions \
+  flask fastapi uvicorn httpx requests
+
+# A real install from the root, as a user would (maturin via pyproject.toml;
+# cargo reuses the workspace's target/).
+"$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+
+# Hand-written stubs must match the extension module.
+"$PY" -m mypy.stubtest throttlegate._native
+
+# From outside the source tree, so the installed package is what is tested.
+cd bindings/python/tests
+"$PY" -m pytest -q -p no:cacheprovider "$@" .
