@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all demo test deps test-rust test-python test-node test-c bench clean
+.PHONY: all demo test deps test-rust test-python test-node test-c bench fuzz clean
 
 all: test
 
@@ -38,6 +38,10 @@ test-c:
 ## Criterion benchmarks (release builds; start their own redis-server).
 bench: deps
 	$(CARGO) bench -p throttlegate
+
+## A million cases of each property test (policy parser, key rendering).
+fuzz:
+	PROPTEST_CASES=1000000 $(CARGO) test --release -p throttlegate --test fuzz
 
 clean:
 	$(CARGO) clean
