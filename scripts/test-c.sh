@@ -19,6 +19,18 @@ CRATE=$ROOT/bindings/c
 
 step() { printf '\n== test-c: %s\n' "$*"; }
 
+# Debian packages this script needs beyond a C compiler and redis-server.
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "$1 not found: installing Debian's $2 package" >&2
+  local sudo=""
+  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
+}
+need pkg-config pkg-config
+need valgrind valgrind
+
 step "cargo test (unit tests, header staleness) and build with test hooks"
 "$CARGO" test -p throttlegate-c
 "$CARGO" build -p throttlegate-c --features test-hooks
@@ -67,6 +79,7 @@ cleanup() {
   rm -rf "$REDIS_DIR"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP PIPE
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for attempt in $(seq 1 20); do
   PORT=$((20000 + RANDOM % 30000))
@@ -97,13 +110,6 @@ step "run"
 
 step "run under valgrind"
 VALGRIND=${VALGRIND:-valgrind}
-if ! command -v "$VALGRIND" >/dev/null 2>&1; then
-  echo "valgrind not found: installing Debian's valgrind package" >&2
-  SUDO=""
-  if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq valgrind >/dev/null
-fi
 # Leaks of every kind but "still reachable" are errors; the suppression
 # file names the only "possibly lost" blocks allowed (see its comments).
 VG=("$VALGRIND" --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible
