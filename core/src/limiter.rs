@@ -517,25 +517,73 @@ impl Limiter {
         })
     }
 
+    /// True when the backend answers in process (the embedded backend), so
+    /// [`Limiter::check_in_process`] answers without a runtime.
+    pub fn is_in_process(&self) -> bool {
+        matches!(
+            &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()),
+            Some(Backend::Memory(_))
+        )
+    }
+
+    /// [`Limiter::check_with`] answered synchronously, without a runtime,
+    /// when the backend is in process; `None` for a network backend (use the
+    /// async methods). Front ends use this to answer embedded checks with no
+    /// thread hop.
+    pub fn check_in_process<A: Attributes + ?Sized>(
+        &self,
+        attrs: &A,
+        options: &CheckOptions,
+    ) -> Option<Result<Decision>> {
+        let plan = self.plan(&AttrRef(attrs), options.cost, options.call_id.as_deref());
+        self.run_in_process(plan, Mode::Check)
+    }
+
+    /// [`Limiter::peek`] answered synchronously when the backend is in process; `None` otherwise.
+    pub fn peek_in_process<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Option<Result<Decision>> {
+        let plan = self.plan(&AttrRef(attrs), cost, None);
+        self.run_in_process(plan, Mode::Peek)
+    }
+
+    fn run_in_process(&self, plan: Result<Plan<'_>>, mode: Mode) -> Option<Result<Decision>> {
+        if !self.is_in_process() {
+            return if self.is_closed() { Some(Err(closed())) } else { None };
+        }
+        Some(self.ensure_open().and(plan).and_then(|plan| {
+            self.answer_locally(&plan, mode)
+                .unwrap_or_else(|| Err(closed()))
+        }))
+    }
+
+    /// The answer when it needs no network: no rule applies, or the backend
+    /// is in process. `None` means "ask the remote backend".
+    fn answer_locally(&self, plan: &Plan<'_>, mode: Mode) -> Option<Result<Decision>> {
+        if plan.keys.is_empty() {
+            self.count(&Decision::unlimited());
+            return Some(Ok(Decision::unlimited()));
+        }
+        let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
+        match &*guard {
+            Some(Backend::Memory(m)) => {
+                let verdict = m.eval(plan, mode, self.local_now());
+                let d = self.decide(plan, verdict, false);
+                self.count(&d);
+                Some(Ok(d))
+            }
+            Some(Backend::Remote(_)) => None,
+            None => Some(Err(closed())),
+        }
+    }
+
     async fn run(&self, plan: Result<Plan<'_>>, mode: Mode) -> Result<Decision> {
         self.ensure_open()?;
         let plan = plan?;
-        if plan.keys.is_empty() {
-            self.count(&Decision::unlimited());
-            return Ok(Decision::unlimited());
+        if let Some(answer) = self.answer_locally(&plan, mode) {
+            return answer;
         }
-        let redis = {
-            let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
-            match &*guard {
-                Some(Backend::Memory(m)) => {
-                    let verdict = m.eval(&plan, mode, self.local_now());
-                    let d = self.decide(&plan, verdict, false);
-                    self.count(&d);
-                    return Ok(d);
-                }
-                Some(Backend::Remote(r)) => r.clone(),
-                None => return Err(closed()),
-            }
+        let redis = match &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()) {
+            Some(Backend::Remote(r)) => r.clone(),
+            _ => return Err(closed()),
         };
         let now = match &self.inner.clock {
             Clock::Backend => None,

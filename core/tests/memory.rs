@@ -89,3 +89,25 @@ fn memory_and_manual_clock_are_exact() {
     assert_eq!(rt.block_on(l.reset(&a)).unwrap(), 1);
     assert!(rt.block_on(l.check(&a, 1)).unwrap().allowed);
 }
+
+#[test]
+fn in_process_answers_need_no_runtime() {
+    let l = Limiter::in_memory(Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 1, ms(1000))]).unwrap());
+    assert!(l.is_in_process());
+    let opts = throttlegate::CheckOptions { cost: 1, call_id: None };
+    assert!(l.check_in_process(&[("ip", "1")], &opts).unwrap().unwrap().allowed);
+    assert!(!l.check_in_process(&[("ip", "1")], &opts).unwrap().unwrap().allowed);
+    assert!(!l.peek_in_process(&[("ip", "1")], 1).unwrap().unwrap().allowed);
+    let bad = throttlegate::CheckOptions { cost: 0, call_id: None };
+    assert!(l.check_in_process(&[("ip", "1")], &bad).unwrap().is_err());
+    l.close();
+    assert_eq!(
+        l.check_in_process(&[("ip", "1")], &opts).unwrap().unwrap_err().kind(),
+        throttlegate::ErrorKind::Closed
+    );
+    let remote = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 1, ms(1000))]).unwrap())
+        .url("redis://127.0.0.1:1")
+        .build()
+        .unwrap();
+    assert!(remote.check_in_process(&[("ip", "1")], &opts).is_none());
+}
