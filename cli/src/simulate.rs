@@ -250,7 +250,11 @@ async fn drive(
         let picker = ClientPicker::new(phase.clients, phase.skew);
         let events_per_us = phase.rate / phase.burst as f64 / 1e6;
         let mut t = phase_start as f64;
-        while events_per_us > 0.0 {
+        loop {
+            // A phase at rate 0 is a quiet period: the clock moves, nothing arrives.
+            if events_per_us <= 0.0 {
+                break;
+            }
             // Exponential gaps: a Poisson process of arrivals.
             t += -(1.0 - rng.unit()).ln() / events_per_us;
             let at = t.round() as i64;
@@ -344,8 +348,9 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
     let rules = policy.rules();
     let requests = report.total.allowed + report.total.denied;
     println!(
-        "Simulating {} on the {backend} backend: {} of virtual time, seed {}",
+        "Simulating {} on the {} backend: {} of virtual time, seed {}",
         args.backend.rules.display(),
+        if backend == "memory" { "embedded (in-memory)" } else { backend },
         format_duration(scenario.duration()),
         scenario.seed
     );
@@ -367,6 +372,9 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
             attrs.join(" ")
         );
     }
+    println!();
+    println!("Per rule: requests it allowed / denied. A request passes only when every rule that");
+    println!("applies allows it, and only then counts against all of them.");
     println!();
 
     // Per-interval table: totals, then allowed/denied per rule.
@@ -424,6 +432,7 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
             pct(t.denied, t.applied)
         );
     }
+    println!("  (decided denials: the rule was the most restrictive one, whose Retry-After was sent)");
     for (r, t) in rules.iter().zip(&report.rules) {
         if r.shadow {
             println!(
