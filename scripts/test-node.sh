@@ -17,6 +17,9 @@ trap 'rm -rf "$WORK"' EXIT
 echo "== npm ci (builds the addon, $THROTTLEGATE_BUILD_PROFILE profile)"
 npm ci --no-audit --no-fund
 
+echo "== cargo test -p throttlegate-node (panics become coded errors)"
+cargo test -q -p throttlegate-node
+
 echo "== index.d.ts is up to date with bindings/node/src"
 npx napi build --manifest-path bindings/node/Cargo.toml --package-json-path package.json \
   --output-dir "$WORK/dts" --dts index.d.ts --no-js --no-const-enum --runtime-string-enum >"$WORK/dts.log" 2>&1 \

@@ -114,3 +114,38 @@ fn reject(env: &Env, e: &Error) -> napi::Error {
         Err(fallback) => fallback,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_core_kind_keeps_its_id_as_code() {
+        for kind in ErrorKind::ALL {
+            assert_eq!(code_of(kind), kind.as_str());
+        }
+    }
+
+    #[test]
+    fn guard_turns_panics_into_internal_errors() {
+        let err = guard(|| -> Result<(), Error> { panic!("boom") }).unwrap_err();
+        assert_eq!(err.status.as_ref(), "internal");
+        assert!(err.reason.contains("boom"), "{}", err.reason);
+        let err = guard(|| -> Result<(), Error> { Err(invalid_argument("cost: bad")) }).unwrap_err();
+        assert_eq!(err.status.as_ref(), "invalid_argument");
+        assert_eq!(err.reason, "cost: bad");
+        assert_eq!(guard(|| Ok(7)).unwrap(), 7);
+    }
+
+    #[test]
+    fn panicking_futures_resolve_to_internal_errors() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let empty: Vec<u8> = std::hint::black_box(Vec::new());
+        let fut = CatchUnwind(Box::pin(async move { Ok::<u8, Error>(empty[3]) }));
+        let err = rt.block_on(fut).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Internal);
+        assert!(err.message().contains("index out of bounds"), "{}", err.message());
+        let ok = rt.block_on(CatchUnwind(Box::pin(async { Ok::<u8, Error>(1) })));
+        assert_eq!(ok.unwrap(), 1);
+    }
+}
