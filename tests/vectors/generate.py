@@ -748,6 +748,19 @@ case("shadow-not-consumed-on-denial", "A live rule denies: the shadow rule that 
      [tb("live", "l:{ip}", 1, 0.05), tb("trial", "t:{ip}", 5, 0.05, shadow=True)],
      [chk(IP), chk(IP, allowed=False), chk(IP, allowed=False), chk(IP, adv=20_000, allowed=True)])
 
+case("shadow-longer-wait-ignored", "When a live rule and a shadow rule both deny, the wait and Retry-After come from the live rule only.",
+     [swl("live", "l:{ip}", 1, "10s"), swl("trial", "t:{ip}", 1, "1h", shadow=True)],
+     [chk(IP), chk(IP, adv=1_000, allowed=False, rule="live", retry_after_ms=9_000)])
+
+# -- policy file format
+
+case("policy-settings-accepted", "Top-level settings and per-rule overrides of the file format are accepted; they do not change decisions.",
+     [swl("per-ip", "ip:{ip}", 2, 60_000, on_backend_error="deny", shadow=False),
+      tb("per-key", "key:{api_key}", 4, 0.5, on_backend_error="error")],
+     [chk(WEB, rule="per-ip", remaining=1), peek(WEB, 2, allowed=False, rule="per-ip", retry_after_ms=60_000),
+      peek(WEB, 3, error="invalid_argument"), chk(WEB, 0, error="invalid_argument")],
+     prefix="app:", timeout="250ms", on_backend_error="allow")
+
 # -- call ids
 
 case("call-id-replay-window", "A check repeating a call id already recorded counts once: it is answered with the current state.",
