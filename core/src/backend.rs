@@ -77,8 +77,9 @@ pub(crate) struct Plan<'a> {
     pub keys: Vec<String>,
     pub compiled: Vec<&'a CompiledRule>,
     pub cost: u64,
-    pub call_id: String,
-    pub dedupe: bool,
+    /// The caller's id for this call; `None` means a random one is made
+    /// when the call goes over the network.
+    pub call_id: Option<String>,
 }
 
 /// A backend's answer: per-rule outcomes. (A re-sent call that was already
@@ -138,11 +139,11 @@ impl RedisBackend {
     /// Run the check script: EVALSHA, and on NOSCRIPT load it and retry once
     /// (and if it was flushed again in between, EVAL the script itself).
     /// Returns the time the script used and the verdict.
-    pub async fn eval(&self, plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> Result<(i64, Verdict)> {
+    pub async fn eval(&self, plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<(i64, Verdict)> {
         let mut conn = self.conn()?;
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.0.sha).arg(plan.keys.len()).arg(&plan.keys);
-        push_args(&mut cmd, plan, mode, now);
+        push_args(&mut cmd, plan, call_id, mode, now);
         let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
             Ok(v) => v,
             Err(e) if is_noscript(&e) => {
@@ -155,7 +156,7 @@ impl RedisBackend {
                     Ok(v) => v,
                     // Flushed again between the load and the retry: send the
                     // script itself, which cannot miss.
-                    Err(e) if is_noscript(&e) => eval_cmd(plan, mode, now).query_async(&mut conn).await?,
+                    Err(e) if is_noscript(&e) => eval_cmd(plan, call_id, mode, now).query_async(&mut conn).await?,
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -183,23 +184,23 @@ pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
 }
 
 /// An EVAL of the whole script with the plan's keys and arguments.
-fn eval_cmd(plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> redis::Cmd {
+fn eval_cmd(plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> redis::Cmd {
     let mut eval = redis::cmd("EVAL");
     eval.arg(CHECK_SCRIPT).arg(plan.keys.len()).arg(&plan.keys);
-    push_args(&mut eval, plan, mode, now);
+    push_args(&mut eval, plan, call_id, mode, now);
     eval
 }
 
 /// The script arguments after the keys.
-fn push_args(cmd: &mut redis::Cmd, plan: &Plan<'_>, mode: Mode, now: Option<i64>) {
+fn push_args(cmd: &mut redis::Cmd, plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) {
     cmd.arg(if mode == Mode::Check { "c" } else { "p" });
     match now {
         Some(t) => cmd.arg(t),
         None => cmd.arg(""),
     };
-    cmd.arg(&plan.call_id)
+    cmd.arg(call_id)
         .arg(plan.cost)
-        .arg(if plan.dedupe { "1" } else { "0" });
+        .arg(if plan.call_id.is_some() { "1" } else { "0" });
     for rule in &plan.compiled {
         cmd.arg(&rule.script_args[..]);
     }
@@ -260,9 +261,17 @@ pub(crate) enum Remote {
 
 impl Remote {
     pub async fn eval(&self, plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> Result<Verdict> {
+        let random;
+        let call_id = match &plan.call_id {
+            Some(id) => id.as_str(),
+            None => {
+                random = crate::limiter::random_call_id();
+                random.as_str()
+            }
+        };
         match self {
-            Remote::Redis(r) => r.eval(plan, mode, now).await.map(|(_, v)| v),
-            Remote::Cluster(c) => c.eval(plan, mode, now).await,
+            Remote::Redis(r) => r.eval(plan, call_id, mode, now).await.map(|(_, v)| v),
+            Remote::Cluster(c) => c.eval(plan, call_id, mode, now).await,
         }
     }
 

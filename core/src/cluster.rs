@@ -125,13 +125,14 @@ impl ClusterBackend {
         mut conn: ClusterConnection,
         plan: &Plan<'_>,
         idx: &[usize],
+        call_id: &str,
         mode: &str,
         now: Option<i64>,
     ) -> Result<Vec<Outcome>> {
         let mut args: Vec<&str> = Vec::with_capacity(5 + 4 * idx.len());
         let now_s = now.map(|t| t.to_string()).unwrap_or_default();
         let cost = plan.cost.to_string();
-        args.extend([mode, now_s.as_str(), plan.call_id.as_str(), cost.as_str(), "1"]);
+        args.extend([mode, now_s.as_str(), call_id, cost.as_str(), "1"]);
         for &i in idx {
             args.extend(plan.compiled[i].script_args.iter().map(String::as_str));
         }
@@ -156,7 +157,7 @@ impl ClusterBackend {
     }
 
     /// Decide the plan slot by slot; give back on a denial.
-    pub async fn eval(&self, plan: &Plan<'_>, mode: Mode, now: Option<i64>) -> Result<Verdict> {
+    pub async fn eval(&self, plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Verdict> {
         let conn = self.conn().await?;
         let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, key) in plan.keys.iter().enumerate() {
@@ -170,7 +171,7 @@ impl ClusterBackend {
         let results = join_all(
             groups
                 .iter()
-                .map(|(_, idx)| self.eval_group(conn.clone(), plan, idx, m, now)),
+                .map(|(_, idx)| self.eval_group(conn.clone(), plan, idx, call_id, m, now)),
         )
         .await;
         let mut outcomes = vec![None; plan.keys.len()];
@@ -212,7 +213,7 @@ impl ClusterBackend {
                 .collect();
             let undone = join_all(
                 undo.iter()
-                    .map(|idx| self.eval_group(conn.clone(), plan, idx, "u", now)),
+                    .map(|idx| self.eval_group(conn.clone(), plan, idx, call_id, "u", now)),
             )
             .await;
             if let Some(e) = undone.into_iter().find_map(|r| r.err()) {

@@ -68,8 +68,8 @@ struct Counters {
     timeouts: AtomicU64,
 }
 
-/// Options of one check beyond its cost.
-#[derive(Debug, Clone, Default)]
+/// Options of one check: its cost and, optionally, an id that makes it idempotent.
+#[derive(Debug, Clone)]
 pub struct CheckOptions {
     /// Units this request costs (default 1); from 1 to each applicable rule's limit.
     pub cost: u64,
@@ -77,6 +77,13 @@ pub struct CheckOptions {
     /// a second call with the same id is answered without counting again.
     /// 1-64 characters from `A-Z a-z 0-9 _ -`. When absent, a random id is used.
     pub call_id: Option<String>,
+}
+
+impl Default for CheckOptions {
+    /// Cost 1, no call id.
+    fn default() -> Self {
+        CheckOptions { cost: 1, call_id: None }
+    }
 }
 
 /// Builds a [`Limiter`]; see [`Limiter::builder`].
@@ -270,7 +277,7 @@ thread_local! {
 
 /// A random call id (16 hex digits). The generator is reseeded from the OS
 /// after a fork, so parent and child never produce the same ids.
-fn random_call_id() -> String {
+pub(crate) fn random_call_id() -> String {
     let pid = std::process::id();
     let x = RNG.with(|cell| {
         let (mut state, seeded_pid) = cell.get();
@@ -348,8 +355,7 @@ impl Limiter {
         attrs: &A,
         options: &CheckOptions,
     ) -> Result<Decision> {
-        let cost = if options.cost == 0 && options.call_id.is_some() { 1 } else { options.cost };
-        let plan = self.plan(&AttrRef(attrs), cost, options.call_id.as_deref());
+        let plan = self.plan(&AttrRef(attrs), options.cost, options.call_id.as_deref());
         self.run(plan, Mode::Check).await
     }
 
@@ -512,8 +518,7 @@ impl Limiter {
             keys,
             compiled,
             cost,
-            call_id: call_id.map_or_else(random_call_id, str::to_string),
-            dedupe: call_id.is_some(),
+            call_id: call_id.map(str::to_string),
         })
     }
 

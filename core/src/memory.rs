@@ -18,6 +18,8 @@ const SHARDS: usize = 64;
 const MIN_SWEEP: usize = 1024;
 
 enum State {
+    /// Expired or new: behaves as a missing key.
+    Absent,
     Log(Log),
     Bucket(Bucket),
 }
@@ -94,7 +96,7 @@ impl MemoryBackend {
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
         let slot = |i: usize| order.binary_search(&idx[i]).expect("locked shard");
 
-        let dedupe = plan.dedupe.then(|| id_hash(&plan.call_id));
+        let dedupe = plan.call_id.as_deref().map(id_hash);
         let mut cost = plan.cost;
         let mut mode = mode;
         if let Some(id) = dedupe {
@@ -102,7 +104,7 @@ impl MemoryBackend {
                 let seen = match guards[slot(i)].1.live(key, now).map(|e| &e.state) {
                     Some(State::Log(log)) => log.seen(id),
                     Some(State::Bucket(b)) => b.ids.contains(&id),
-                    None => false,
+                    Some(State::Absent) | None => false,
                 };
                 if seen {
                     mode = Mode::Peek;
@@ -148,45 +150,43 @@ impl MemoryBackend {
                     continue;
                 }
                 let shard = &mut guards[slot(i)].1;
+                let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
+                // Look the key up once; allocate a key only for a new entry.
+                let entry = match shard.map.get_mut(key.as_str()) {
+                    Some(e) => {
+                        if e.expires_at <= now {
+                            e.state = State::Absent;
+                        }
+                        e
+                    }
+                    None => shard.map.entry(key.clone()).or_insert(Entry {
+                        state: State::Absent,
+                        expires_at,
+                    }),
+                };
+                entry.expires_at = expires_at;
                 match plan.compiled[i].args {
                     RuleArgs::Window { window_us, .. } => {
-                        let expires_at = now + ceil_ms(o.reset_after_us) * 1000;
-                        let live = shard.live(key, now).is_some();
-                        let entry = shard.map.entry(key.clone()).or_insert_with(|| Entry {
-                            state: State::Log(Log::default()),
-                            expires_at,
-                        });
-                        if !live || !matches!(entry.state, State::Log(_)) {
+                        if !matches!(entry.state, State::Log(_)) {
                             entry.state = State::Log(Log::default());
                         }
                         if let State::Log(log) = &mut entry.state {
                             log.commit(now, cost, window_us, stored_id);
                         }
-                        entry.expires_at = expires_at;
                     }
                     RuleArgs::Bucket { .. } => {
-                        let (last, mut ids) = match shard.live(key, now).map(|e| &e.state) {
-                            Some(State::Bucket(b)) => (b.last.max(now), b.ids.clone()),
-                            _ => (now, Vec::new()),
-                        };
+                        if !matches!(entry.state, State::Bucket(_)) {
+                            entry.state = State::Bucket(Bucket { tokens: 0, last: now, ids: Vec::new() });
+                        }
+                        let State::Bucket(bucket) = &mut entry.state else { continue };
+                        bucket.last = bucket.last.max(now);
+                        bucket.tokens = lefts[i];
                         if let Some(id) = dedupe {
-                            ids.push(id);
-                            if ids.len() > TB_IDS {
-                                ids.remove(0);
+                            bucket.ids.push(id);
+                            if bucket.ids.len() > TB_IDS {
+                                bucket.ids.remove(0);
                             }
                         }
-                        let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
-                        shard.map.insert(
-                            key.clone(),
-                            Entry {
-                                state: State::Bucket(Bucket {
-                                    tokens: lefts[i],
-                                    last,
-                                    ids,
-                                }),
-                                expires_at,
-                            },
-                        );
                     }
                 }
             }
@@ -228,6 +228,7 @@ impl MemoryBackend {
                     .map(|e| match &e.state {
                         State::Log(l) => l.len(),
                         State::Bucket(_) => 1,
+                        State::Absent => 0,
                     })
                     .sum::<usize>()
             })
