@@ -37,7 +37,7 @@ pub use policy::*;
 
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use tokio::runtime::Runtime;
 
@@ -67,19 +67,34 @@ pub(crate) fn ffi_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 
 /// The runtime every blocking call runs on: made on first use, shared by all
 /// limiters and threads, never shut down (it lives as long as the process).
+///
+/// A forked child has none of the parent's runtime threads, so a call there
+/// would wait forever on a driver nobody runs: the child gets a runtime of
+/// its own on its first call (the parent's is leaked, as it cannot be torn
+/// down safely without its threads).
 pub(crate) fn runtime() -> Result<&'static Runtime, Fail> {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
-    if let Some(rt) = RUNTIME.get() {
-        return Ok(rt);
+    /// The current process's runtime, and the ones inherited through fork().
+    struct Runtimes {
+        current: Option<(u32, &'static Runtime)>,
+        inherited: Vec<&'static Runtime>,
+    }
+    static RUNTIMES: Mutex<Runtimes> = Mutex::new(Runtimes { current: None, inherited: Vec::new() });
+    let pid = std::process::id();
+    let mut slot = RUNTIMES.lock().unwrap_or_else(|p| p.into_inner());
+    match slot.current {
+        Some((owner, rt)) if owner == pid => return Ok(rt),
+        // Kept reachable: memory checkers must not see the parent's runtime as lost.
+        Some((_, inherited)) => slot.inherited.push(inherited),
+        None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("throttlegate")
         .build()
         .map_err(|e| Fail::new(tg_result::TG_INTERNAL, format!("cannot start the Tokio runtime: {e}")))?;
-    // A racing thread may have stored its runtime first; ours is then dropped
-    // here, outside any runtime context, which is allowed.
-    Ok(RUNTIME.get_or_init(|| rt))
+    let rt: &'static Runtime = Box::leak(Box::new(rt));
+    slot.current = Some((pid, rt));
+    Ok(rt)
 }
 
 /// A required input string: non-NULL, NUL-terminated, UTF-8.

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <throttlegate.h>
@@ -813,6 +814,57 @@ static void test_last_error_per_thread(void) {
           tg_last_error_message());
 }
 
+/* A child made by fork() after the runtime started: limiters on the embedded
+ * backend made before keep working (with the parent's state at the fork),
+ * and limiters made in the child reach Redis (the child gets a runtime of
+ * its own instead of waiting forever on the parent's threads, which it
+ * lacks). The child reports through a pipe rather than its exit status:
+ * under valgrind the child's status also reflects the parent's threads'
+ * memory that fork() leaves unreachable, which is not the library's doing. */
+static void test_fork(void) {
+    tg_policy *policy = policy_from(POLICY_TOML);
+    tg_limiter *before = limiter_on(policy, "memory://", NULL);
+    tg_attribute attrs[] = {{"ip", "192.0.2.77"}};
+    tg_decision_info info = check_info(before, attrs, 1, 1);
+    CHECK(info.remaining == 2, "before the fork: remaining %" PRIu64, info.remaining);
+    int report[2];
+    CHECK(pipe(report) == 0, "pipe");
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(report[0]);
+        alarm(120); /* a hang becomes a missing report, not a stuck test */
+        int before_failures = failures;
+        info = check_info(before, attrs, 1, 1);
+        CHECK(info.allowed && info.remaining == 1, "child, inherited limiter: remaining %" PRIu64, info.remaining);
+        tg_limiter *after = limiter_on(policy, redis_url, NULL);
+        info = check_info(after, attrs, 1, 1);
+        CHECK(info.allowed && !info.degraded && info.remaining == 2, "child, new Redis limiter: remaining %" PRIu64,
+              info.remaining);
+        tg_limiter_free(after);
+        tg_limiter_free(before);
+        tg_policy_free(policy);
+        char verdict = failures == before_failures ? 'y' : 'n';
+        if (write(report[1], &verdict, 1) != 1) verdict = 'n';
+        close(report[1]);
+        fflush(stderr);
+        _exit(verdict == 'y' ? 0 : 1);
+    }
+    close(report[1]);
+    CHECK(pid > 0, "fork failed");
+    char verdict = '?';
+    if (read(report[0], &verdict, 1) != 1) verdict = '?';
+    close(report[0]);
+    int status = -1;
+    CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+    CHECK(verdict == 'y', "the child reported '%c' (status %d)", verdict, status);
+    info = check_info(before, attrs, 1, 1);
+    CHECK(info.allowed && info.remaining == 1, "parent after the fork: remaining %" PRIu64, info.remaining);
+    tg_limiter_free(before);
+    tg_policy_free(policy);
+}
+
 int main(void) {
     redis_url = getenv("TG_REDIS_URL");
     const char *port = getenv("TG_REDIS_PORT");
@@ -831,6 +883,7 @@ int main(void) {
         {"NULL pointers", test_null_pointers},
         {"invalid UTF-8", test_invalid_utf8},
         {"last error per thread", test_last_error_per_thread},
+        {"fork", test_fork},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         printf("test: %s\n", tests[i].name);
