@@ -63,7 +63,8 @@ pub struct SimulateArgs {
     /// Length of the simulated traffic (virtual time).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration_arg, conflicts_with = "scenario")]
     duration: Duration,
-    /// Requests per arrival: a client sends this many at the same instant.
+    /// Requests per arrival: a client sends this many at the same instant
+    /// (with --scenario: for phases that do not set it; so are the next three).
     #[arg(long, default_value_t = 1)]
     burst: u64,
     /// Distinct clients.
@@ -75,7 +76,7 @@ pub struct SimulateArgs {
     /// Cost of each request.
     #[arg(long, default_value_t = 1)]
     cost: u64,
-    /// Attribute template, NAME=TEMPLATE (repeatable); see below.
+    /// Attribute template, NAME=TEMPLATE (repeatable; wins over a scenario's); see below.
     #[arg(long = "attr", value_name = "NAME=TEMPLATE")]
     attrs: Vec<String>,
     /// Length of one row of the report (default: about 10-15 rows).
