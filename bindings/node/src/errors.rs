@@ -6,9 +6,9 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
-use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
+use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw, ToNapiValue};
 use napi::{sys, Env, Unknown};
 use throttlegate::{Error, ErrorKind};
 
@@ -85,20 +85,39 @@ unsafe fn js_error(env: sys::napi_env, e: &Error) -> napi::Result<sys::napi_valu
     Ok(out)
 }
 
-/// Run `fut` on the Tokio runtime and return a Promise for its result.
+/// Return a Promise for the result of `fut`.
+///
+/// With `try_now`, `fut` is polled once right here, inside the runtime's
+/// context: the embedded backend answers at once, and its Promise is settled
+/// without a trip through the runtime's threads (which costs more than the
+/// check itself). A future that is not ready, and every future without
+/// `try_now`, runs on napi's Tokio runtime and never blocks the event loop.
 ///
 /// napi rejects a promise with the JavaScript value behind an error made from
 /// one, so a core error is turned into an `Error` carrying `code` on the
 /// JavaScript thread and handed over that way: async functions of napi only
 /// carry its own status codes otherwise.
-pub(crate) fn spawn<'env, T, V, F, M>(env: &'env Env, fut: F, map: M) -> napi::Result<PromiseRaw<'env, V>>
+pub(crate) fn spawn<'env, T, V, F, M>(
+    env: &'env Env,
+    try_now: bool,
+    fut: F,
+    map: M,
+) -> napi::Result<PromiseRaw<'env, V>>
 where
     T: Send + 'static,
     V: ToNapiValue,
     F: Future<Output = Result<T, Error>> + Send + 'static,
     M: FnOnce(T) -> V + 'static,
 {
-    let fut = CatchUnwind(Box::pin(fut));
+    let mut fut = CatchUnwind(Box::pin(fut));
+    if try_now {
+        let mut cx = Context::from_waker(Waker::noop());
+        let first = within_runtime_if_available(|| Pin::new(&mut fut).poll(&mut cx));
+        if let Poll::Ready(outcome) = first {
+            let promise = unsafe { settled(env.raw(), outcome, map) }?;
+            return Ok(PromiseRaw::new(env.raw(), promise));
+        }
+    }
     env.spawn_future_with_callback(async move { Ok(fut.await) }, move |env, outcome| match outcome {
         Ok(value) => match catch_unwind(AssertUnwindSafe(move || map(value))) {
             Ok(v) => Ok(v),
@@ -106,6 +125,34 @@ where
         },
         Err(e) => Err(reject(env, &e)),
     })
+}
+
+/// A Promise already resolved with `map(value)`, or rejected with the error.
+unsafe fn settled<T, V: ToNapiValue>(
+    env: sys::napi_env,
+    outcome: Result<T, Error>,
+    map: impl FnOnce(T) -> V,
+) -> napi::Result<sys::napi_value> {
+    let mut deferred = ptr::null_mut();
+    let mut promise = ptr::null_mut();
+    napi::check_status!(unsafe { sys::napi_create_promise(env, &mut deferred, &mut promise) })?;
+    let value = outcome.and_then(|v| {
+        catch_unwind(AssertUnwindSafe(move || map(v))).map_err(panic_error)
+    });
+    let resolved = match value {
+        Ok(v) => unsafe { V::to_napi_value(env, v) }.map_err(|e| {
+            Error::new(ErrorKind::Internal, format!("cannot convert the result to JavaScript: {}", e.reason))
+        }),
+        Err(e) => Err(e),
+    };
+    match resolved {
+        Ok(v) => napi::check_status!(unsafe { sys::napi_resolve_deferred(env, deferred, v) })?,
+        Err(e) => {
+            let js = unsafe { js_error(env, &e) }?;
+            napi::check_status!(unsafe { sys::napi_reject_deferred(env, deferred, js) })?;
+        }
+    }
+    Ok(promise)
 }
 
 fn reject(env: &Env, e: &Error) -> napi::Error {

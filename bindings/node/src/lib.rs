@@ -393,7 +393,7 @@ impl Limiter {
         let args = convert::check_args(env, &attributes, options.as_ref(), true);
         let limiter = self.inner.clone();
         let legacy = self.legacy;
-        errors::spawn(env, async move {
+        errors::spawn(env, self.in_memory(), async move {
             let (attrs, opts) = args?;
             limiter.check_with(&attrs, &opts).await
         }, move |d| decision(d, legacy))
@@ -410,7 +410,7 @@ impl Limiter {
         let args = convert::check_args(env, &attributes, options.as_ref(), false);
         let limiter = self.inner.clone();
         let legacy = self.legacy;
-        errors::spawn(env, async move {
+        errors::spawn(env, self.in_memory(), async move {
             let (attrs, opts) = args?;
             limiter.peek(&attrs, opts.cost).await
         }, move |d| decision(d, legacy))
@@ -422,7 +422,7 @@ impl Limiter {
     pub fn reset<'env>(&self, env: &'env Env, attributes: Unknown<'_>) -> Result<PromiseRaw<'env, i64>> {
         let attrs = convert::attributes(env, &attributes);
         let limiter = self.inner.clone();
-        errors::spawn(env, async move {
+        errors::spawn(env, self.in_memory(), async move {
             let attrs: Attrs = attrs?;
             limiter.reset(&attrs).await
         }, |n| n as i64)
@@ -432,14 +432,14 @@ impl Limiter {
     #[napi(ts_return_type = "Promise<void>")]
     pub fn ping<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let limiter = self.inner.clone();
-        errors::spawn(env, async move { limiter.ping().await }, |()| ())
+        errors::spawn(env, self.in_memory(), async move { limiter.ping().await }, |()| ())
     }
 
     /// Close the limiter and drop its connections. Closing twice is harmless.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let limiter = self.inner.clone();
-        errors::spawn(env, async move {
+        errors::spawn(env, true, async move {
             limiter.close();
             Ok(())
         }, |()| ())
@@ -479,6 +479,12 @@ impl Limiter {
     #[napi(getter)]
     pub fn closed(&self) -> bool {
         self.inner.is_closed()
+    }
+
+    /// True for the embedded backend, whose calls complete without waiting.
+    /// (A closed limiter answers at once too: with the `closed` error.)
+    fn in_memory(&self) -> bool {
+        matches!(self.inner.backend_name(), "memory" | "closed")
     }
 
     /// The policy in effect, with the options' overrides applied.
