@@ -10,6 +10,7 @@ mod types;
 
 use pyo3::prelude::*;
 
+/// The extension module; `throttlegate/__init__.py` re-exports it.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", throttlegate::VERSION)?;

@@ -300,28 +300,33 @@ impl Limiter {
         Policy { inner: self.policy.clone() }
     }
 
+    /// `with Limiter(...) as limiter:` yields the limiter itself.
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
 
+    /// Leaving a `with` block closes the limiter; exceptions propagate.
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
         self.close(py)?;
         Ok(false)
     }
 
+    /// `async with Limiter(...) as limiter:` yields the limiter itself.
     fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let me: Py<Limiter> = slf.unbind();
         runtime::future_into_py(py, async move { Ok(me) })
     }
 
+    /// Leaving an `async with` block closes the limiter; exceptions propagate.
     #[pyo3(signature = (*_args))]
     fn __aexit__<'py>(&self, py: Python<'py>, _args: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
         self.close(py)?;
         runtime::future_into_py(py, async move { Ok(false) })
     }
 
+    /// A readable summary for logs and the REPL.
     fn __repr__(&self) -> String {
         format!(
             "Limiter(backend={:?}, rules={:?}, closed={})",

@@ -126,10 +126,12 @@ impl Policy {
         self.inner.on_backend_error().as_str()
     }
 
+    /// The number of rules.
     fn __len__(&self) -> usize {
         self.inner.rules().len()
     }
 
+    /// A readable summary for logs and the REPL.
     fn __repr__(&self) -> String {
         format!("Policy(rules={:?}, prefix={:?})", self.rule_names(), self.inner.prefix())
     }
@@ -179,6 +181,7 @@ impl ManualClock {
         Ok(())
     }
 
+    /// A readable summary for logs and the REPL.
     fn __repr__(&self) -> String {
         format!("ManualClock(now_us={})", self.inner.now_us())
     }
@@ -258,6 +261,7 @@ impl RuleResult {
         self.inner.window.as_secs_f64()
     }
 
+    /// A readable summary for logs and the REPL.
     fn __repr__(&self) -> String {
         format!(
             "RuleResult(rule={}, allowed={}, remaining={}, retry_after={:?})",
@@ -369,6 +373,7 @@ impl Decision {
         self.inner.problem_json()
     }
 
+    /// A readable summary for logs and the REPL.
     fn __repr__(&self) -> String {
         format!(
             "Decision(allowed={}, limit={}, remaining={}, retry_after={:?}, reset_after={:?}, rule={}, degraded={})",
