@@ -34,8 +34,12 @@ fn type_name(t: ValueType) -> &'static str {
 }
 
 fn type_of(v: &Unknown<'_>) -> Result<ValueType, Error> {
-    v.get_type()
-        .map_err(|e| Error::new(ErrorKind::Internal, format!("cannot read a JavaScript value's type: {e}")))
+    v.get_type().map_err(|e| {
+        Error::new(
+            ErrorKind::Internal,
+            format!("cannot read a JavaScript value's type: {e}"),
+        )
+    })
 }
 
 fn is_array(env: &Env, v: sys::napi_value) -> bool {
@@ -49,7 +53,11 @@ fn napi_failed(what: &str, e: napi::Error) -> Error {
 }
 
 /// Own enumerable string-keyed properties of an object, in order.
-fn entries<'a>(env: &'a Env, obj: &Unknown<'_>, what: &str) -> Result<Vec<(String, Unknown<'a>)>, Error> {
+fn entries<'a>(
+    env: &'a Env,
+    obj: &Unknown<'_>,
+    what: &str,
+) -> Result<Vec<(String, Unknown<'a>)>, Error> {
     let raw_env = env.raw();
     let mut names = ptr::null_mut();
     let status = unsafe {
@@ -63,7 +71,9 @@ fn entries<'a>(env: &'a Env, obj: &Unknown<'_>, what: &str) -> Result<Vec<(Strin
         )
     };
     if status != sys::Status::napi_ok {
-        return Err(invalid_argument(format!("{what}: cannot list the object's properties")));
+        return Err(invalid_argument(format!(
+            "{what}: cannot list the object's properties"
+        )));
     }
     let mut len = 0u32;
     unsafe { sys::napi_get_array_length(raw_env, names, &mut len) };
@@ -73,12 +83,16 @@ fn entries<'a>(env: &'a Env, obj: &Unknown<'_>, what: &str) -> Result<Vec<(Strin
         let mut value = ptr::null_mut();
         unsafe {
             if sys::napi_get_element(raw_env, names, i, &mut key) != sys::Status::napi_ok
-                || sys::napi_get_property(raw_env, obj.raw(), key, &mut value) != sys::Status::napi_ok
+                || sys::napi_get_property(raw_env, obj.raw(), key, &mut value)
+                    != sys::Status::napi_ok
             {
-                return Err(invalid_argument(format!("{what}: cannot read property {i}")));
+                return Err(invalid_argument(format!(
+                    "{what}: cannot read property {i}"
+                )));
             }
         }
-        let key = unsafe { String::from_napi_value(raw_env, key) }.map_err(|e| napi_failed(what, e))?;
+        let key =
+            unsafe { String::from_napi_value(raw_env, key) }.map_err(|e| napi_failed(what, e))?;
         out.push((key, unsafe { Unknown::from_raw_unchecked(raw_env, value) }));
     }
     Ok(out)
@@ -88,8 +102,14 @@ fn entries<'a>(env: &'a Env, obj: &Unknown<'_>, what: &str) -> Result<Vec<(Strin
 fn expect_object(env: &Env, v: &Unknown<'_>, what: &str) -> Result<(), Error> {
     let t = type_of(v)?;
     if t != ValueType::Object || is_array(env, v.raw()) {
-        let got = if t == ValueType::Object { "an array" } else { type_name(t) };
-        return Err(invalid_argument(format!("{what}: expected an object, got {got}")));
+        let got = if t == ValueType::Object {
+            "an array"
+        } else {
+            type_name(t)
+        };
+        return Err(invalid_argument(format!(
+            "{what}: expected an object, got {got}"
+        )));
     }
     Ok(())
 }
@@ -98,7 +118,10 @@ fn expect_object(env: &Env, v: &Unknown<'_>, what: &str) -> Result<(), Error> {
 pub(crate) fn string(env: &Env, v: &Unknown<'_>, what: &str) -> Result<String, Error> {
     let t = type_of(v)?;
     if t != ValueType::String {
-        return Err(invalid_argument(format!("{what}: expected a string, got {}", type_name(t))));
+        return Err(invalid_argument(format!(
+            "{what}: expected a string, got {}",
+            type_name(t)
+        )));
     }
     unsafe { String::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))
 }
@@ -114,27 +137,43 @@ pub(crate) fn opt_string(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Optio
 fn number(env: &Env, v: &Unknown<'_>, what: &str) -> Result<f64, Error> {
     let t = type_of(v)?;
     if t != ValueType::Number {
-        return Err(invalid_argument(format!("{what}: expected a number, got {}", type_name(t))));
+        return Err(invalid_argument(format!(
+            "{what}: expected a number, got {}",
+            type_name(t)
+        )));
     }
-    let n = unsafe { f64::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))?;
+    let n =
+        unsafe { f64::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))?;
     if !n.is_finite() {
-        return Err(invalid_argument(format!("{what}: expected a finite number, got {n}")));
+        return Err(invalid_argument(format!(
+            "{what}: expected a finite number, got {n}"
+        )));
     }
     Ok(n)
 }
 
 /// A whole number within `min..=max`, or `None` for `undefined`/`null`.
-pub(crate) fn opt_integer(env: &Env, v: &Unknown<'_>, what: &str, min: i64, max: i64) -> Result<Option<i64>, Error> {
+pub(crate) fn opt_integer(
+    env: &Env,
+    v: &Unknown<'_>,
+    what: &str,
+    min: i64,
+    max: i64,
+) -> Result<Option<i64>, Error> {
     if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
         return Ok(None);
     }
     let n = number(env, v, what)?;
     if n.fract() != 0.0 || n.abs() > MAX_SAFE {
-        return Err(invalid_argument(format!("{what}: expected a whole number, got {n}")));
+        return Err(invalid_argument(format!(
+            "{what}: expected a whole number, got {n}"
+        )));
     }
     let i = n as i64;
     if i < min || i > max {
-        return Err(invalid_argument(format!("{what}: {i} is out of range ({min} to {max})")));
+        return Err(invalid_argument(format!(
+            "{what}: {i} is out of range ({min} to {max})"
+        )));
     }
     Ok(Some(i))
 }
@@ -143,7 +182,9 @@ pub(crate) fn opt_integer(env: &Env, v: &Unknown<'_>, what: &str, min: i64, max:
 pub(crate) fn millis_to_micros(env: &Env, v: &Unknown<'_>, what: &str) -> Result<u64, Error> {
     let n = number(env, v, what)?;
     if n < 0.0 {
-        return Err(invalid_argument(format!("{what}: must not be negative, got {n}")));
+        return Err(invalid_argument(format!(
+            "{what}: must not be negative, got {n}"
+        )));
     }
     let us = (n * 1000.0).round();
     if us > MAX_SAFE {
@@ -153,10 +194,18 @@ pub(crate) fn millis_to_micros(env: &Env, v: &Unknown<'_>, what: &str) -> Result
 }
 
 /// A policy given as a plain object, as a JSON value tree.
-pub(crate) fn policy_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<serde_json::Value, Error> {
+pub(crate) fn policy_value(
+    env: &Env,
+    v: &Unknown<'_>,
+    what: &str,
+) -> Result<serde_json::Value, Error> {
     let t = type_of(v)?;
     if t != ValueType::Object || is_array(env, v.raw()) {
-        let got = if t == ValueType::Object { "an array" } else { type_name(t) };
+        let got = if t == ValueType::Object {
+            "an array"
+        } else {
+            type_name(t)
+        };
         return Err(Error::new(
             ErrorKind::InvalidPolicy,
             format!("{what}: expected an object with a `rules` array, got {got}"),
@@ -203,7 +252,8 @@ fn duration(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Duration, Error> {
         ValueType::Number => Ok(Duration::from_micros(millis_to_micros(env, v, what)?)),
         ValueType::String => {
             let text = string(env, v, what)?;
-            throttlegate::duration::parse_duration(&text).map_err(|m| invalid_argument(format!("{what}: {m}")))
+            throttlegate::duration::parse_duration(&text)
+                .map_err(|m| invalid_argument(format!("{what}: {m}")))
         }
         t => Err(invalid_argument(format!(
             "{what}: expected milliseconds or a duration string such as \"100ms\", got {}",
@@ -317,8 +367,13 @@ pub(crate) fn check_args(
     allow_call_id: bool,
 ) -> Result<CheckArgs, Error> {
     let attrs = attributes(env, attrs)?;
-    let mut opts = CheckOptions { cost: 1, call_id: None };
-    let Some(v) = options else { return Ok((attrs, opts)) };
+    let mut opts = CheckOptions {
+        cost: 1,
+        call_id: None,
+    };
+    let Some(v) = options else {
+        return Ok((attrs, opts));
+    };
     if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
         return Ok((attrs, opts));
     }
@@ -329,15 +384,23 @@ pub(crate) fn check_args(
             "cost" => {
                 if let Some(c) = opt_integer(env, &value, &what, i64::MIN, i64::MAX)? {
                     if c < 1 {
-                        return Err(invalid_argument(format!("cost: must be at least 1, got {c}")));
+                        return Err(invalid_argument(format!(
+                            "cost: must be at least 1, got {c}"
+                        )));
                     }
                     opts.cost = c as u64;
                 }
             }
             "callId" if allow_call_id => opts.call_id = opt_string(env, &value, &what)?,
             _ => {
-                let known = if allow_call_id { "cost, callId" } else { "cost" };
-                return Err(invalid_argument(format!("options: unknown option {name:?} (known: {known})")));
+                let known = if allow_call_id {
+                    "cost, callId"
+                } else {
+                    "cost"
+                };
+                return Err(invalid_argument(format!(
+                    "options: unknown option {name:?} (known: {known})"
+                )));
             }
         }
     }
@@ -345,10 +408,15 @@ pub(crate) fn check_args(
 }
 
 /// The options of `new ClientIp()`: trusted proxies and the IPv6 prefix.
-pub(crate) fn client_ip_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<(Vec<String>, u8), Error> {
+pub(crate) fn client_ip_options(
+    env: &Env,
+    v: Option<&Unknown<'_>>,
+) -> Result<(Vec<String>, u8), Error> {
     let mut trusted = Vec::new();
     let mut prefix = 64u8;
-    let Some(v) = v else { return Ok((trusted, prefix)) };
+    let Some(v) = v else {
+        return Ok((trusted, prefix));
+    };
     if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
         return Ok((trusted, prefix));
     }
@@ -361,7 +429,9 @@ pub(crate) fn client_ip_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<(V
                     continue;
                 }
                 if !is_array(env, value.raw()) {
-                    return Err(invalid_argument(format!("{what}: expected an array of addresses or CIDR networks")));
+                    return Err(invalid_argument(format!(
+                        "{what}: expected an array of addresses or CIDR networks"
+                    )));
                 }
                 for (i, (_, item)) in entries(env, &value, &what)?.into_iter().enumerate() {
                     trusted.push(string(env, &item, &format!("{what}[{i}]"))?);
@@ -384,7 +454,11 @@ pub(crate) fn client_ip_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<(V
 
 /// A request header value: a string, an array of strings (joined with
 /// commas, as repeated headers are), or `None` when absent.
-pub(crate) fn header(env: &Env, v: Option<&Unknown<'_>>, what: &str) -> Result<Option<String>, Error> {
+pub(crate) fn header(
+    env: &Env,
+    v: Option<&Unknown<'_>>,
+    what: &str,
+) -> Result<Option<String>, Error> {
     let Some(v) = v else { return Ok(None) };
     match type_of(v)? {
         ValueType::Undefined | ValueType::Null => Ok(None),

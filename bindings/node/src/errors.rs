@@ -61,6 +61,12 @@ pub(crate) fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, napi::
     }
 }
 
+/// Run a conversion on the JavaScript thread whose error is delivered later
+/// (through a rejected Promise): a panic becomes an `internal` error.
+pub(crate) fn catching<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(panic_error(payload)))
+}
+
 /// A future whose panics are caught and reported as `internal` errors.
 struct CatchUnwind<F>(Pin<Box<F>>);
 
@@ -118,13 +124,16 @@ where
             return Ok(PromiseRaw::new(env.raw(), promise));
         }
     }
-    env.spawn_future_with_callback(async move { Ok(fut.await) }, move |env, outcome| match outcome {
-        Ok(value) => match catch_unwind(AssertUnwindSafe(move || map(value))) {
-            Ok(v) => Ok(v),
-            Err(payload) => Err(reject(env, &panic_error(payload))),
+    env.spawn_future_with_callback(
+        async move { Ok(fut.await) },
+        move |env, outcome| match outcome {
+            Ok(value) => match catch_unwind(AssertUnwindSafe(move || map(value))) {
+                Ok(v) => Ok(v),
+                Err(payload) => Err(reject(env, &panic_error(payload))),
+            },
+            Err(e) => Err(reject(env, &e)),
         },
-        Err(e) => Err(reject(env, &e)),
-    })
+    )
 }
 
 /// A Promise already resolved with `map(value)`, or rejected with the error.
@@ -136,12 +145,14 @@ unsafe fn settled<T, V: ToNapiValue>(
     let mut deferred = ptr::null_mut();
     let mut promise = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_promise(env, &mut deferred, &mut promise) })?;
-    let value = outcome.and_then(|v| {
-        catch_unwind(AssertUnwindSafe(move || map(v))).map_err(panic_error)
-    });
+    let value =
+        outcome.and_then(|v| catch_unwind(AssertUnwindSafe(move || map(v))).map_err(panic_error));
     let resolved = match value {
         Ok(v) => unsafe { V::to_napi_value(env, v) }.map_err(|e| {
-            Error::new(ErrorKind::Internal, format!("cannot convert the result to JavaScript: {}", e.reason))
+            Error::new(
+                ErrorKind::Internal,
+                format!("cannot convert the result to JavaScript: {}", e.reason),
+            )
         }),
         Err(e) => Err(e),
     };
@@ -178,7 +189,8 @@ mod tests {
         let err = guard(|| -> Result<(), Error> { panic!("boom") }).unwrap_err();
         assert_eq!(err.status.as_ref(), "internal");
         assert!(err.reason.contains("boom"), "{}", err.reason);
-        let err = guard(|| -> Result<(), Error> { Err(invalid_argument("cost: bad")) }).unwrap_err();
+        let err =
+            guard(|| -> Result<(), Error> { Err(invalid_argument("cost: bad")) }).unwrap_err();
         assert_eq!(err.status.as_ref(), "invalid_argument");
         assert_eq!(err.reason, "cost: bad");
         assert_eq!(guard(|| Ok(7)).unwrap(), 7);
@@ -186,12 +198,18 @@ mod tests {
 
     #[test]
     fn panicking_futures_resolve_to_internal_errors() {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let empty: Vec<u8> = std::hint::black_box(Vec::new());
         let fut = CatchUnwind(Box::pin(async move { Ok::<u8, Error>(empty[3]) }));
         let err = rt.block_on(fut).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Internal);
-        assert!(err.message().contains("index out of bounds"), "{}", err.message());
+        assert!(
+            err.message().contains("index out of bounds"),
+            "{}",
+            err.message()
+        );
         let ok = rt.block_on(CatchUnwind(Box::pin(async { Ok::<u8, Error>(1) })));
         assert_eq!(ok.unwrap(), 1);
     }

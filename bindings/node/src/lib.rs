@@ -105,7 +105,7 @@ impl Policy {
     }
 
     /// The policy as a plain object in the file structure (round-trips through `new Policy()`).
-    #[napi(js_name = "toJSON", ts_return_type = "PolicyObject")]
+    #[napi(js_name = "toJSON", ts_return_type = "PolicyObject", catch_unwind)]
     pub fn to_json(&self) -> serde_json::Value {
         self.inner.to_value()
     }
@@ -131,7 +131,9 @@ impl ManualClock {
     pub fn new(env: &Env, start_us: Option<Unknown<'_>>) -> Result<Self, Code> {
         guard(|| {
             let start = match start_us {
-                Some(v) => convert::opt_integer(env, &v, "startUs", i64::MIN, i64::MAX)?.unwrap_or(0),
+                Some(v) => {
+                    convert::opt_integer(env, &v, "startUs", i64::MIN, i64::MAX)?.unwrap_or(0)
+                }
                 None => 0,
             };
             Ok(ManualClock {
@@ -350,7 +352,10 @@ impl Limiter {
     /// `policy`: a `Policy`, a path to a TOML/JSON policy file, or a plain
     /// object in the policy-file structure. `options` override the policy's
     /// settings and choose the backend.
-    #[napi(constructor, ts_args_type = "policy: Policy | string | PolicyObject, options?: LimiterOptions")]
+    #[napi(
+        constructor,
+        ts_args_type = "policy: Policy | string | PolicyObject, options?: LimiterOptions"
+    )]
     pub fn new(env: &Env, policy: Unknown<'_>, options: Option<Unknown<'_>>) -> Result<Self, Code> {
         guard(|| {
             let policy = convert::any_policy(env, &policy)?;
@@ -383,66 +388,101 @@ impl Limiter {
 
     /// Check a request: consume `cost` (default 1) from every applicable
     /// rule if all of them admit it, nothing otherwise.
-    #[napi(ts_args_type = "attributes: Record<string, string | null | undefined>, options?: CheckOptions")]
+    #[napi(
+        ts_args_type = "attributes: Record<string, string | null | undefined>, options?: CheckOptions"
+    )]
     pub fn check<'env>(
         &self,
         env: &'env Env,
         attributes: Unknown<'_>,
         options: Option<Unknown<'_>>,
     ) -> Result<PromiseRaw<'env, Decision>> {
-        let args = convert::check_args(env, &attributes, options.as_ref(), true);
+        let args =
+            errors::catching(|| convert::check_args(env, &attributes, options.as_ref(), true));
         let limiter = self.inner.clone();
         let legacy = self.legacy;
-        errors::spawn(env, self.in_memory(), async move {
-            let (attrs, opts) = args?;
-            limiter.check_with(&attrs, &opts).await
-        }, move |d| decision(d, legacy))
+        errors::spawn(
+            env,
+            self.in_memory(),
+            async move {
+                let (attrs, opts) = args?;
+                limiter.check_with(&attrs, &opts).await
+            },
+            move |d| decision(d, legacy),
+        )
     }
 
     /// The decision a check of this cost would get now, without consuming anything.
-    #[napi(ts_args_type = "attributes: Record<string, string | null | undefined>, options?: PeekOptions")]
+    #[napi(
+        ts_args_type = "attributes: Record<string, string | null | undefined>, options?: PeekOptions"
+    )]
     pub fn peek<'env>(
         &self,
         env: &'env Env,
         attributes: Unknown<'_>,
         options: Option<Unknown<'_>>,
     ) -> Result<PromiseRaw<'env, Decision>> {
-        let args = convert::check_args(env, &attributes, options.as_ref(), false);
+        let args =
+            errors::catching(|| convert::check_args(env, &attributes, options.as_ref(), false));
         let limiter = self.inner.clone();
         let legacy = self.legacy;
-        errors::spawn(env, self.in_memory(), async move {
-            let (attrs, opts) = args?;
-            limiter.peek(&attrs, opts.cost).await
-        }, move |d| decision(d, legacy))
+        errors::spawn(
+            env,
+            self.in_memory(),
+            async move {
+                let (attrs, opts) = args?;
+                limiter.peek(&attrs, opts.cost).await
+            },
+            move |d| decision(d, legacy),
+        )
     }
 
     /// Forget the state of every rule that applies to these attributes (to
     /// unblock a client). Resolves to how many keys existed.
     #[napi(ts_args_type = "attributes: Record<string, string | null | undefined>")]
-    pub fn reset<'env>(&self, env: &'env Env, attributes: Unknown<'_>) -> Result<PromiseRaw<'env, i64>> {
-        let attrs = convert::attributes(env, &attributes);
+    pub fn reset<'env>(
+        &self,
+        env: &'env Env,
+        attributes: Unknown<'_>,
+    ) -> Result<PromiseRaw<'env, i64>> {
+        let attrs = errors::catching(|| convert::attributes(env, &attributes));
         let limiter = self.inner.clone();
-        errors::spawn(env, self.in_memory(), async move {
-            let attrs: Attrs = attrs?;
-            limiter.reset(&attrs).await
-        }, |n| n as i64)
+        errors::spawn(
+            env,
+            self.in_memory(),
+            async move {
+                let attrs: Attrs = attrs?;
+                limiter.reset(&attrs).await
+            },
+            |n| n as i64,
+        )
     }
 
     /// Check that the backend answers (a `PING` for Redis) within the timeout.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn ping<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let limiter = self.inner.clone();
-        errors::spawn(env, self.in_memory(), async move { limiter.ping().await }, |()| ())
+        errors::spawn(
+            env,
+            self.in_memory(),
+            async move { limiter.ping().await },
+            |()| (),
+        )
     }
 
     /// Close the limiter and drop its connections. Closing twice is harmless.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let limiter = self.inner.clone();
-        errors::spawn(env, true, async move {
-            limiter.close();
-            Ok(())
-        }, |()| ())
+        errors::spawn(
+            env,
+            true,
+            async move {
+                limiter.close();
+                Ok(())
+            },
+            |()| (),
+        )
     }
 
     /// The keys these attributes touch, one per applicable rule, in policy order.
@@ -455,7 +495,7 @@ impl Limiter {
     }
 
     /// Counters since the limiter was made.
-    #[napi]
+    #[napi(catch_unwind)]
     pub fn stats(&self) -> Stats {
         let s = self.inner.stats();
         Stats {
