@@ -10,6 +10,24 @@ mod types;
 
 use pyo3::prelude::*;
 
+/// Panics on purpose, behind the same guard as every entry point: the tests
+/// use it to prove that a panic reaches Python as `InternalError`.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>, message: String) -> PyResult<()> {
+    errors::guard(py, || panic!("{message}"))
+}
+
+/// Like `_panic_for_tests`, inside a future awaited from asyncio.
+#[pyfunction]
+fn _panic_async_for_tests(py: Python<'_>, message: String) -> PyResult<Bound<'_, PyAny>> {
+    runtime::future_into_py(py, async move {
+        if !message.is_empty() {
+            panic!("{message}");
+        }
+        Ok(Option::<bool>::None)
+    })
+}
+
 /// The extension module; `throttlegate/__init__.py` re-exports it.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -22,5 +40,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::RuleResult>()?;
     m.add_class::<types::ClientIp>()?;
     m.add_class::<limiter::Limiter>()?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_async_for_tests, m)?)?;
     Ok(())
 }

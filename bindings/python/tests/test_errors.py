@@ -212,3 +212,19 @@ def test_random_junk_never_escapes_the_hierarchy() -> None:
                 pass
             except BaseException as e:  # noqa: BLE001 - the point is to see anything else
                 pytest.fail(f"{type(e).__name__} escaped for {value!r}: {e}")
+
+
+def test_a_panic_becomes_internal_error() -> None:
+    import asyncio
+
+    from throttlegate import _native
+
+    err = raises(tg.InternalError, lambda: _native._panic_for_tests("boom"), "boom")
+    assert "bug in throttlegate" in str(err)
+
+    async def main() -> None:
+        with pytest.raises(tg.InternalError, match="async boom"):
+            await _native._panic_async_for_tests("async boom")
+        assert await _native._panic_async_for_tests("") is None
+
+    asyncio.run(main())

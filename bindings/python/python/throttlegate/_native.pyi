@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional, Union
 
 from typing_extensions import Self, TypeAlias, final
 
-__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "__version__"]
+__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "__version__", "_panic_for_tests", "_panic_async_for_tests"]
 
 __version__: str
 DEFAULT_PREFIX: str
@@ -157,3 +157,6 @@ class Limiter:
         self,
         *_args: Union[type[BaseException], BaseException, TracebackType, None],
     ) -> Awaitable[Literal[False]]: ...
+
+def _panic_for_tests(message: str) -> None: ...
+def _panic_async_for_tests(message: str) -> Awaitable[None]: ...
