@@ -14,7 +14,12 @@ from conftest import RedisServer
 
 RULE = {"name": "per-ip", "key": "ip:{ip}", "limit": 10, "window": "1h"}
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+pytestmark = [
+    pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"),
+    # Python >= 3.12 warns when forking once the runtime's threads exist; that
+    # fork is exactly the case under test.
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
+]
 
 
 def in_child(fn: Callable[[], Any]) -> Any:
