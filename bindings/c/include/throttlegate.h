@@ -158,6 +158,13 @@ typedef struct tg_decision tg_decision;
  * is the intended use; it holds one multiplexed Redis connection). Calls
  * block the calling thread until the answer or the timeout; the library
  * runs them on its own Tokio runtime, started on first use.
+ *
+ * Across fork(): the child gets a runtime of its own on its first call.
+ * Make the child's Redis limiters in the child: one made before the fork
+ * has its connection in the parent, so its calls in the child meet the
+ * timeout (and the failure mode); the parent's connection is unaffected.
+ * Limiters on the embedded backend keep working in the child, on a copy
+ * of the state.
  */
 typedef struct tg_limiter tg_limiter;
 

@@ -823,10 +823,17 @@ static void test_last_error_per_thread(void) {
  * memory that fork() leaves unreachable, which is not the library's doing. */
 static void test_fork(void) {
     tg_policy *policy = policy_from(POLICY_TOML);
-    tg_limiter *before = limiter_on(policy, "memory://", NULL);
+    tg_clock *clock = NULL;
+    OK(tg_clock_manual_new(1000000000000, &clock));
+    tg_limiter *before = limiter_on(policy, "memory://", clock);
     tg_attribute attrs[] = {{"ip", "192.0.2.77"}};
     tg_decision_info info = check_info(before, attrs, 1, 1);
     CHECK(info.remaining == 2, "before the fork: remaining %" PRIu64, info.remaining);
+    /* A Redis limiter with its connection made before the fork. */
+    tg_limiter *parents = failing_limiter(policy, redis_url, TG_FAILURE_ERROR, 3000);
+    tg_decision *d = NULL;
+    OK(tg_limiter_check(parents, attrs, 1, 1, &d));
+    tg_decision_free(d);
     int report[2];
     CHECK(pipe(report) == 0, "pipe");
     fflush(stdout);
@@ -842,8 +849,16 @@ static void test_fork(void) {
         info = check_info(after, attrs, 1, 1);
         CHECK(info.allowed && !info.degraded && info.remaining == 2, "child, new Redis limiter: remaining %" PRIu64,
               info.remaining);
+        /* The parent's connection is not the child's: the call meets its timeout. */
+        d = SENTINEL;
+        tg_result rc = tg_limiter_check(parents, attrs, 1, 1, &d);
+        CHECK(rc == TG_TIMEOUT || rc == TG_BACKEND_UNAVAILABLE, "child, parent's Redis limiter: %s",
+              tg_result_name(rc));
+        CHECK(d == SENTINEL, "decision written on failure");
+        tg_limiter_free(parents);
         tg_limiter_free(after);
         tg_limiter_free(before);
+        tg_clock_free(clock);
         tg_policy_free(policy);
         char verdict = failures == before_failures ? 'y' : 'n';
         if (write(report[1], &verdict, 1) != 1) verdict = 'n';
@@ -861,7 +876,13 @@ static void test_fork(void) {
     CHECK(verdict == 'y', "the child reported '%c' (status %d)", verdict, status);
     info = check_info(before, attrs, 1, 1);
     CHECK(info.allowed && info.remaining == 1, "parent after the fork: remaining %" PRIu64, info.remaining);
+    /* The child's calls left the parent's connection alone. */
+    d = NULL;
+    OK(tg_limiter_check(parents, attrs, 1, 1, &d));
+    tg_decision_free(d);
+    tg_limiter_free(parents);
     tg_limiter_free(before);
+    tg_clock_free(clock);
     tg_policy_free(policy);
 }
 
