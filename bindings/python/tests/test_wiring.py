@@ -221,3 +221,18 @@ def test_times_round_trip_through_microseconds(backend_url: str | None, prefix: 
     d = limiter.check({"k": "x"})
     assert round(d.retry_after * 1e6) == 1_000_999
     assert d.retry_after_ms == math.ceil(round(d.retry_after * 1e6) / 1000)
+
+
+def test_any_mapping_is_accepted() -> None:
+    import collections
+    import types
+
+    limiter = Limiter([WINDOW_RULE])
+    for attrs in (types.MappingProxyType({"ip": "192.0.2.5"}), collections.OrderedDict(ip="192.0.2.5")):
+        assert limiter.keys(attrs) == ["throttlegate:per-ip:ip:192.0.2.5"]
+
+
+def test_the_extension_is_an_abi3_module() -> None:
+    from throttlegate import _native
+
+    assert _native.__file__ is not None and _native.__file__.endswith(".abi3.so")
