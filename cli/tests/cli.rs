@@ -313,7 +313,39 @@ attributes = { api_key = "k-{phase}-{client}" }
 #[test]
 fn simulation_on_redis_matches_the_embedded_backend() {
     let server = RedisServer::start();
-    let rules = repo("examples/rules.toml");
+    // Redis expires keys on its own clock, not the simulation's: every key
+    // here lives at least 10 s of real time, far longer than the run, so a
+    // stalled test machine cannot make Redis forget state the manual clock
+    // still counts.
+    let rules = temp_file(
+        "sim-redis.toml",
+        r#"
+[[rules]]
+name = "per-ip"
+key = "ip:{ip}"
+limit = 30
+window = "1m"
+[[rules]]
+name = "per-key"
+key = "key:{api_key}"
+algorithm = "token_bucket"
+capacity = 20
+refill_rate = 0.1
+[[rules]]
+name = "login"
+key = "login:{ip}"
+match = { route = "/login" }
+limit = 5
+window = "5m"
+[[rules]]
+name = "trial"
+key = "t:{ip}"
+limit = 10
+window = "1m"
+shadow = true
+"#,
+    );
+    let rules = rules.to_string_lossy().into_owned();
     let args = ["simulate", "--rules", rules.as_str(), "--duration", "3m", "--rate", "20", "--json"];
     let memory = run(&args);
     let mut with_redis: Vec<&str> = args.to_vec();
@@ -326,6 +358,7 @@ fn simulation_on_redis_matches_the_embedded_backend() {
     assert_eq!(r["backend"], "redis");
     m["backend"] = Value::Null;
     r["backend"] = Value::Null;
+    assert!(m["denied"].as_u64().unwrap() > 0, "the traffic crosses the limits");
     assert_eq!(m, r, "the same traffic gets the same decisions on both backends");
     // The simulation removed its keys.
     assert_eq!(server.command(&["DBSIZE"]).unwrap(), "0");
