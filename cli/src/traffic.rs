@@ -265,7 +265,7 @@ pub fn templates_for_policy(policy: &Policy) -> AttributeTemplates {
         values.push("other".to_string());
         let alternatives = values
             .iter()
-            .map(|v| vec![Piece::Text(v.replace(['{', '}'], ""))])
+            .map(|v| vec![Piece::Text(v.clone())])
             .collect();
         out.insert(attr, ValueTemplate { alternatives });
     }
