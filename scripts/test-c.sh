@@ -28,6 +28,7 @@ need() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
 }
+need c++ g++
 need pkg-config pkg-config
 need valgrind valgrind
 
@@ -81,6 +82,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP PIPE
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+redis_ping() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1" && printf 'PING\r\n' >&3 && read -r -t 2 reply <&3 && [[ $reply == +PONG* ]]) 2>/dev/null
+}
 for attempt in $(seq 1 20); do
   PORT=$((20000 + RANDOM % 30000))
   port_free "$PORT" || continue
@@ -88,7 +92,7 @@ for attempt in $(seq 1 20); do
     --logfile "$REDIS_DIR/redis.log" &
   REDIS_PID=$!
   for _ in $(seq 1 100); do
-    if redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG; then break 2; fi
+    if redis_ping "$PORT"; then break 2; fi
     if ! kill -0 "$REDIS_PID" 2>/dev/null; then REDIS_PID=""; break; fi
     sleep 0.05
   done
