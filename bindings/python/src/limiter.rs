@@ -27,7 +27,7 @@ struct State {
 pub struct Limiter {
     builder: core::LimiterBuilder,
     policy: core::Policy,
-    url: Option<String>,
+    backend: &'static str,
     // Locked only while the GIL is held: `os.fork()` runs with the GIL, so
     // the lock is never held by another thread at a fork.
     state: Mutex<State>,
@@ -109,9 +109,8 @@ impl Limiter {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
             let mut builder = core::Limiter::builder(policy);
-            let url = convert::opt_text(url, "url")?;
-            if let Some(u) = &url {
-                builder = builder.url(u.clone());
+            if let Some(u) = convert::opt_text(url, "url")? {
+                builder = builder.url(u);
             }
             if let Some(t) = timeout.filter(|o| !o.is_none()) {
                 builder = builder.timeout(convert::seconds(t, "timeout")?);
@@ -140,7 +139,7 @@ impl Limiter {
             Ok(Limiter {
                 builder,
                 policy: limiter.policy().clone(),
-                url,
+                backend: limiter.backend_name(),
                 state: Mutex::new(State { pid: std::process::id(), core: Some(limiter) }),
             })
         })
@@ -288,10 +287,7 @@ impl Limiter {
     /// `"memory"` or `"redis"`.
     #[getter]
     fn backend(&self) -> &'static str {
-        match self.url.as_deref().map(str::trim) {
-            None | Some("") | Some("memory://") | Some("memory:") => "memory",
-            Some(_) => "redis",
-        }
+        self.backend
     }
 
     /// The policy, with the limiter's overrides applied.

@@ -30,6 +30,7 @@ def test_version_matches_the_package() -> None:
 
 def test_check_fields_and_types(backend_url: str | None, prefix: str) -> None:
     limiter, clock = make(backend_url, prefix)
+    assert limiter.backend == ("memory" if backend_url is None else "redis")
     d = limiter.check({"ip": "203.0.113.7", "api_key": "k_1"}, cost=1)
     assert isinstance(d, Decision)
     assert d.allowed is True and d.degraded is False
