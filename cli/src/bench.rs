@@ -11,7 +11,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::error::{CliError, CliResult, EXIT_INTERNAL, EXIT_OK};
-use crate::traffic::{attribute_variants, parse_attr_flags, templates_for_policy, ClientPicker, Rng};
+use crate::traffic::{
+    attribute_variants, parse_attr_flags, templates_for_policy, ClientPicker, Rng,
+};
 use crate::{parse_duration_arg, BackendArgs};
 
 /// Shown after `bench --help`.
@@ -95,7 +97,10 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
         )));
     }
     if !args.skew.is_finite() || !(0.0..=10.0).contains(&args.skew) {
-        return Err(CliError::usage(format!("--skew: must be between 0 and 10, not {}", args.skew)));
+        return Err(CliError::usage(format!(
+            "--skew: must be between 0 and 10, not {}",
+            args.skew
+        )));
     }
     if args.cost == 0 {
         return Err(CliError::usage("--cost: must be at least 1"));
@@ -115,7 +120,9 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
     }
     let templates = Arc::new(templates);
     let picker = Arc::new(ClientPicker::new(args.clients, args.skew));
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 8);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 8);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -134,7 +141,9 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
             args.clients,
             args.cost,
             throttlegate::duration::format_duration(args.duration),
-            args.requests.map(|n| format!(" or {n} checks")).unwrap_or_default()
+            args.requests
+                .map(|n| format!(" or {n} checks"))
+                .unwrap_or_default()
         );
     }
 
@@ -142,8 +151,14 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
         ProgressBar::hidden()
     } else {
         let (len, template) = match args.requests {
-            Some(n) => (n, "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} checks {msg}"),
-            None => (args.duration.as_millis() as u64, "{spinner} [{elapsed_precise}] {wide_bar} {msg}"),
+            Some(n) => (
+                n,
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} checks {msg}",
+            ),
+            None => (
+                args.duration.as_millis() as u64,
+                "{spinner} [{elapsed_precise}] {wide_bar} {msg}",
+            ),
         };
         let b = ProgressBar::new(len);
         if let Ok(style) = ProgressStyle::with_template(template) {
@@ -170,7 +185,11 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
             let (clients, cost, limit) = (args.clients, args.cost, args.requests);
             let mut rng = Rng::new(args.seed.wrapping_add(i as u64));
             tasks.push(tokio::spawn(async move {
-                let mut t = Totals { allowed: 0, denied: 0, latency: histogram() };
+                let mut t = Totals {
+                    allowed: 0,
+                    denied: 0,
+                    latency: histogram(),
+                };
                 while !stop.load(Ordering::Relaxed) {
                     if let Some(n) = limit {
                         if done.fetch_add(1, Ordering::Relaxed) >= n {
@@ -189,14 +208,21 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
                     match limiter.check(&attrs, cost).await {
                         Ok(d) => {
                             t.latency.saturating_record(at.elapsed().as_nanos() as u64);
-                            if d.allowed { t.allowed += 1 } else { t.denied += 1 }
+                            if d.allowed {
+                                t.allowed += 1
+                            } else {
+                                t.denied += 1
+                            }
                             if limit.is_none() {
                                 done.fetch_add(1, Ordering::Relaxed);
                             }
                         }
                         Err(e) => {
                             stop.store(true, Ordering::Relaxed);
-                            first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.into());
+                            first_error
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .get_or_insert(e.into());
                             break;
                         }
                     }
@@ -222,7 +248,11 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
                 }
             })
         };
-        let mut all = Totals { allowed: 0, denied: 0, latency: histogram() };
+        let mut all = Totals {
+            allowed: 0,
+            denied: 0,
+            latency: histogram(),
+        };
         for task in tasks {
             let t = task.await.map_err(|e| CliError {
                 kind: "internal",
@@ -250,7 +280,13 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
     let checks = totals.allowed + totals.denied;
     let secs = elapsed.as_secs_f64().max(1e-9);
     let h = &totals.latency;
-    let q = |x: f64| if checks == 0 { 0.0 } else { us(h.value_at_quantile(x)) };
+    let q = |x: f64| {
+        if checks == 0 {
+            0.0
+        } else {
+            us(h.value_at_quantile(x))
+        }
+    };
     if args.json {
         println!(
             "{}",

@@ -94,7 +94,10 @@ impl BackendArgs {
         }
         if let Some(path) = &self.key_secret_file {
             let mut secret = std::fs::read(path).map_err(|e| {
-                CliError::usage(format!("cannot read --key-secret-file {}: {e}", path.display()))
+                CliError::usage(format!(
+                    "cannot read --key-secret-file {}: {e}",
+                    path.display()
+                ))
             })?;
             while secret.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
                 secret.pop();
@@ -155,9 +158,16 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind as K;
-            if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
-                let code = if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand { EXIT_USAGE } else { EXIT_OK };
+                let code = if e.kind() == K::DisplayHelpOnMissingArgumentOrSubcommand {
+                    EXIT_USAGE
+                } else {
+                    EXIT_OK
+                };
                 return ExitCode::from(code);
             }
             // clap's report spans several lines (tips, usage); keep its first
@@ -171,7 +181,11 @@ fn main() -> ExitCode {
                 .collect();
             let first = first.join(" ");
             let first = first.trim_start_matches("error: ");
-            let first = if first.is_empty() { "invalid arguments" } else { first };
+            let first = if first.is_empty() {
+                "invalid arguments"
+            } else {
+                first
+            };
             report(&CliError::usage(format!("{first} (see --help)")));
             return ExitCode::from(EXIT_USAGE);
         }

@@ -82,11 +82,15 @@ pub fn parse_attributes(args: &[String]) -> CliResult<Vec<(String, String)>> {
     let mut out: Vec<(String, String)> = Vec::with_capacity(args.len());
     for a in args {
         let (name, value) = a.split_once('=').ok_or_else(|| {
-            CliError::usage(format!("attribute {a:?}: expected NAME=VALUE, e.g. ip=203.0.113.7"))
+            CliError::usage(format!(
+                "attribute {a:?}: expected NAME=VALUE, e.g. ip=203.0.113.7"
+            ))
         })?;
         check_attr_name(name, &format!("attribute {a:?}"))?;
         if out.iter().any(|(n, _)| n == name) {
-            return Err(CliError::usage(format!("attribute {name:?} is given twice")));
+            return Err(CliError::usage(format!(
+                "attribute {name:?} is given twice"
+            )));
         }
         out.push((name.to_string(), value.to_string()));
     }
@@ -118,7 +122,11 @@ pub fn decision_json(d: &Decision, options: HeaderOptions) -> Value {
             })
         })
         .collect();
-    let headers: Vec<Value> = d.headers_with(options).into_iter().map(|(k, v)| json!([k, v])).collect();
+    let headers: Vec<Value> = d
+        .headers_with(options)
+        .into_iter()
+        .map(|(k, v)| json!([k, v]))
+        .collect();
     json!({
         "allowed": d.allowed,
         "limit": d.limit,
@@ -138,7 +146,11 @@ pub fn human_ms(ms: u64) -> String {
         format!("{ms}ms")
     } else if ms < 60_000 {
         let s = ms as f64 / 1000.0;
-        if ms % 1000 == 0 { format!("{}s", ms / 1000) } else { format!("{s:.1}s") }
+        if ms % 1000 == 0 {
+            format!("{}s", ms / 1000)
+        } else {
+            format!("{s:.1}s")
+        }
     } else if ms < 3_600_000 {
         let s = ms.div_ceil(1000);
         format!("{}m{:02}s", s / 60, s % 60)
@@ -170,7 +182,13 @@ fn print_decision(d: &Decision, options: HeaderOptions, peek: bool) {
         println!("(degraded: the backend failed; this answer comes from on_backend_error)");
     }
     if !d.results.is_empty() {
-        let width = d.results.iter().map(|r| r.rule.len()).max().unwrap_or(4).max(4);
+        let width = d
+            .results
+            .iter()
+            .map(|r| r.rule.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
         println!();
         println!(
             "  {:<width$}  {:<19}  {:>9}  {:>9}  {:>11}  {:>11}",
@@ -208,7 +226,9 @@ fn look(args: LookArgs, call_id: Option<String>, peek: bool) -> CliResult<u8> {
     if args.cost == 0 {
         return Err(CliError::usage("--cost: must be at least 1"));
     }
-    let options = HeaderOptions { legacy: args.legacy_headers };
+    let options = HeaderOptions {
+        legacy: args.legacy_headers,
+    };
     let rt = crate::runtime()?;
     let d = rt.block_on(async {
         let limiter = connect(&args.backend, &args.redis).await?;
@@ -216,7 +236,13 @@ fn look(args: LookArgs, call_id: Option<String>, peek: bool) -> CliResult<u8> {
             limiter.peek(&attrs, args.cost).await?
         } else {
             limiter
-                .check_with(&attrs, &CheckOptions { cost: args.cost, call_id })
+                .check_with(
+                    &attrs,
+                    &CheckOptions {
+                        cost: args.cost,
+                        call_id,
+                    },
+                )
                 .await?
         };
         limiter.close();
@@ -276,9 +302,18 @@ mod tests {
         let a = parse_attributes(&["ip=1.2.3.4".into(), "q=a=b".into(), "e=".into()]).unwrap();
         assert_eq!(a[1], ("q".to_string(), "a=b".to_string()));
         assert_eq!(a[2].1, "");
-        assert!(parse_attributes(&["ip".into()]).unwrap_err().message.contains("NAME=VALUE"));
-        assert!(parse_attributes(&["=x".into()]).unwrap_err().message.contains("empty"));
-        assert!(parse_attributes(&["a=1".into(), "a=2".into()]).unwrap_err().message.contains("twice"));
+        assert!(parse_attributes(&["ip".into()])
+            .unwrap_err()
+            .message
+            .contains("NAME=VALUE"));
+        assert!(parse_attributes(&["=x".into()])
+            .unwrap_err()
+            .message
+            .contains("empty"));
+        assert!(parse_attributes(&["a=1".into(), "a=2".into()])
+            .unwrap_err()
+            .message
+            .contains("twice"));
     }
 
     #[test]

@@ -58,7 +58,12 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
     /// Requests per second, all clients together.
-    #[arg(long, default_value_t = 50.0, conflicts_with = "scenario", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        default_value_t = 50.0,
+        conflicts_with = "scenario",
+        allow_negative_numbers = true
+    )]
     rate: f64,
     /// Length of the simulated traffic (virtual time).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration_arg, conflicts_with = "scenario")]
@@ -208,7 +213,11 @@ fn unique_prefix() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("throttlegate-sim:{}-{:x}:", std::process::id(), nanos & 0xffff_ffff_ffff)
+    format!(
+        "throttlegate-sim:{}-{:x}:",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff
+    )
 }
 
 async fn drive(
@@ -307,10 +316,13 @@ async fn drive(
                 if let (false, Some(rule)) = (d.allowed, &d.rule) {
                     report.rules[index[&**rule]].caused += 1;
                 }
-                let c = report.clients.entry((pi, client)).or_insert_with(|| ClientTotals {
-                    label: client_label(&phase.attributes, &attrs),
-                    ..ClientTotals::default()
-                });
+                let c = report
+                    .clients
+                    .entry((pi, client))
+                    .or_insert_with(|| ClientTotals {
+                        label: client_label(&phase.attributes, &attrs),
+                        ..ClientTotals::default()
+                    });
                 c.requests += 1;
                 if !d.allowed {
                     c.denied += 1;
@@ -327,8 +339,13 @@ async fn drive(
 
 fn algorithm_text(a: &Algorithm) -> String {
     match *a {
-        Algorithm::SlidingWindowLog { limit, window } => format!("{limit} per {}", format_duration(window)),
-        Algorithm::TokenBucket { capacity, refill_rate } => format!("bucket {capacity}, +{refill_rate}/s"),
+        Algorithm::SlidingWindowLog { limit, window } => {
+            format!("{limit} per {}", format_duration(window))
+        }
+        Algorithm::TokenBucket {
+            capacity,
+            refill_rate,
+        } => format!("bucket {capacity}, +{refill_rate}/s"),
     }
 }
 
@@ -345,13 +362,23 @@ fn pct(part: u64, whole: u64) -> String {
     }
 }
 
-fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, report: &Report, backend: &str) {
+fn print_report(
+    args: &SimulateArgs,
+    policy: &Policy,
+    scenario: &Scenario,
+    report: &Report,
+    backend: &str,
+) {
     let rules = policy.rules();
     let requests = report.total.allowed + report.total.denied;
     println!(
         "Simulating {} on the {} backend: {} of virtual time, seed {}",
         args.backend.rules.display(),
-        if backend == "memory" { "embedded (in-memory)" } else { backend },
+        if backend == "memory" {
+            "embedded (in-memory)"
+        } else {
+            backend
+        },
         format_duration(scenario.duration()),
         scenario.seed
     );
@@ -381,11 +408,20 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
     // Per-interval table: totals, then allowed/denied per rule.
     let labels: Vec<String> = rules
         .iter()
-        .map(|r| if r.shadow { format!("{} (shadow)", r.name) } else { r.name.clone() })
+        .map(|r| {
+            if r.shadow {
+                format!("{} (shadow)", r.name)
+            } else {
+                r.name.clone()
+            }
+        })
         .collect();
     let widths: Vec<usize> = labels.iter().map(|l| l.len().max(14)).collect();
     let mut h1 = format!("{:<8} {:>9} {:>9} {:>9}", "", "", "", "");
-    let mut h2 = format!("{:<8} {:>9} {:>9} {:>9}", "time", "requests", "allowed", "denied");
+    let mut h2 = format!(
+        "{:<8} {:>9} {:>9} {:>9}",
+        "time", "requests", "allowed", "denied"
+    );
     for (l, w) in labels.iter().zip(&widths) {
         h1.push_str(&format!(" | {l:<w$}"));
         h2.push_str(&format!(" | {:>a$} {:>6}", "allowed", "denied", a = w - 7));
@@ -423,8 +459,16 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
         "  {:<name_w$}  {:<algo_w$}  {:>9}  {:>9}  {:>9}  {:>7}  {:>15}",
         "rule", "limit", "applied", "allowed", "denied", "denied%", "decided denials"
     );
-    for ((r, t), (label, a)) in rules.iter().zip(&report.rules).zip(labels.iter().zip(&algo)) {
-        let caused = if r.shadow { "-".to_string() } else { t.caused.to_string() };
+    for ((r, t), (label, a)) in rules
+        .iter()
+        .zip(&report.rules)
+        .zip(labels.iter().zip(&algo))
+    {
+        let caused = if r.shadow {
+            "-".to_string()
+        } else {
+            t.caused.to_string()
+        };
         println!(
             "  {label:<name_w$}  {a:<algo_w$}  {:>9}  {:>9}  {:>9}  {:>7}  {caused:>15}",
             t.applied,
@@ -433,7 +477,9 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
             pct(t.denied, t.applied)
         );
     }
-    println!("  (decided denials: the rule was the most restrictive one, whose Retry-After was sent)");
+    println!(
+        "  (decided denials: the rule was the most restrictive one, whose Retry-After was sent)"
+    );
     for (r, t) in rules.iter().zip(&report.rules) {
         if r.shadow {
             println!(
@@ -446,11 +492,26 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
     }
     if scenario.phases.len() > 1 {
         println!();
-        let pw = scenario.phases.iter().map(|p| p.name.len()).max().unwrap_or(5).max(5);
-        println!("  {:<pw$}  {:>9}  {:>9}  {:>9}  {:>7}", "phase", "requests", "allowed", "denied", "denied%");
+        let pw = scenario
+            .phases
+            .iter()
+            .map(|p| p.name.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        println!(
+            "  {:<pw$}  {:>9}  {:>9}  {:>9}  {:>7}",
+            "phase", "requests", "allowed", "denied", "denied%"
+        );
         for (p, c) in scenario.phases.iter().zip(&report.phases) {
             let n = c.allowed + c.denied;
-            println!("  {:<pw$}  {n:>9}  {:>9}  {:>9}  {:>7}", p.name, c.allowed, c.denied, pct(c.denied, n));
+            println!(
+                "  {:<pw$}  {n:>9}  {:>9}  {:>9}  {:>7}",
+                p.name,
+                c.allowed,
+                c.denied,
+                pct(c.denied, n)
+            );
         }
     }
     let top = top_clients(report, args.top);
@@ -458,8 +519,16 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
         println!();
         println!("  most denied clients:");
         for ((pi, client), c) in top {
-            let phase = if scenario.phases.len() > 1 { format!(" in {:?}", scenario.phases[*pi].name) } else { String::new() };
-            let who = if c.label.is_empty() { format!("client {client}") } else { c.label.clone() };
+            let phase = if scenario.phases.len() > 1 {
+                format!(" in {:?}", scenario.phases[*pi].name)
+            } else {
+                String::new()
+            };
+            let who = if c.label.is_empty() {
+                format!("client {client}")
+            } else {
+                c.label.clone()
+            };
             println!(
                 "    {who}{phase}: {} of {} denied ({})",
                 c.denied,
@@ -471,13 +540,23 @@ fn print_report(args: &SimulateArgs, policy: &Policy, scenario: &Scenario, repor
 }
 
 fn top_clients(report: &Report, n: usize) -> Vec<(&(usize, u64), &ClientTotals)> {
-    let mut v: Vec<_> = report.clients.iter().filter(|(_, c)| c.denied > 0).collect();
+    let mut v: Vec<_> = report
+        .clients
+        .iter()
+        .filter(|(_, c)| c.denied > 0)
+        .collect();
     v.sort_by(|a, b| b.1.denied.cmp(&a.1.denied).then(a.0.cmp(b.0)));
     v.truncate(n);
     v
 }
 
-fn report_json(policy: &Policy, scenario: &Scenario, report: &Report, backend: &str, args: &SimulateArgs) -> Value {
+fn report_json(
+    policy: &Policy,
+    scenario: &Scenario,
+    report: &Report,
+    backend: &str,
+    args: &SimulateArgs,
+) -> Value {
     let rules = policy.rules();
     let interval_ms = report.interval.as_millis() as u64;
     let intervals: Vec<Value> = report
@@ -488,7 +567,12 @@ fn report_json(policy: &Policy, scenario: &Scenario, report: &Report, backend: &
             let per_rule: serde_json::Map<String, Value> = rules
                 .iter()
                 .zip(&row.rules)
-                .map(|(r, c)| (r.name.clone(), json!({ "allowed": c.allowed, "denied": c.denied })))
+                .map(|(r, c)| {
+                    (
+                        r.name.clone(),
+                        json!({ "allowed": c.allowed, "denied": c.denied }),
+                    )
+                })
                 .collect();
             json!({
                 "start_ms": i as u64 * interval_ms,
@@ -556,7 +640,9 @@ pub fn run(args: SimulateArgs) -> CliResult<u8> {
     let limiter = builder.clock(Clock::Manual(clock.clone())).build()?;
     let policy = limiter.policy().clone();
     let scenario = scenario_of(&args, &policy)?;
-    let interval = scenario.interval.unwrap_or_else(|| default_interval(scenario.duration()));
+    let interval = scenario
+        .interval
+        .unwrap_or_else(|| default_interval(scenario.duration()));
     let backend = limiter.backend_name();
     let rt = crate::runtime()?;
     let started = Instant::now();
@@ -578,7 +664,10 @@ pub fn run(args: SimulateArgs) -> CliResult<u8> {
     let elapsed = started.elapsed();
     let requests = report.total.allowed + report.total.denied;
     if args.json {
-        println!("{}", report_json(&policy, &scenario, &report, backend, &args));
+        println!(
+            "{}",
+            report_json(&policy, &scenario, &report, backend, &args)
+        );
     } else {
         print_report(&args, &policy, &scenario, &report, backend);
     }
@@ -596,10 +685,22 @@ mod tests {
 
     #[test]
     fn intervals_are_round_numbers() {
-        assert_eq!(default_interval(Duration::from_secs(600)), Duration::from_secs(60));
-        assert_eq!(default_interval(Duration::from_secs(3600)), Duration::from_secs(300));
-        assert_eq!(default_interval(Duration::from_secs(10)), Duration::from_secs(1));
-        assert_eq!(default_interval(Duration::from_secs(86400 * 30)), Duration::from_secs(86400));
+        assert_eq!(
+            default_interval(Duration::from_secs(600)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            default_interval(Duration::from_secs(3600)),
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            default_interval(Duration::from_secs(10)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            default_interval(Duration::from_secs(86400 * 30)),
+            Duration::from_secs(86400)
+        );
     }
 
     #[test]

@@ -148,9 +148,9 @@ fn parse_pieces(text: &str, at: &str) -> CliResult<Vec<Piece>> {
     while let Some(open) = rest.find('{') {
         lit.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        let close = after.find('}').ok_or_else(|| {
-            CliError::usage(format!("{at}: {text:?} has an unclosed '{{'"))
-        })?;
+        let close = after
+            .find('}')
+            .ok_or_else(|| CliError::usage(format!("{at}: {text:?} has an unclosed '{{'")))?;
         let piece = match &after[..close] {
             "client" => Piece::Client,
             "phase" => Piece::Phase,
@@ -209,11 +209,16 @@ pub fn parse_attr_flags(flags: &[String]) -> CliResult<AttributeTemplates> {
     let mut out = AttributeTemplates::new();
     for flag in flags {
         let (name, template) = flag.split_once('=').ok_or_else(|| {
-            CliError::usage(format!("--attr {flag:?}: expected NAME=TEMPLATE, e.g. ip=10.0.{{client}}.1"))
+            CliError::usage(format!(
+                "--attr {flag:?}: expected NAME=TEMPLATE, e.g. ip=10.0.{{client}}.1"
+            ))
         })?;
         check_attr_name(name, &format!("--attr {flag:?}"))?;
         if out
-            .insert(name.to_string(), ValueTemplate::parse_flag(template, &format!("--attr {name}"))?)
+            .insert(
+                name.to_string(),
+                ValueTemplate::parse_flag(template, &format!("--attr {name}"))?,
+            )
             .is_some()
         {
             return Err(CliError::usage(format!("--attr {name}: given twice")));
@@ -225,7 +230,9 @@ pub fn parse_attr_flags(flags: &[String]) -> CliResult<AttributeTemplates> {
 /// Attribute names are what policies can name: non-empty, no `=`.
 pub fn check_attr_name(name: &str, at: &str) -> CliResult<()> {
     if name.is_empty() {
-        return Err(CliError::usage(format!("{at}: the attribute name is empty")));
+        return Err(CliError::usage(format!(
+            "{at}: the attribute name is empty"
+        )));
     }
     if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(CliError::usage(format!(
@@ -278,7 +285,12 @@ pub fn templates_for_policy(policy: &Policy) -> AttributeTemplates {
         } else {
             vec![Piece::Text(format!("{attr}-")), Piece::Client]
         };
-        out.insert(attr, ValueTemplate { alternatives: vec![text] });
+        out.insert(
+            attr,
+            ValueTemplate {
+                alternatives: vec![text],
+            },
+        );
     }
     out
 }
@@ -320,10 +332,15 @@ impl Phase {
             )));
         }
         if self.duration.is_zero() {
-            return Err(CliError::usage(format!("{at}: duration must be at least 1ms")));
+            return Err(CliError::usage(format!(
+                "{at}: duration must be at least 1ms"
+            )));
         }
         if self.burst == 0 || self.burst > 100_000 {
-            return Err(CliError::usage(format!("{at}: burst must be between 1 and 100000, not {}", self.burst)));
+            return Err(CliError::usage(format!(
+                "{at}: burst must be between 1 and 100000, not {}",
+                self.burst
+            )));
         }
         if self.clients == 0 || self.clients > MAX_CLIENTS {
             return Err(CliError::usage(format!(
@@ -332,7 +349,10 @@ impl Phase {
             )));
         }
         if !self.skew.is_finite() || !(0.0..=10.0).contains(&self.skew) {
-            return Err(CliError::usage(format!("{at}: skew must be between 0 and 10, not {}", self.skew)));
+            return Err(CliError::usage(format!(
+                "{at}: skew must be between 0 and 10, not {}",
+                self.skew
+            )));
         }
         if self.cost == 0 {
             return Err(CliError::usage(format!("{at}: cost must be at least 1")));
@@ -351,7 +371,9 @@ impl ClientPicker {
     /// A picker over `clients` clients with Zipf exponent `skew`.
     pub fn new(clients: u64, skew: f64) -> ClientPicker {
         if skew == 0.0 {
-            return ClientPicker { cumulative: Vec::new() };
+            return ClientPicker {
+                cumulative: Vec::new(),
+            };
         }
         let mut total = 0.0;
         let cumulative = (0..clients)
@@ -369,7 +391,9 @@ impl ClientPicker {
             return rng.below(clients as usize) as u64;
         }
         let x = rng.unit() * self.cumulative[self.cumulative.len() - 1];
-        self.cumulative.partition_point(|&c| c <= x).min(self.cumulative.len() - 1) as u64
+        self.cumulative
+            .partition_point(|&c| c <= x)
+            .min(self.cumulative.len() - 1) as u64
     }
 }
 
@@ -452,7 +476,9 @@ struct PhaseFile {
 fn duration_of(spec: &DurationSpec, at: &str) -> CliResult<Duration> {
     match spec {
         DurationSpec::Millis(ms) => Ok(Duration::from_millis(*ms)),
-        DurationSpec::Text(t) => parse_duration(t).map_err(|m| CliError::usage(format!("{at}: {m}"))),
+        DurationSpec::Text(t) => {
+            parse_duration(t).map_err(|m| CliError::usage(format!("{at}: {m}")))
+        }
     }
 }
 
@@ -492,7 +518,13 @@ pub fn load_scenario(path: &str, defaults: &PhaseDefaults) -> CliResult<Scenario
         let msg = e.message().to_string();
         let line = e
             .span()
-            .map(|s| text.as_bytes()[..s.start.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1)
+            .map(|s| {
+                text.as_bytes()[..s.start.min(text.len())]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count()
+                    + 1
+            })
             .map(|l| format!(" (line {l})"))
             .unwrap_or_default();
         CliError::usage(format!("scenario file {path}{line}: {msg}"))
@@ -549,7 +581,12 @@ mod tests {
         let err = ValueTemplate::parse_flag("x{nope}", "--attr ip").unwrap_err();
         assert!(err.message.contains("{nope}"), "{}", err.message);
         assert!(ValueTemplate::parse_flag("x{client", "t").is_err());
-        assert_eq!(ValueTemplate::parse_flag("a{client}|b", "t").unwrap().describe(), "a{client}|b");
+        assert_eq!(
+            ValueTemplate::parse_flag("a{client}|b", "t")
+                .unwrap()
+                .describe(),
+            "a{client}|b"
+        );
     }
 
     #[test]
@@ -563,7 +600,10 @@ mod tests {
         for _ in 0..40_000 {
             counts[a.below(4)] += 1;
         }
-        assert!(counts.iter().all(|&c| (9_000..11_000).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     #[test]

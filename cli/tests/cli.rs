@@ -20,7 +20,10 @@ fn repo(path: &str) -> String {
 }
 
 fn run(args: &[&str]) -> Output {
-    bin().args(args).output().expect("the throttlegate binary runs")
+    bin()
+        .args(args)
+        .output()
+        .expect("the throttlegate binary runs")
 }
 
 fn stdout(o: &Output) -> String {
@@ -32,8 +35,13 @@ fn stderr(o: &Output) -> String {
 }
 
 fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not one JSON value ({e}): {}{}", stdout(o), stderr(o)))
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON value ({e}): {}{}",
+            stdout(o),
+            stderr(o)
+        )
+    })
 }
 
 /// A failure: the given exit code, and exactly one line on stderr that
@@ -49,7 +57,8 @@ fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
 }
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("throttlegate-cli-{}", std::process::id()));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("throttlegate-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -99,22 +108,43 @@ fn help_everywhere() {
 #[test]
 fn usage_errors_are_one_line_with_exit_2() {
     assert_fails(&run(&["frobnicate"]), 2, &["frobnicate"]);
-    assert_fails(&run(&["check", "--rules", &repo("examples/rules.toml"), "ip=1"]), 2, &["--redis"]);
+    assert_fails(
+        &run(&["check", "--rules", &repo("examples/rules.toml"), "ip=1"]),
+        2,
+        &["--redis"],
+    );
     assert_fails(&run(&["simulate"]), 2, &["--rules"]);
     assert_fails(
-        &run(&["simulate", "--rules", &repo("examples/rules.toml"), "--rate", "fast"]),
+        &run(&[
+            "simulate",
+            "--rules",
+            &repo("examples/rules.toml"),
+            "--rate",
+            "fast",
+        ]),
         2,
         &["--rate", "fast"],
     );
     assert_fails(
-        &run(&["simulate", "--rules", &repo("examples/rules.toml"), "--duration", "10 parsecs"]),
+        &run(&[
+            "simulate",
+            "--rules",
+            &repo("examples/rules.toml"),
+            "--duration",
+            "10 parsecs",
+        ]),
         2,
         &["--duration"],
     );
     assert_fails(
         &run(&[
-            "simulate", "--rules", &repo("examples/rules.toml"),
-            "--scenario", &repo("examples/scenario-launch.toml"), "--rate", "3",
+            "simulate",
+            "--rules",
+            &repo("examples/rules.toml"),
+            "--scenario",
+            &repo("examples/scenario-launch.toml"),
+            "--rate",
+            "3",
         ]),
         2,
         &["--scenario", "--rate"],
@@ -135,59 +165,122 @@ fn bad_policies_name_the_problem() {
         "bad-limit.toml",
         "[[rules]]\nname = \"a\"\nkey = \"ip:{ip}\"\nlimit = 0\nwindow = \"1m\"\n",
     );
-    assert_fails(&run(&["simulate", "--rules", bad.to_str().unwrap()]), 2, &["invalid_policy", "limit"]);
+    assert_fails(
+        &run(&["simulate", "--rules", bad.to_str().unwrap()]),
+        2,
+        &["invalid_policy", "limit"],
+    );
 
     let unknown = temp_file(
         "unknown-field.toml",
         "[[rules]]\nname = \"a\"\nkey = \"ip:{ip}\"\nlimit = 5\nwindow = \"1m\"\nburst = 3\n",
     );
-    assert_fails(&run(&["simulate", "--rules", unknown.to_str().unwrap()]), 2, &["burst"]);
+    assert_fails(
+        &run(&["simulate", "--rules", unknown.to_str().unwrap()]),
+        2,
+        &["burst"],
+    );
 
     let malformed = temp_file("malformed.toml", "[[rules]\nname = \n");
-    assert_fails(&run(&["simulate", "--rules", malformed.to_str().unwrap()]), 2, &["invalid_policy", "TOML"]);
+    assert_fails(
+        &run(&["simulate", "--rules", malformed.to_str().unwrap()]),
+        2,
+        &["invalid_policy", "TOML"],
+    );
 }
 
 #[test]
 fn bad_traffic_flags_and_scenarios_name_the_problem() {
     let rules = repo("examples/rules.toml");
-    assert_fails(&run(&["simulate", "--rules", &rules, "--attr", "ip"]), 2, &["--attr", "NAME=TEMPLATE"]);
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--attr", "ip"]),
+        2,
+        &["--attr", "NAME=TEMPLATE"],
+    );
     assert_fails(
         &run(&["simulate", "--rules", &rules, "--attr", "ip=10.{host}"]),
         2,
         &["{host}", "{client}"],
     );
-    assert_fails(&run(&["simulate", "--rules", &rules, "--clients", "0"]), 2, &["clients"]);
-    assert_fails(&run(&["simulate", "--rules", &rules, "--rate", "-1"]), 2, &["rate"]);
     assert_fails(
-        &run(&["simulate", "--rules", &rules, "--rate", "1000000", "--duration", "1d"]),
+        &run(&["simulate", "--rules", &rules, "--clients", "0"]),
+        2,
+        &["clients"],
+    );
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--rate", "-1"]),
+        2,
+        &["rate"],
+    );
+    assert_fails(
+        &run(&[
+            "simulate",
+            "--rules",
+            &rules,
+            "--rate",
+            "1000000",
+            "--duration",
+            "1d",
+        ]),
         2,
         &["at most"],
     );
-    assert_fails(&run(&["simulate", "--rules", &rules, "--cost", "500"]), 2, &["invalid_argument", "cost"]);
+    assert_fails(
+        &run(&["simulate", "--rules", &rules, "--cost", "500"]),
+        2,
+        &["invalid_argument", "cost"],
+    );
 
     let unknown = temp_file(
         "scenario-unknown.toml",
         "[[phases]]\nduration = \"1m\"\nrate = 5\nspeed = 3\n",
     );
     assert_fails(
-        &run(&["simulate", "--rules", &rules, "--scenario", unknown.to_str().unwrap()]),
+        &run(&[
+            "simulate",
+            "--rules",
+            &rules,
+            "--scenario",
+            unknown.to_str().unwrap(),
+        ]),
         2,
         &["speed", "line 4"],
     );
     let empty = temp_file("scenario-empty.toml", "seed = 3\n");
     assert_fails(
-        &run(&["simulate", "--rules", &rules, "--scenario", empty.to_str().unwrap()]),
+        &run(&[
+            "simulate",
+            "--rules",
+            &rules,
+            "--scenario",
+            empty.to_str().unwrap(),
+        ]),
         2,
         &["phases"],
     );
-    let bad_duration = temp_file("scenario-duration.toml", "[[phases]]\nduration = \"soon\"\nrate = 5\n");
+    let bad_duration = temp_file(
+        "scenario-duration.toml",
+        "[[phases]]\nduration = \"soon\"\nrate = 5\n",
+    );
     assert_fails(
-        &run(&["simulate", "--rules", &rules, "--scenario", bad_duration.to_str().unwrap()]),
+        &run(&[
+            "simulate",
+            "--rules",
+            &rules,
+            "--scenario",
+            bad_duration.to_str().unwrap(),
+        ]),
         2,
         &["phases[0]", "duration"],
     );
     assert_fails(
-        &run(&["simulate", "--rules", &rules, "--scenario", "/nonexistent/scenario.toml"]),
+        &run(&[
+            "simulate",
+            "--rules",
+            &rules,
+            "--scenario",
+            "/nonexistent/scenario.toml",
+        ]),
         2,
         &["/nonexistent/scenario.toml"],
     );
@@ -195,7 +288,15 @@ fn bad_traffic_flags_and_scenarios_name_the_problem() {
 
 #[test]
 fn json_errors_are_machine_readable() {
-    let o = run(&["check", "--json", "--rules", "/nonexistent.toml", "--redis", "memory://", "ip=1"]);
+    let o = run(&[
+        "check",
+        "--json",
+        "--rules",
+        "/nonexistent.toml",
+        "--redis",
+        "memory://",
+        "ip=1",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     let v = json(&o);
     assert_eq!(v["error"]["kind"], "io");
@@ -209,7 +310,15 @@ fn the_demo_runs_and_shows_every_rule() {
     let o = run(&["simulate", "--rules", &repo("examples/rules.toml")]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
-    for needle in ["per-ip", "per-api-key", "login", "global", "per-ip-strict (shadow)", "Summary", "0:09:00"] {
+    for needle in [
+        "per-ip",
+        "per-api-key",
+        "login",
+        "global",
+        "per-ip-strict (shadow)",
+        "Summary",
+        "0:09:00",
+    ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
 }
@@ -225,11 +334,21 @@ fn every_example_scenario_runs() {
             continue;
         }
         n += 1;
-        let o = run(&["simulate", "--rules", &repo("examples/rules.toml"), "--scenario", path.to_str().unwrap(), "--json"]);
+        let o = run(&[
+            "simulate",
+            "--rules",
+            &repo("examples/rules.toml"),
+            "--scenario",
+            path.to_str().unwrap(),
+            "--json",
+        ]);
         assert_eq!(o.status.code(), Some(0), "{name}: {}", stderr(&o));
         let v = json(&o);
         assert!(v["phases"].as_array().unwrap().len() >= 2, "{name}");
-        assert!(v["denied"].as_u64().unwrap() > 0, "{name}: the example crosses a limit");
+        assert!(
+            v["denied"].as_u64().unwrap() > 0,
+            "{name}: the example crosses a limit"
+        );
     }
     assert!(n >= 2, "example scenarios found: {n}");
 }
@@ -237,9 +356,33 @@ fn every_example_scenario_runs() {
 #[test]
 fn simulation_is_deterministic_per_seed() {
     let rules = repo("examples/rules.toml");
-    let a = run(&["simulate", "--rules", &rules, "--duration", "2m", "--seed", "9"]);
-    let b = run(&["simulate", "--rules", &rules, "--duration", "2m", "--seed", "9"]);
-    let c = run(&["simulate", "--rules", &rules, "--duration", "2m", "--seed", "10"]);
+    let a = run(&[
+        "simulate",
+        "--rules",
+        &rules,
+        "--duration",
+        "2m",
+        "--seed",
+        "9",
+    ]);
+    let b = run(&[
+        "simulate",
+        "--rules",
+        &rules,
+        "--duration",
+        "2m",
+        "--seed",
+        "9",
+    ]);
+    let c = run(&[
+        "simulate",
+        "--rules",
+        &rules,
+        "--duration",
+        "2m",
+        "--seed",
+        "10",
+    ]);
     assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
     assert_eq!(stdout(&a), stdout(&b));
     assert_ne!(stdout(&a), stdout(&c));
@@ -252,14 +395,30 @@ fn simulated_counts_add_up_and_respect_the_limit() {
         "[[rules]]\nname = \"w\"\nkey = \"ip:{ip}\"\nlimit = 10\nwindow = \"1m\"\n",
     );
     let o = run(&[
-        "simulate", "--rules", p.to_str().unwrap(), "--rate", "5", "--duration", "10m",
-        "--clients", "1", "--interval", "1m", "--json",
+        "simulate",
+        "--rules",
+        p.to_str().unwrap(),
+        "--rate",
+        "5",
+        "--duration",
+        "10m",
+        "--clients",
+        "1",
+        "--interval",
+        "1m",
+        "--json",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v = json(&o);
     let requests = v["requests"].as_u64().unwrap();
-    assert_eq!(requests, v["allowed"].as_u64().unwrap() + v["denied"].as_u64().unwrap());
-    assert!((2_500..3_500).contains(&requests), "about 5/s for 10 minutes: {requests}");
+    assert_eq!(
+        requests,
+        v["allowed"].as_u64().unwrap() + v["denied"].as_u64().unwrap()
+    );
+    assert!(
+        (2_500..3_500).contains(&requests),
+        "about 5/s for 10 minutes: {requests}"
+    );
     let intervals = v["intervals"].as_array().unwrap();
     assert_eq!(intervals.len(), 10);
     let mut sum = 0;
@@ -297,7 +456,14 @@ burst = 2
 attributes = { api_key = "k-{phase}-{client}" }
 "#,
     );
-    let o = run(&["simulate", "--rules", rules.to_str().unwrap(), "--scenario", scenario.to_str().unwrap(), "--json"]);
+    let o = run(&[
+        "simulate",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v = json(&o);
     assert_eq!(v["interval_ms"], 30_000);
@@ -307,7 +473,13 @@ attributes = { api_key = "k-{phase}-{client}" }
     // Two clients, 3 per minute each on per-ip: at most 6 admitted.
     assert!(v["allowed"].as_u64().unwrap() <= 6);
     let top = v["most_denied_clients"].as_array().unwrap();
-    assert!(top.iter().all(|c| c["attributes"].as_str().unwrap().contains("api_key=k-busy-")), "{top:?}");
+    assert!(
+        top.iter().all(|c| c["attributes"]
+            .as_str()
+            .unwrap()
+            .contains("api_key=k-busy-")),
+        "{top:?}"
+    );
 }
 
 #[test]
@@ -346,7 +518,16 @@ shadow = true
 "#,
     );
     let rules = rules.to_string_lossy().into_owned();
-    let args = ["simulate", "--rules", rules.as_str(), "--duration", "3m", "--rate", "20", "--json"];
+    let args = [
+        "simulate",
+        "--rules",
+        rules.as_str(),
+        "--duration",
+        "3m",
+        "--rate",
+        "20",
+        "--json",
+    ];
     let memory = run(&args);
     let mut with_redis: Vec<&str> = args.to_vec();
     let url = server.url();
@@ -358,8 +539,14 @@ shadow = true
     assert_eq!(r["backend"], "redis");
     m["backend"] = Value::Null;
     r["backend"] = Value::Null;
-    assert!(m["denied"].as_u64().unwrap() > 0, "the traffic crosses the limits");
-    assert_eq!(m, r, "the same traffic gets the same decisions on both backends");
+    assert!(
+        m["denied"].as_u64().unwrap() > 0,
+        "the traffic crosses the limits"
+    );
+    assert_eq!(
+        m, r,
+        "the same traffic gets the same decisions on both backends"
+    );
     // The simulation removed its keys.
     assert_eq!(server.command(&["DBSIZE"]).unwrap(), "0");
 }
@@ -373,7 +560,14 @@ fn check_peek_reset_against_redis() {
     let rules = temp_file("oneshot.toml", SMALL_POLICY);
     let rules = rules.to_str().unwrap();
     let base = |cmd: &str| -> Vec<String> {
-        vec![cmd.into(), "--rules".into(), rules.into(), "--redis".into(), url.clone(), "--json".into()]
+        vec![
+            cmd.into(),
+            "--rules".into(),
+            rules.into(),
+            "--redis".into(),
+            url.clone(),
+            "--json".into(),
+        ]
     };
     let call = |cmd: &str, extra: &[&str]| -> Output {
         let mut a = base(cmd);
@@ -409,13 +603,25 @@ fn check_peek_reset_against_redis() {
     let d = json(&o);
     assert_eq!(d["allowed"], false);
     assert!(d["retry_after_ms"].as_u64().unwrap() > 0);
-    assert!(d["headers"].as_array().unwrap().iter().any(|h| h[0] == "Retry-After"));
+    assert!(d["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h[0] == "Retry-After"));
     let o = call("peek", &["ip=203.0.113.7"]);
     assert_eq!(o.status.code(), Some(1));
 
     // The text form shows the decision and the headers.
     let o = bin()
-        .args(["check", "--rules", rules, "--redis", &url, "--legacy-headers", "ip=203.0.113.7"])
+        .args([
+            "check",
+            "--rules",
+            rules,
+            "--redis",
+            &url,
+            "--legacy-headers",
+            "ip=203.0.113.7",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
@@ -437,13 +643,24 @@ fn check_peek_reset_against_redis() {
     let d = json(&call("check", &["user=nobody"]));
     assert_eq!(d["allowed"], true);
     assert_eq!(d["rule"], Value::Null);
-    let o = bin().args(["reset", "--rules", rules, "--redis", &url, "user=nobody"]).output().unwrap();
+    let o = bin()
+        .args(["reset", "--rules", rules, "--redis", &url, "user=nobody"])
+        .output()
+        .unwrap();
     assert!(stdout(&o).contains("nothing to reset"));
 
     // Bad input against a live backend.
-    assert_fails(&call("check", &["--cost", "4", "ip=203.0.113.7"]), 2, &["invalid_argument", "cost", "per-ip"]);
+    assert_fails(
+        &call("check", &["--cost", "4", "ip=203.0.113.7"]),
+        2,
+        &["invalid_argument", "cost", "per-ip"],
+    );
     assert_fails(&call("check", &["--cost", "0", "ip=1"]), 2, &["--cost"]);
-    assert_fails(&call("check", &["--call-id", "no spaces", "ip=1"]), 2, &["call_id"]);
+    assert_fails(
+        &call("check", &["--call-id", "no spaces", "ip=1"]),
+        2,
+        &["call_id"],
+    );
     assert_fails(&call("check", &["ip"]), 2, &["NAME=VALUE"]);
     assert_fails(&call("check", &["ip=1", "ip=2"]), 2, &["twice"]);
 }
@@ -455,34 +672,95 @@ fn unreachable_backend_exits_3() {
     let url = "redis://127.0.0.1:1".to_string();
     let rules = repo("examples/rules.toml");
     for cmd in ["check", "peek", "reset"] {
-        let o = run(&[cmd, "--rules", &rules, "--redis", &url, "--timeout", "2s", "ip=203.0.113.7"]);
+        let o = run(&[
+            cmd,
+            "--rules",
+            &rules,
+            "--redis",
+            &url,
+            "--timeout",
+            "2s",
+            "ip=203.0.113.7",
+        ]);
         assert_fails(&o, 3, &["backend_unavailable"]);
     }
-    let o = run(&["simulate", "--rules", &rules, "--redis", &url, "--duration", "1m"]);
+    let o = run(&[
+        "simulate",
+        "--rules",
+        &rules,
+        "--redis",
+        &url,
+        "--duration",
+        "1m",
+    ]);
     assert_fails(&o, 3, &["backend_unavailable"]);
-    assert_fails(&run(&["check", "--rules", &rules, "--redis", "http://example.com", "ip=1"]), 2, &["url"]);
+    assert_fails(
+        &run(&[
+            "check",
+            "--rules",
+            &rules,
+            "--redis",
+            "http://example.com",
+            "ip=1",
+        ]),
+        2,
+        &["url"],
+    );
 }
 
 // ---- bench ---------------------------------------------------------------------
 
 #[test]
 fn bench_reports_throughput_and_percentiles() {
-    let o = run(&["bench", "--rules", &repo("examples/rules.toml"), "--requests", "3000", "--concurrency", "4", "--json"]);
+    let o = run(&[
+        "bench",
+        "--rules",
+        &repo("examples/rules.toml"),
+        "--requests",
+        "3000",
+        "--concurrency",
+        "4",
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v = json(&o);
     assert_eq!(v["backend"], "memory");
     assert_eq!(v["checks"], 3000);
-    assert_eq!(v["allowed"].as_u64().unwrap() + v["denied"].as_u64().unwrap(), 3000);
+    assert_eq!(
+        v["allowed"].as_u64().unwrap() + v["denied"].as_u64().unwrap(),
+        3000
+    );
     let lat = &v["latency_us"];
-    let (p50, p99, max) = (lat["p50"].as_f64().unwrap(), lat["p99"].as_f64().unwrap(), lat["max"].as_f64().unwrap());
+    let (p50, p99, max) = (
+        lat["p50"].as_f64().unwrap(),
+        lat["p99"].as_f64().unwrap(),
+        lat["max"].as_f64().unwrap(),
+    );
     assert!(p50 > 0.0 && p50 <= p99 && p99 <= max, "{lat}");
     assert!(v["checks_per_second"].as_f64().unwrap() > 0.0);
 
-    let text = run(&["bench", "--rules", &repo("examples/rules.toml"), "--requests", "500", "--no-progress"]);
+    let text = run(&[
+        "bench",
+        "--rules",
+        &repo("examples/rules.toml"),
+        "--requests",
+        "500",
+        "--no-progress",
+    ]);
     assert_eq!(text.status.code(), Some(0));
     assert!(stdout(&text).contains("checks/s"));
     assert!(stdout(&text).contains("p99"));
-    assert_fails(&run(&["bench", "--rules", &repo("examples/rules.toml"), "--concurrency", "0"]), 2, &["--concurrency"]);
+    assert_fails(
+        &run(&[
+            "bench",
+            "--rules",
+            &repo("examples/rules.toml"),
+            "--concurrency",
+            "0",
+        ]),
+        2,
+        &["--concurrency"],
+    );
 }
 
 #[test]
@@ -490,8 +768,16 @@ fn bench_against_redis_cleans_up() {
     let server = RedisServer::start();
     let rules = temp_file("bench.toml", SMALL_POLICY);
     let o = run(&[
-        "bench", "--rules", rules.to_str().unwrap(), "--redis", &server.url(), "--requests", "400",
-        "--clients", "20", "--json",
+        "bench",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--redis",
+        &server.url(),
+        "--requests",
+        "400",
+        "--clients",
+        "20",
+        "--json",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v = json(&o);
@@ -499,5 +785,9 @@ fn bench_against_redis_cleans_up() {
     assert_eq!(v["checks"], 400);
     // 20 clients, 3 per minute on per-ip: at most 60 admitted.
     assert!(v["allowed"].as_u64().unwrap() <= 60);
-    assert_eq!(server.command(&["DBSIZE"]).unwrap(), "0", "the benchmark removed its keys");
+    assert_eq!(
+        server.command(&["DBSIZE"]).unwrap(),
+        "0",
+        "the benchmark removed its keys"
+    );
 }

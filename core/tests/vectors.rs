@@ -69,7 +69,11 @@ fn decision_json(d: &Decision) -> Value {
             })
         })
         .collect();
-    let headers: Vec<Value> = d.headers().into_iter().map(|(k, v)| json!([k, v])).collect();
+    let headers: Vec<Value> = d
+        .headers()
+        .into_iter()
+        .map(|(k, v)| json!([k, v]))
+        .collect();
     json!({
         "allowed": d.allowed,
         "limit": d.limit,
@@ -87,7 +91,14 @@ fn attributes(step: &Value) -> Vec<(String, String)> {
         .as_object()
         .map(|m| {
             m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().expect("attribute values are strings").to_string()))
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str()
+                            .expect("attribute values are strings")
+                            .to_string(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -99,7 +110,9 @@ fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value) -> Va
     let op = step["op"].as_str().unwrap_or("check");
     let cost = step["cost"].as_u64().unwrap_or(1);
     let outcome = match op {
-        "reset" => rt.block_on(limiter.reset(&attrs)).map(|n| json!({ "deleted": n })),
+        "reset" => rt
+            .block_on(limiter.reset(&attrs))
+            .map(|n| json!({ "deleted": n })),
         "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(|d| {
             assert!(!d.degraded, "a degraded decision means the backend failed");
             decision_json(&d)
@@ -170,7 +183,9 @@ fn replay_all(url: Option<&str>) -> (usize, Vec<String>) {
                         problems.push(format!("{at}: expected error {kind}, got {got}"));
                     }
                 }
-                (None, None) => problems.push(format!("{at}: step has neither expect nor expect_error")),
+                (None, None) => {
+                    problems.push(format!("{at}: step has neither expect nor expect_error"))
+                }
             }
         }
     }
@@ -193,7 +208,11 @@ fn compare(at: &str, want: &Value, have: &Value, problems: &mut Vec<String>) {
 }
 
 fn assert_clean(backend: &str, (steps, problems): (usize, Vec<String>)) {
-    assert!(steps > 0, "no vector steps found in {}", replay_dir().display());
+    assert!(
+        steps > 0,
+        "no vector steps found in {}",
+        replay_dir().display()
+    );
     assert!(
         problems.is_empty(),
         "{} mismatch(es) on the {backend} backend over {steps} steps:\n{}",
@@ -220,12 +239,20 @@ fn the_suite_is_large_and_well_formed() {
     let mut algorithms = std::collections::BTreeSet::new();
     for v in &vectors {
         assert_eq!(
-            v.doc["name"].as_str().map(|n| format!("{n}.json")).as_deref(),
+            v.doc["name"]
+                .as_str()
+                .map(|n| format!("{n}.json"))
+                .as_deref(),
             Some(v.file.as_str()),
             "a vector's name matches its file name"
         );
         for rule in v.doc["policy"]["rules"].as_array().expect("rules") {
-            algorithms.insert(rule["algorithm"].as_str().unwrap_or("sliding_window_log").to_string());
+            algorithms.insert(
+                rule["algorithm"]
+                    .as_str()
+                    .unwrap_or("sliding_window_log")
+                    .to_string(),
+            );
         }
         for step in v.doc["steps"].as_array().expect("steps") {
             assert!(
@@ -235,7 +262,11 @@ fn the_suite_is_large_and_well_formed() {
             );
         }
     }
-    assert_eq!(algorithms.len(), 2, "both algorithms are covered: {algorithms:?}");
+    assert_eq!(
+        algorithms.len(),
+        2,
+        "both algorithms are covered: {algorithms:?}"
+    );
 }
 
 /// The committed files are exactly what the generator writes, so the cases
