@@ -791,3 +791,60 @@ fn bench_against_redis_cleans_up() {
         "the benchmark removed its keys"
     );
 }
+
+// ---- the conformance vectors through the command line ----------------------------
+
+/// The first step of every conformance vector (an empty state, so the real
+/// clock cannot change the answer) through `check`/`peek`/`reset --json` on
+/// the embedded backend: the command prints exactly the vector's fields.
+#[test]
+fn json_output_matches_the_conformance_vectors() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let name = v["name"].as_str().unwrap().to_string();
+        let policy = temp_file(&format!("{name}.json"), &v["policy"].to_string());
+        let step = &v["steps"][0];
+        let op = step["op"].as_str().unwrap_or("check");
+        let mut args: Vec<String> = vec![
+            op.into(),
+            "--rules".into(),
+            policy.to_string_lossy().into_owned(),
+            "--redis".into(),
+            "memory://".into(),
+            "--json".into(),
+        ];
+        if op != "reset" {
+            args.push(format!("--cost={}", step["cost"].as_u64().unwrap_or(1)));
+        }
+        if let Some(id) = step["call_id"].as_str() {
+            args.push(format!("--call-id={id}"));
+        }
+        for (k, val) in step["attributes"].as_object().unwrap() {
+            args.push(format!("{k}={}", val.as_str().unwrap()));
+        }
+        let o = bin().args(&args).output().unwrap();
+        let got = json(&o);
+        if let Some(kind) = step.get("expect_error") {
+            assert_eq!(o.status.code(), Some(2), "{name}");
+            assert_eq!(&got["error"]["kind"], kind, "{name}");
+        } else {
+            let want = step["expect"].as_object().unwrap();
+            for (field, w) in want {
+                assert_eq!(&got[field], w, "{name}: {field}");
+            }
+            if op != "reset" {
+                let allowed = want["allowed"].as_bool().unwrap();
+                assert_eq!(o.status.code(), Some(if allowed { 0 } else { 1 }), "{name}");
+                assert_eq!(got["degraded"], false);
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 40, "vectors checked: {checked}");
+}
