@@ -126,9 +126,13 @@ impl RedisBackend {
         if let Some(c) = this.conn.get() {
             return Ok(c.clone());
         }
+        // Slightly longer than the call's timeout, so the limiter's own bound
+        // fires first and a slow server is always reported as a timeout; the
+        // client's bound then drops the stale request from the connection.
+        let slack = this.timeout + Duration::from_millis(50);
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(this.timeout))
-            .set_response_timeout(Some(this.timeout))
+            .set_connection_timeout(Some(slack))
+            .set_response_timeout(Some(slack))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(200));
