@@ -104,30 +104,50 @@ fn attributes(step: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// How a replay reaches the backend.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// The async methods (`check_with`, `peek`, `reset`).
+    Async,
+    /// The synchronous in-process answers the front ends use for the
+    /// embedded backend (`check_in_process`, `peek_in_process`).
+    InProcess,
+}
+
+fn in_process(answer: Option<throttlegate::Result<Decision>>) -> throttlegate::Result<Decision> {
+    answer.expect("the embedded backend answers in process")
+}
+
 /// What one step produced: `{"expect": ...}` or `{"expect_error": kind}`.
-fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value) -> Value {
+fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value, route: Route) -> Value {
     let attrs = attributes(step);
     let op = step["op"].as_str().unwrap_or("check");
     let cost = step["cost"].as_u64().unwrap_or(1);
-    let outcome = match op {
-        "reset" => rt
-            .block_on(limiter.reset(&attrs))
-            .map(|n| json!({ "deleted": n })),
-        "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(|d| {
-            assert!(!d.degraded, "a degraded decision means the backend failed");
-            decision_json(&d)
-        }),
-        "check" => {
-            let options = CheckOptions {
-                cost,
-                call_id: step["call_id"].as_str().map(str::to_string),
-            };
-            rt.block_on(limiter.check_with(&attrs, &options)).map(|d| {
+    let options = CheckOptions {
+        cost,
+        call_id: step["call_id"].as_str().map(str::to_string),
+    };
+    let outcome = match (op, route) {
+        ("peek", Route::InProcess) => {
+            in_process(limiter.peek_in_process(&attrs, cost)).map(|d| decision_json(&d))
+        }
+        ("check", Route::InProcess) => {
+            in_process(limiter.check_in_process(&attrs, &options)).map(|d| decision_json(&d))
+        }
+        _ => match op {
+            "reset" => rt
+                .block_on(limiter.reset(&attrs))
+                .map(|n| json!({ "deleted": n })),
+            "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(|d| {
                 assert!(!d.degraded, "a degraded decision means the backend failed");
                 decision_json(&d)
-            })
-        }
-        other => panic!("unknown op {other:?}"),
+            }),
+            "check" => rt.block_on(limiter.check_with(&attrs, &options)).map(|d| {
+                assert!(!d.degraded, "a degraded decision means the backend failed");
+                decision_json(&d)
+            }),
+            other => panic!("unknown op {other:?}"),
+        },
     };
     match outcome {
         Ok(v) => json!({ "expect": v }),
@@ -137,12 +157,16 @@ fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value) -> Va
 
 /// Replay every vector on one backend (`url` `None`: embedded) and return
 /// every mismatch, one line each.
-fn replay_all(url: Option<&str>) -> (usize, Vec<String>) {
+fn replay_all(url: Option<&str>, route: Route) -> (usize, Vec<String>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let backend = url.map_or("memory", |_| "redis");
+    let backend = match (url, route) {
+        (Some(_), _) => "redis",
+        (None, Route::Async) => "memory",
+        (None, Route::InProcess) => "memory, in process",
+    };
     let mut problems = Vec::new();
     let mut steps_run = 0;
     for (i, v) in load_vectors(&replay_dir()).iter().enumerate() {
@@ -168,7 +192,7 @@ fn replay_all(url: Option<&str>) -> (usize, Vec<String>) {
             steps_run += 1;
             let advance = step["advance_ms"].as_u64().unwrap_or(0);
             clock.advance(Duration::from_millis(advance));
-            let got = run_step(&rt, &limiter, step);
+            let got = run_step(&rt, &limiter, step, route);
             let at = format!("{} step {n} [{backend}]", v.file);
             match (step.get("expect"), step.get("expect_error")) {
                 (Some(want), _) => match got.get("expect") {
@@ -223,13 +247,18 @@ fn assert_clean(backend: &str, (steps, problems): (usize, Vec<String>)) {
 
 #[test]
 fn every_vector_on_the_memory_backend() {
-    assert_clean("memory", replay_all(None));
+    assert_clean("memory", replay_all(None, Route::Async));
+}
+
+#[test]
+fn every_vector_on_the_memory_backend_in_process() {
+    assert_clean("memory (in process)", replay_all(None, Route::InProcess));
 }
 
 #[test]
 fn every_vector_on_redis() {
     let server = RedisServer::start();
-    assert_clean("redis", replay_all(Some(&server.url())));
+    assert_clean("redis", replay_all(Some(&server.url()), Route::Async));
 }
 
 #[test]
