@@ -70,11 +70,11 @@ for i = 1, #KEYS do
   local p1 = tonumber(ARGV[base + 2])
   local p2 = tonumber(ARGV[base + 3])
   local shadow = ARGV[base + 4] == '1'
-  local allowed, remaining, retry_after, reset_after, state, stamp
+  local allowed, remaining, retry_after, reset_after, state, stamp, previous
   if algo == 'w' then
     allowed, remaining, retry_after, reset_after, state = swl_decide(KEYS[i], now, cost, p1, p2)
   elseif algo == 'b' then
-    allowed, remaining, retry_after, reset_after, state, stamp = tb_decide(KEYS[i], now, cost, p1, p2)
+    allowed, remaining, retry_after, reset_after, state, stamp, previous = tb_decide(KEYS[i], now, cost, p1, p2)
   else
     return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(algo))
   end
@@ -82,7 +82,7 @@ for i = 1, #KEYS do
   out[#out + 1] = remaining
   out[#out + 1] = retry_after
   out[#out + 1] = reset_after
-  pending[i] = { algo, p2, allowed, state, reset_after, stamp }
+  pending[i] = { algo, p2, allowed, state, reset_after, stamp, previous }
   if allowed == 0 and not shadow then
     all_pass = false
   end
@@ -99,7 +99,7 @@ if mode == 'c' and all_pass then
       if p[1] == 'w' then
         swl_commit(KEYS[i], now, cost, p[2], p[5], call_id)
       else
-        tb_commit(KEYS[i], p[6], p[4], p[5], stored_id)
+        tb_commit(KEYS[i], p[6], p[4], p[5], stored_id, p[7])
       end
     end
   end

@@ -25,8 +25,8 @@ local function tb_wait(need, rate)
 end
 
 -- Decide one rule. Returns allowed (0/1), remaining, retry_after,
--- reset_after, the micro-tokens left after the request and the time stamp to
--- store (for tb_commit). The stamp never moves backwards, so a clock that
+-- reset_after, the micro-tokens left after the request, the time stamp to
+-- store and the stored state as read (for tb_commit). The stamp never moves backwards, so a clock that
 -- steps back cannot refill the same interval twice.
 local function tb_decide(key, now, cost, capacity, rate)
   local full = capacity * MICRO
@@ -52,9 +52,9 @@ local function tb_decide(key, now, cost, capacity, rate)
   local want = cost * MICRO
   if tokens >= want then
     local left = tokens - want
-    return 1, math.floor(left / MICRO), 0, tb_wait(full - left, rate), left, stamp
+    return 1, math.floor(left / MICRO), 0, tb_wait(full - left, rate), left, stamp, stored
   end
-  return 0, math.floor(tokens / MICRO), tb_wait(want - tokens, rate), tb_wait(full - tokens, rate), tokens, stamp
+  return 0, math.floor(tokens / MICRO), tb_wait(want - tokens, rate), tb_wait(full - tokens, rate), tokens, stamp, stored
 end
 
 -- The call ids recorded in a stored bucket ("" when none).
@@ -78,19 +78,21 @@ local function tb_seen(key, call_id)
 end
 
 -- Store the bucket after an admission. The key expires when the bucket would
--- be full again, which is the same as the key being absent. With a call id,
--- it joins the list of recent ids (the oldest drops out after TB_IDS).
-local function tb_commit(key, stamp, left, reset_after, call_id)
+-- be full again, which is the same as the key being absent. The ids of
+-- earlier calls (`previous`, the state as decided) are kept; a call id joins
+-- them, and the oldest drops out after TB_IDS.
+local function tb_commit(key, stamp, left, reset_after, call_id, previous)
   local stored = string.format('%d:%d', left, stamp)
-  if call_id then
-    local ids = {}
-    local previous = redis.call('GET', key)
-    if previous then
-      for id in string.gmatch(tb_ids(previous), '[^,]+') do
-        ids[#ids + 1] = id
-      end
+  local ids = {}
+  if previous then
+    for id in string.gmatch(tb_ids(previous), '[^,]+') do
+      ids[#ids + 1] = id
     end
+  end
+  if call_id then
     ids[#ids + 1] = call_id
+  end
+  if #ids > 0 then
     local first = math.max(1, #ids - TB_IDS + 1)
     stored = stored .. ':' .. table.concat(ids, ',', first, #ids)
   end

@@ -774,6 +774,11 @@ case("call-id-replay-bucket", "A bucket recognises a re-sent call id of its last
      [chk({"api_key": "k1"}, 2, call_id="A1", remaining=1), chk({"api_key": "k1"}, 2, call_id="A1", allowed=True, remaining=1),
       chk({"api_key": "k1"}, 2, call_id="A2", allowed=False, remaining=1)])
 
+case("call-id-replay-after-anonymous-admission", "A bucket keeps remembering a call id across later admissions without one.",
+     [tb("per-key", "key:{api_key}", 3, 0.01)],
+     [chk({"api_key": "k1"}, call_id="A", remaining=2), chk({"api_key": "k1"}, remaining=1),
+      chk({"api_key": "k1"}, call_id="A", allowed=True, remaining=1, reset_after_ms=200_000)])
+
 case("call-id-denied-not-recorded", "A denied call records nothing, so its retry with the same id is decided afresh.",
      [swl("per-ip", "ip:{ip}", 1, "1m")],
      [chk(IP), chk(IP, call_id="retry_me", allowed=False, retry_after_ms=60_000),
