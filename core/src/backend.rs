@@ -39,14 +39,6 @@ pub(crate) enum RuleArgs {
 }
 
 impl RuleArgs {
-    /// The rule's `limit` or `capacity`.
-    pub fn limit(&self) -> u64 {
-        match *self {
-            RuleArgs::Window { limit, .. } => limit,
-            RuleArgs::Bucket { capacity, .. } => capacity,
-        }
-    }
-
     pub fn shadow(&self) -> bool {
         match *self {
             RuleArgs::Window { shadow, .. } | RuleArgs::Bucket { shadow, .. } => shadow,

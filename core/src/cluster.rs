@@ -219,13 +219,6 @@ impl ClusterBackend {
             if let Some(e) = undone.into_iter().find_map(|r| r.err()) {
                 first_err.get_or_insert(e);
             }
-            for idx in &undo {
-                for &i in idx {
-                    if let Some(o) = outcomes[i].as_mut() {
-                        o.remaining = (o.remaining + plan.cost).min(plan.compiled[i].args.limit());
-                    }
-                }
-            }
         }
         if let Some(e) = first_err {
             return Err(e);

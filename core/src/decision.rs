@@ -15,8 +15,10 @@ pub struct RuleResult {
     pub shadow: bool,
     /// The rule's `limit` (sliding window) or `capacity` (token bucket).
     pub limit: u64,
-    /// Units left after this check (floor for buckets). After a denial nothing
-    /// was consumed, so this is what is left now.
+    /// Units left (floor for buckets): for a rule that admits, what is left
+    /// once this request's cost is taken (also when another rule denied the
+    /// request and nothing was taken, so every front end and backend reports
+    /// the same figure); for a rule that denies, what is left now.
     pub remaining: u64,
     /// How long until a request of the same cost would pass this rule (zero when allowed).
     pub retry_after: Duration,
