@@ -34,6 +34,7 @@ function snake(d) {
       reset_after_ms: r.resetAfterMs,
     })),
     headers: Object.entries(d.headers),
+    degraded: d.degraded,
   };
 }
 
