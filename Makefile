@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all demo test deps test-rust test-python test-node test-c bench fuzz clean
+.PHONY: all demo test deps test-rust test-python test-node test-c test-soak bench fuzz clean
 
 all: test
 
@@ -21,6 +21,7 @@ test: deps
 	$(MAKE) test-python
 	$(MAKE) test-node
 	$(MAKE) test-c
+	$(MAKE) test-soak
 	@echo "make test: every suite passed"
 
 test-rust:
@@ -34,6 +35,10 @@ test-node:
 
 test-c:
 	scripts/test-c.sh
+
+## Rust, Python and Node against one Redis at once for 60 s (after test-python and test-node).
+test-soak:
+	tests/soak/run.sh
 
 ## Criterion benchmarks (release builds; start their own redis-server).
 bench: deps
