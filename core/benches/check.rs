@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use throttlegate::{FailureMode, Limiter, Policy, Rule, CHECK_SCRIPT};
-use throttlegate_testkit::RedisServer;
+use throttlegate_testkit::{RedisCluster, RedisServer};
 
 fn one_rule() -> Policy {
     Policy::new(vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, Duration::from_secs(60))]).unwrap()
@@ -32,7 +32,9 @@ fn key_names(n: usize) -> Vec<String> {
 }
 
 fn memory(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // The embedded backend answers synchronously (`check_in_process`), as the
+    // Python and Node front ends call it: no runtime in the way.
+    let opts = throttlegate::CheckOptions::default();
     let mut g = c.benchmark_group("memory");
     g.throughput(Throughput::Elements(1));
     for keys in [1usize, 100_000] {
@@ -43,7 +45,7 @@ fn memory(c: &mut Criterion) {
             g.bench_function(BenchmarkId::new(format!("throttlegate {rules}, 1 thread"), keys), |b| {
                 b.iter(|| {
                     i = (i + 1) % keys;
-                    rt.block_on(l.check(&[("ip", names[i].as_str())], 1)).unwrap().allowed
+                    l.check_in_process(&[("ip", names[i].as_str())], &opts).unwrap().unwrap().allowed
                 })
             });
             g.bench_function(BenchmarkId::new(format!("throttlegate {rules}, 2 threads"), keys), |b| {
@@ -51,12 +53,11 @@ fn memory(c: &mut Criterion) {
                     let start = Instant::now();
                     std::thread::scope(|s| {
                         for t in 0..2 {
-                            let (l, names) = (&l, &names);
+                            let (l, names, opts) = (&l, &names, &opts);
                             s.spawn(move || {
-                                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
                                 for j in 0..iters / 2 {
                                     let k = (j as usize * 2 + t) % keys;
-                                    rt.block_on(l.check(&[("ip", names[k].as_str())], 1)).unwrap();
+                                    l.check_in_process(&[("ip", names[k].as_str())], opts).unwrap().unwrap();
                                 }
                             });
                         }
@@ -173,5 +174,66 @@ fn redis_backend(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, memory, redis_backend);
+/// 64 tasks against one node and against a local 3-primary cluster, in the
+/// same run: one rule, four co-located rules (one slot), four spread rules.
+fn cluster_backend(c: &mut Criterion) {
+    let server = RedisServer::start();
+    let cluster = RedisCluster::start(3);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let names = key_names(10_000);
+    let colocated = || {
+        Policy::new(vec![
+            Rule::sliding_window_log("per-ip", "{{u:{ip}}}:ip", 1_000_000, Duration::from_secs(60)),
+            Rule::token_bucket("per-key", "{{u:{ip}}}:key", 1_000_000, 100_000.0),
+            Rule::sliding_window_log("per-tenant", "{{u:{ip}}}:tenant", 1_000_000, Duration::from_secs(60)),
+            Rule::token_bucket("per-route", "{{u:{ip}}}:route", 1_000_000, 100_000.0),
+        ])
+        .unwrap()
+    };
+    let mut g = c.benchmark_group("cluster");
+    g.throughput(Throughput::Elements(1));
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    let cases = [
+        ("one node", server.url(), "1 rule", one_rule()),
+        ("one node", server.url(), "4 rules", four_rules()),
+        ("cluster", cluster.url(), "1 rule", one_rule()),
+        ("cluster", cluster.url(), "4 co-located rules", colocated()),
+        ("cluster", cluster.url(), "4 spread rules", four_rules()),
+    ];
+    for (backend, url, rules, policy) in cases {
+        let l = Limiter::builder(policy)
+            .url(url)
+            .timeout(Duration::from_secs(5))
+            .on_backend_error(FailureMode::Error)
+            .build()
+            .unwrap();
+        rt.block_on(l.ping()).unwrap();
+        g.bench_function(format!("{backend}, {rules}, 64 tasks"), |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    let per = iters.div_ceil(64);
+                    let tasks: Vec<_> = (0..64)
+                        .map(|t| {
+                            let (l, names) = (l.clone(), names.clone());
+                            tokio::spawn(async move {
+                                for j in 0..per {
+                                    let k = (j as usize * 64 + t) % names.len();
+                                    l.check(&[("ip", names[k].as_str())], 1).await.unwrap();
+                                }
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, memory, redis_backend, cluster_backend);
 criterion_main!(benches);
