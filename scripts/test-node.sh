@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
 # The Node package: install (builds the addon from source), check that the
 # committed index.d.ts matches the Rust source, type-check a TypeScript user,
-# run the node:test suites (they start their own redis-servers), then pack the
-# package and install the tarball in an empty folder.
+# run the node:test suites (they start their own redis-servers, a local Redis
+# Cluster and a TLS redis-server with a private CA), then pack the package and
+# install the tarball in an empty folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
+
+# Debian packages the suites need beyond redis-server: redis-cli creates the
+# cluster, openssl makes the test CA and certificates.
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "$1 not found: installing Debian's $2 package" >&2
+  local sudo=""
+  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
+  command -v "$1" >/dev/null
+}
+need redis-cli redis-tools
+need openssl openssl
 
 # Tests build the addon without optimisations; users' `npm install` builds release.
 export THROTTLEGATE_BUILD_PROFILE="${THROTTLEGATE_BUILD_PROFILE:-dev}"

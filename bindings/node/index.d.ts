@@ -58,7 +58,7 @@ export declare class Limiter {
   keys(attributes: Record<string, string | null | undefined>): Array<string>
   /** Counters since the limiter was made. */
   stats(): Stats
-  /** `'memory'` or `'redis'` (`'closed'` after `close()`). */
+  /** `'memory'`, `'redis'` or `'cluster'` (`'closed'` after `close()`). */
   get backend(): string
   /** True after `close()`. */
   get closed(): boolean
@@ -178,6 +178,7 @@ export declare enum ErrorCode {
 export interface LimiterOptions {
   /**
    * The backend: `redis://host:port/db`, `rediss://` (TLS), `redis+unix:///path`,
+   * `redis+cluster://host:port,host:port` (a Redis Cluster; `rediss+cluster://` with TLS),
    * or `memory://` (the embedded in-memory backend, also the default when absent).
    */
   url?: string
@@ -202,6 +203,11 @@ export interface LimiterOptions {
   keySecret?: string | Buffer
   /** Also emit `X-RateLimit-Limit`, `-Remaining` and `-Reset` in `headers`. */
   legacyHeaders?: boolean
+  /**
+   * Certificates for `rediss://` and `rediss+cluster://` URLs, when the
+   * system's trust store is not enough (a private CA, mutual TLS).
+   */
+  tls?: TlsOptions
 }
 
 /** The options of `Limiter.peek()`. */
@@ -282,6 +288,26 @@ export interface Stats {
   backendErrors: number
   /** Calls that ran out of time (counted also as degraded or error). */
   timeouts: number
+}
+
+/**
+ * The `tls` option of `new Limiter()`. The names and value types are those
+ * of Node's `tls.connect()`, so the same `fs.readFileSync()` results fit;
+ * the certificates are PEM.
+ */
+export interface TlsOptions {
+  /**
+   * Trust these CA certificates instead of the system's roots (a private
+   * CA, a self-signed server). PEM text, or several of them in an array.
+   */
+  ca?: string | Buffer | Array<string | Buffer>
+  /**
+   * The client certificate chain to present, for servers that require
+   * mutual TLS (PEM). Give `key` with it.
+   */
+  cert?: string | Buffer
+  /** The private key of `cert` (PEM). */
+  key?: string | Buffer
 }
 
 /** The version of this package (the same for every throttlegate package). */

@@ -245,6 +245,76 @@ pub(crate) struct LimiterOpts {
     pub clock: Option<Clock>,
     pub key_secret: Option<Vec<u8>>,
     pub legacy_headers: bool,
+    pub tls: Option<TlsOpts>,
+}
+
+/// The `tls` option of `new Limiter()`, as PEM bytes.
+#[derive(Default)]
+pub(crate) struct TlsOpts {
+    pub ca: Option<Vec<u8>>,
+    /// Certificate chain and key, given together or not at all.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Bytes from a string (UTF-8) or a Buffer.
+fn bytes(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Vec<u8>, Error> {
+    let t = type_of(v)?;
+    if t == ValueType::String {
+        return string(env, v, what).map(String::into_bytes);
+    }
+    match unsafe { Buffer::from_napi_value(env.raw(), v.raw()) } {
+        Ok(b) => Ok(b.to_vec()),
+        Err(_) => Err(invalid_argument(format!(
+            "{what}: expected a string or a Buffer, got {}",
+            type_name(t)
+        ))),
+    }
+}
+
+fn tls_options(env: &Env, v: &Unknown<'_>, what: &str) -> Result<TlsOpts, Error> {
+    expect_object(env, v, what)?;
+    let mut tls = TlsOpts::default();
+    let (mut cert, mut key) = (None, None);
+    for (name, value) in entries(env, v, what)? {
+        if matches!(type_of(&value)?, ValueType::Undefined | ValueType::Null) {
+            continue;
+        }
+        let field = format!("{what}.{name}");
+        match name.as_str() {
+            "ca" if is_array(env, value.raw()) => {
+                // PEM files concatenate: one bundle holds every listed CA.
+                let mut pem = Vec::new();
+                for (i, (_, item)) in entries(env, &value, &field)?.into_iter().enumerate() {
+                    pem.extend(bytes(env, &item, &format!("{field}[{i}]"))?);
+                    pem.push(b'\n');
+                }
+                tls.ca = Some(pem);
+            }
+            "ca" => tls.ca = Some(bytes(env, &value, &field)?),
+            "cert" => cert = Some(bytes(env, &value, &field)?),
+            "key" => key = Some(bytes(env, &value, &field)?),
+            _ => {
+                return Err(invalid_argument(format!(
+                    "{what}: unknown option {name:?} (known: ca, cert, key)"
+                )))
+            }
+        }
+    }
+    tls.client = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(invalid_argument(format!(
+                "{what}.key: required with {what}.cert (the client certificate's private key)"
+            )))
+        }
+        (None, Some(_)) => {
+            return Err(invalid_argument(format!(
+                "{what}.cert: required with {what}.key (the client certificate)"
+            )))
+        }
+    };
+    Ok(tls)
 }
 
 fn duration(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Duration, Error> {
@@ -321,9 +391,14 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
                 opts.legacy_headers =
                     unsafe { bool::from_napi_value(env.raw(), value.raw()) }.map_err(|e| napi_failed(&what, e))?;
             }
+            "tls" => {
+                if !matches!(type_of(&value)?, ValueType::Null) {
+                    opts.tls = Some(tls_options(env, &value, &what)?);
+                }
+            }
             _ => {
                 return Err(invalid_argument(format!(
-                    "options: unknown option {name:?} (known: url, timeout, onBackendError, keyPrefix, clock, keySecret, legacyHeaders)"
+                    "options: unknown option {name:?} (known: url, timeout, onBackendError, keyPrefix, clock, keySecret, legacyHeaders, tls)"
                 )))
             }
         }

@@ -379,6 +379,14 @@ impl Limiter {
             if let Some(s) = opts.key_secret {
                 b = b.key_secret(s);
             }
+            if let Some(tls) = opts.tls {
+                if let Some(ca) = tls.ca {
+                    b = b.tls_root_cert(ca);
+                }
+                if let Some((cert, key)) = tls.client {
+                    b = b.tls_client_cert(cert, key);
+                }
+            }
             Ok(Limiter {
                 inner: b.build()?,
                 legacy: opts.legacy_headers,
@@ -509,7 +517,7 @@ impl Limiter {
         }
     }
 
-    /// `'memory'` or `'redis'` (`'closed'` after `close()`).
+    /// `'memory'`, `'redis'` or `'cluster'` (`'closed'` after `close()`).
     #[napi(getter)]
     pub fn backend(&self) -> &'static str {
         self.inner.backend_name()

@@ -11,6 +11,7 @@ use napi_derive::napi;
 #[napi(object)]
 pub struct LimiterOptions {
     /// The backend: `redis://host:port/db`, `rediss://` (TLS), `redis+unix:///path`,
+    /// `redis+cluster://host:port,host:port` (a Redis Cluster; `rediss+cluster://` with TLS),
     /// or `memory://` (the embedded in-memory backend, also the default when absent).
     pub url: Option<String>,
     /// Bound on the whole of one call: milliseconds, or a duration string such as `"100ms"`.
@@ -32,6 +33,27 @@ pub struct LimiterOptions {
     pub key_secret: Option<String>,
     /// Also emit `X-RateLimit-Limit`, `-Remaining` and `-Reset` in `headers`.
     pub legacy_headers: Option<bool>,
+    /// Certificates for `rediss://` and `rediss+cluster://` URLs, when the
+    /// system's trust store is not enough (a private CA, mutual TLS).
+    pub tls: Option<TlsOptions>,
+}
+
+/// The `tls` option of `new Limiter()`. The names and value types are those
+/// of Node's `tls.connect()`, so the same `fs.readFileSync()` results fit;
+/// the certificates are PEM.
+#[napi(object)]
+pub struct TlsOptions {
+    /// Trust these CA certificates instead of the system's roots (a private
+    /// CA, a self-signed server). PEM text, or several of them in an array.
+    #[napi(ts_type = "string | Buffer | Array<string | Buffer>")]
+    pub ca: Option<String>,
+    /// The client certificate chain to present, for servers that require
+    /// mutual TLS (PEM). Give `key` with it.
+    #[napi(ts_type = "string | Buffer")]
+    pub cert: Option<String>,
+    /// The private key of `cert` (PEM).
+    #[napi(ts_type = "string | Buffer")]
+    pub key: Option<String>,
 }
 
 /// The options of `Limiter.check()`.

@@ -24,7 +24,7 @@ describe('TypeScript declarations', () => {
     assert.equal(r.status, 0, r.stdout + r.stderr);
   });
 
-  it('reject misuse: wrong field types, unknown options, bad failure modes', () => {
+  it('reject misuse: wrong field types, unknown options, bad failure modes, tls values of the wrong type', () => {
     const bad = path.join(project, `misuse-${process.pid}.ts`);
     fs.writeFileSync(
       bad,
@@ -34,6 +34,7 @@ describe('TypeScript declarations', () => {
         "const l = new Limiter({ rules: [] }, { onBackendError: 'maybe' });",
         "async function f(): Promise<void> { const d = await l.check({ ip: '1' }); const s: string = d.allowed; console.log(s); }",
         "rateLimit({ policy: 'p.toml', cost: 'two' });",
+        "new Limiter({ rules: [] }, { tls: { ca: 42 } });",
         'void f();',
         '',
       ].join('\n'),
@@ -45,6 +46,7 @@ describe('TypeScript declarations', () => {
       assert.match(out, /'"maybe"' is not assignable/);
       assert.match(out, /Type 'boolean' is not assignable to type 'string'/);
       assert.match(out, /'string' is not assignable to type 'number \| \(\(req/);
+      assert.match(out, /Type 'number' is not assignable to type 'string \| Buffer/);
     } finally {
       fs.rmSync(bad, { force: true });
     }

@@ -1,7 +1,7 @@
 // Type-checked by `tsc --noEmit` (never run): the public API as a
 // TypeScript user writes it.
 import { ClientIp, ErrorCode, Limiter, ManualClock, Policy, VERSION } from 'throttlegate';
-import type { Decision, LimiterOptions, PolicyObject, RuleResult, Stats } from 'throttlegate';
+import type { Decision, LimiterOptions, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
 import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
 import { createServer } from 'node:http';
@@ -27,10 +27,14 @@ const options: LimiterOptions = {
   legacyHeaders: true,
 };
 
+const tls: TlsOptions = { ca: [Buffer.from('-----BEGIN CERTIFICATE-----'), 'pem'], cert: 'pem', key: Buffer.from('pem') };
+const overTls: LimiterOptions = { url: 'rediss+cluster://127.0.0.1:7000,127.0.0.1:7001', tls };
+
 async function main(): Promise<void> {
   const fromObject = new Limiter(policy);
   const fromFile = new Limiter('policy.toml', options);
   const fromPolicy = new Limiter(Policy.fromString('{"rules": []}'), { clock: 'system' });
+  const secure = new Limiter(policy, overTls);
   const d: Decision = await fromObject.check({ ip: '203.0.113.7', api_key: undefined }, { cost: 1, callId: 'r1' });
   const allowed: boolean = d.allowed;
   const wait: number = d.retryAfterMs + d.resetAfterMs + d.limit + d.remaining;
@@ -44,6 +48,7 @@ async function main(): Promise<void> {
   const stats: Stats = fromObject.stats();
   const backend: string = fromFile.backend;
   await fromPolicy.ping();
+  await secure.close();
   await fromObject.close();
   try {
     await fromObject.check({ ip: 'x' });
