@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # The Python package's suite: build and install it from the repository root
 # with `pip install .` into .venv, check the stubs, run pytest (which starts
-# its own redis-server on a free loopback port).
+# its own redis-server on a free loopback port, TLS redis-servers with a
+# private CA, and a local Redis Cluster).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The cluster fixture makes its cluster with `redis-cli --cluster create`.
+if ! command -v redis-cli >/dev/null 2>&1; then
+  echo "redis-cli not found: installing Debian's redis-tools package" >&2
+  SUDO=""
+  if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-tools >/dev/null
+fi
 
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
@@ -15,7 +25,7 @@ PY="$PWD/$VENV/bin/python"
 "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$PY" -m pip install --quiet --disable-pip-version-check \
   "maturin>=1.9,<2" pytest mypy typing_extensions \
-  flask fastapi uvicorn httpx requests
+  flask fastapi uvicorn httpx requests trustme
 
 # A real install from the root, as a user would (maturin via pyproject.toml;
 # cargo reuses the workspace's target/).

@@ -3,7 +3,7 @@
 use pyo3::exceptions::PyUnicodeError;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use crate::errors::{invalid_argument, invalid_type};
@@ -211,4 +211,37 @@ pub fn from_json<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyA
             dict.into_any()
         }
     })
+}
+
+/// A PEM document for a TLS option: `bytes` are the PEM data itself; a `str`
+/// or `os.PathLike` is the path of a PEM file, read now so that a missing
+/// file is reported when the limiter is made rather than at the first call.
+pub fn pem(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
+    let py = obj.py();
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    if obj.is_instance_of::<PyString>() {
+        // PEM text given as `str` would otherwise be taken for a file name
+        // and reported as a missing file, which hides the real mistake.
+        if text(obj, what)?.trim_start().starts_with("-----BEGIN") {
+            return Err(invalid_argument(
+                py,
+                format!("{what}: a str is a file path; pass PEM data as bytes (text.encode())"),
+            ));
+        }
+    } else if !obj.hasattr("__fspath__")? {
+        return Err(invalid_type(
+            py,
+            format!("{what}: expected PEM data (bytes) or a PEM file's path (str or os.PathLike), got {}", type_name(obj)),
+        ));
+    }
+    let path: std::path::PathBuf = obj
+        .extract()
+        .map_err(|_| invalid_argument(py, format!("{what}: the path is not a valid file name")))?;
+    std::fs::read(&path)
+        .map_err(|e| invalid_argument(py, format!("{what}: cannot read {}: {e}", path.display())))
 }

@@ -92,9 +92,17 @@ async fn run_check(limiter: core::Limiter, req: Request) -> core::Result<Decisio
 #[pymethods]
 impl Limiter {
     /// Bind `policy` (a `Policy`, a path to a TOML/JSON file, or plain dicts)
-    /// to a backend: `url` is `redis://...`, `memory://`, or None (embedded).
+    /// to a backend: `url` is `redis://...`, `rediss://...` (TLS),
+    /// `redis+cluster://host:port,host:port` (Redis Cluster), `memory://`, or
+    /// None (embedded).
+    ///
+    /// For TLS URLs, `tls_root_cert` is a CA certificate to trust instead of
+    /// the system's roots (a private CA), and `tls_client_cert` a
+    /// `(certificate, key)` pair presented for mutual TLS. Each PEM document
+    /// is given as bytes (the data) or as a str / `os.PathLike` (a file path,
+    /// read when the limiter is made).
     #[new]
-    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None))]
+    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -105,6 +113,8 @@ impl Limiter {
         prefix: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
         key_secret: Option<&Bound<'_, PyAny>>,
+        tls_root_cert: Option<&Bound<'_, PyAny>>,
+        tls_client_cert: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
@@ -134,6 +144,16 @@ impl Limiter {
                     return Err(invalid_type(py, "key_secret: expected str or bytes"));
                 };
                 builder = builder.key_secret(bytes);
+            }
+            if let Some(ca) = tls_root_cert.filter(|o| !o.is_none()) {
+                builder = builder.tls_root_cert(convert::pem(ca, "tls_root_cert")?);
+            }
+            if let Some(pair) = tls_client_cert.filter(|o| !o.is_none()) {
+                let (cert, key) = client_cert_pair(pair)?;
+                builder = builder.tls_client_cert(
+                    convert::pem(&cert, "tls_client_cert: the certificate")?,
+                    convert::pem(&key, "tls_client_cert: the key")?,
+                );
             }
             let limiter = builder.clone().build().map_err(|e| core_to_py(py, &e))?;
             Ok(Limiter {
@@ -284,7 +304,7 @@ impl Limiter {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).core.is_none()
     }
 
-    /// `"memory"` or `"redis"`.
+    /// `"memory"`, `"redis"` or `"cluster"`.
     #[getter]
     fn backend(&self) -> &'static str {
         self.backend
@@ -356,4 +376,16 @@ fn resolve_clock(obj: &Bound<'_, PyAny>) -> PyResult<core::Clock> {
         };
     }
     Err(invalid_type(py, "clock: expected \"backend\", \"system\" or a ManualClock"))
+}
+
+/// The `tls_client_cert` argument: a `(certificate, key)` tuple, like the
+/// `cert` argument of `requests`.
+fn client_cert_pair<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let py = obj.py();
+    let wrong = || invalid_type(py, "tls_client_cert: expected a (certificate, key) tuple");
+    let pair = obj.cast::<pyo3::types::PyTuple>().map_err(|_| wrong())?;
+    if pair.len() != 2 {
+        return Err(wrong());
+    }
+    Ok((pair.get_item(0)?, pair.get_item(1)?))
 }

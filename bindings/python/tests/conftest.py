@@ -1,5 +1,6 @@
-"""Shared fixtures: a real redis-server on a free loopback port, started once
-per session and killed at the end, and fresh key prefixes."""
+"""Shared fixtures: a real redis-server on a free loopback port and a real
+local Redis Cluster, each started once per session (the cluster only when a
+test asks for it) and killed at the end, and fresh key prefixes."""
 
 from __future__ import annotations
 
@@ -41,13 +42,13 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: 
 class RedisServer:
     """A redis-server process owned by the test session."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
         exe = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.dir = tempfile.mkdtemp(prefix="throttlegate-redis-")
         self.port = free_port()
         self.proc = subprocess.Popen(
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir],
+             "--dir", self.dir, *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -67,6 +68,62 @@ class RedisServer:
         self.proc.kill()
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisCluster:
+    """A local Redis Cluster owned by the test session: `primaries` primaries
+    with one replica each, made by `redis-cli --cluster create`."""
+
+    def __init__(self, primaries: int = 3) -> None:
+        self.nodes: list[RedisServer] = []
+        try:
+            for _ in range(primaries * 2):
+                self.nodes.append(RedisServer(
+                    "--cluster-enabled", "yes",
+                    # The default bus port (port + 10000) may be taken or,
+                    # above 55535, not exist.
+                    "--cluster-port", str(free_port()),
+                    "--cluster-node-timeout", "1000",
+                    "--cluster-replica-validity-factor", "0",
+                    "--repl-diskless-sync-delay", "0",
+                ))
+            addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            cli = os.environ.get("THROTTLEGATE_REDIS_CLI") or shutil.which("redis-cli") or "/usr/bin/redis-cli"
+            subprocess.run(
+                [cli, "--cluster", "create", *addrs, "--cluster-replicas", "1", "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+            )
+            self._wait_ok(timeout=30.0)
+        except BaseException:
+            self.stop()
+            raise
+        self.url = "redis+cluster://" + ",".join(addrs)
+
+    def _wait_ok(self, timeout: float) -> None:
+        """Until every node serves all 16384 slots, the cluster refuses some keys."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                infos = [n.command("CLUSTER", "INFO") for n in self.nodes]
+            except OSError:
+                infos = []
+            if infos and all(b"cluster_state:ok" in i and b"cluster_slots_ok:16384" in i for i in infos):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the Redis Cluster was not ok within {timeout} s")
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    cluster = RedisCluster(3)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """The conformance vectors (tests/vectors/*.json, plus this package's own)
-replayed against the embedded backend and a real Redis, through the Python API."""
+replayed against the embedded backend, a real Redis and a real local Redis
+Cluster, through the Python API."""
 
 from __future__ import annotations
 
@@ -105,6 +106,25 @@ def test_vector_embedded(path: Path) -> None:
 @pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
 def test_vector_redis(path: Path, redis_server: Any) -> None:
     replay(path, redis_server.url)
+
+
+@pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
+def test_vector_cluster(path: Path, redis_cluster: Any) -> None:
+    replay(path, redis_cluster.url)
+
+
+def test_cluster_url_gives_a_cluster_backend(redis_cluster: Any) -> None:
+    rules = [{"name": "n", "key": "k:{ip}", "limit": 1, "window": "1m"}]
+    with tg.Limiter(rules, url=redis_cluster.url, prefix=f"c-{uuid.uuid4().hex[:12]}:") as limiter:
+        assert limiter.backend == "cluster"
+        limiter.ping()
+        attrs = {"ip": "198.51.100.7"}
+        assert limiter.check(attrs).allowed
+        key = limiter.keys(attrs)[0]
+        # Exactly one node holds the key: its slot's primary (the others,
+        # replicas included, answer with a redirection).
+        holders = [n.port for n in redis_cluster.nodes if n.command("EXISTS", key) == b":1\r\n"]
+        assert len(holders) == 1, holders
 
 
 def test_own_vector_is_found() -> None:

@@ -17,6 +17,8 @@ MAX_KEY_LEN: int
 _Attributes: TypeAlias = Mapping[str, Union[str, int, None]]
 #: What `Limiter` accepts as a policy.
 _PolicySource: TypeAlias = Union["Policy", str, "os.PathLike[str]", dict[str, Any], list[dict[str, Any]]]
+#: A PEM document: the data as bytes, or the path of a file holding it.
+_Pem: TypeAlias = Union[bytes, bytearray, str, "os.PathLike[str]"]
 
 @final
 class Policy:
@@ -127,6 +129,8 @@ class Limiter:
         prefix: Optional[str] = None,
         clock: Union[ManualClock, Literal["backend", "system"], None] = None,
         key_secret: Union[str, bytes, None] = None,
+        tls_root_cert: Optional[_Pem] = None,
+        tls_client_cert: Optional[tuple[_Pem, _Pem]] = None,
     ) -> Self: ...
     def check(self, attributes: _Attributes, cost: Optional[int] = None, *, call_id: Optional[str] = None) -> Decision: ...
     def check_async(
@@ -144,7 +148,7 @@ class Limiter:
     @property
     def closed(self) -> bool: ...
     @property
-    def backend(self) -> Literal["memory", "redis"]: ...
+    def backend(self) -> Literal["memory", "redis", "cluster"]: ...
     @property
     def policy(self) -> Policy: ...
     def __enter__(self) -> Self: ...
