@@ -26,6 +26,8 @@ test: deps
 
 test-rust:
 	$(CARGO) test --workspace --exclude throttlegate-python --exclude throttlegate-node
+	# The core still packages and builds on its own (lua/ comes in through core/lua).
+	$(CARGO) package -p throttlegate --allow-dirty --quiet
 
 test-python:
 	scripts/test-python.sh
