@@ -52,7 +52,11 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for_port(self.port, self.proc, "redis-server")
+        try:
+            wait_for_port(self.port, self.proc, "redis-server")
+        except BaseException:
+            self.stop()
+            raise
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
     def command(self, *args: str) -> bytes:
@@ -78,15 +82,7 @@ class RedisCluster:
         self.nodes: list[RedisServer] = []
         try:
             for _ in range(primaries * 2):
-                self.nodes.append(RedisServer(
-                    "--cluster-enabled", "yes",
-                    # The default bus port (port + 10000) may be taken or,
-                    # above 55535, not exist.
-                    "--cluster-port", str(free_port()),
-                    "--cluster-node-timeout", "1000",
-                    "--cluster-replica-validity-factor", "0",
-                    "--repl-diskless-sync-delay", "0",
-                ))
+                self.nodes.append(self._node())
             addrs = [f"127.0.0.1:{n.port}" for n in self.nodes]
             cli = os.environ.get("THROTTLEGATE_REDIS_CLI") or shutil.which("redis-cli") or "/usr/bin/redis-cli"
             subprocess.run(
@@ -98,6 +94,27 @@ class RedisCluster:
             self.stop()
             raise
         self.url = "redis+cluster://" + ",".join(addrs)
+
+    @staticmethod
+    def _node() -> RedisServer:
+        # Two ports per node, each free only when it was picked: another
+        # process on this shared machine may take one first, so retry.
+        attempts = 3
+        while True:
+            try:
+                return RedisServer(
+                    "--cluster-enabled", "yes",
+                    # The default bus port (port + 10000) may be taken or,
+                    # above 55535, not exist.
+                    "--cluster-port", str(free_port()),
+                    "--cluster-node-timeout", "1000",
+                    "--cluster-replica-validity-factor", "0",
+                    "--repl-diskless-sync-delay", "0",
+                )
+            except RuntimeError:
+                attempts -= 1
+                if attempts == 0:
+                    raise
 
     def _wait_ok(self, timeout: float) -> None:
         """Until every node serves all 16384 slots, the cluster refuses some keys."""
