@@ -9,8 +9,10 @@
 -- below 2^53), and every value returned is an integer.
 
 -- Decide one rule. Returns allowed (0/1), remaining, retry_after, reset_after
--- and the current count (needed by swl_commit).
-local function swl_decide(key, now, cost, limit, window)
+-- and the current count (needed by swl_commit). With `monotonic` (the server's
+-- own clock), no member can be newer than `now`, so an admission's
+-- reset_after is the window without looking the newest member up.
+local function swl_decide(key, now, cost, limit, window, monotonic)
   local floor_score = now - window
   local count = redis.call('ZCOUNT', key, '(' .. int(floor_score), '+inf')
   if count + cost <= limit then
@@ -20,7 +22,7 @@ local function swl_decide(key, now, cost, limit, window)
     if cost > 0 then
       reset_after = window
     end
-    if count > 0 then
+    if count > 0 and not (monotonic and cost > 0) then
       local newest = redis.call('ZRANGE', key, '+inf', '(' .. int(floor_score), 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
       local newest_reset = tonumber(newest[2]) + window - now
       if newest_reset > reset_after then

@@ -98,7 +98,10 @@ impl RedisBackend {
             Error::invalid_argument(format!("url: {url:?} is not a valid Redis URL")).with_source(e)
         };
         let client = match tls {
-            Some(t) => redis::Client::build_with_tls(url, t.certificates()).map_err(bad_url)?,
+            Some(t) => {
+                t.validate()?;
+                redis::Client::build_with_tls(url, t.certificates()).map_err(bad_url)?
+            }
             None => redis::Client::open(url).map_err(bad_url)?,
         };
         Ok(RedisBackend(std::sync::Arc::new(RedisInner {
@@ -212,6 +215,33 @@ pub struct TlsOptions {
 }
 
 impl TlsOptions {
+    /// Check that the PEM data parses, so a bad file is reported when the
+    /// limiter is built, naming the option, instead of at the first call.
+    pub(crate) fn validate(&self) -> Result<()> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = |pem: &[u8], what: &str| -> Result<()> {
+            let n = CertificateDer::pem_slice_iter(pem)
+                .map(|c| c.map(|_| ()))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::invalid_argument(format!("{what}: not a PEM certificate: {e}")))?
+                .len();
+            if n == 0 {
+                return Err(Error::invalid_argument(format!("{what}: no PEM certificate found")));
+            }
+            Ok(())
+        };
+        if let Some(root) = &self.root_cert_pem {
+            certs(root, "tls_root_cert")?;
+        }
+        if let Some((cert, key)) = &self.client_cert_pem {
+            certs(cert, "tls_client_cert")?;
+            PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| Error::invalid_argument(format!("tls_client_cert: the key is not a PEM private key: {e}")))?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn certificates(&self) -> redis::TlsCertificates {
         redis::TlsCertificates {
             client_tls: self.client_cert_pem.as_ref().map(|(c, k)| redis::ClientTlsConfig {

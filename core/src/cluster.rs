@@ -98,6 +98,7 @@ impl ClusterBackend {
             .min_retry_wait(5)
             .max_retry_wait(50);
         if let Some(t) = tls {
+            t.validate()?;
             builder = builder.certs(t.certificates());
         }
         let client = builder

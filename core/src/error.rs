@@ -183,6 +183,13 @@ impl std::error::Error for Error {
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Self {
         use redis::ErrorKind as K;
+        if let Some(tls) = tls_failure(&err) {
+            // A certificate the client does not trust (or a handshake the
+            // server refuses) will not get better by retrying.
+            return Error::new(ErrorKind::Backend, format!("TLS with redis failed: {tls}"))
+                .set_temporary(false)
+                .with_source(err);
+        }
         let unavailable = err.is_io_error()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
@@ -215,4 +222,31 @@ impl From<redis::RedisError> for Error {
             .set_temporary(unavailable || err.is_timeout())
             .with_source(err)
     }
+}
+
+/// The TLS failure inside a Redis client error, if that is what it is.
+///
+/// The client keeps its I/O errors behind an `Arc<dyn Error>`, which hides
+/// their type from `downcast_ref`, so the TLS library's messages are
+/// recognised by their text as a fallback.
+fn tls_failure(err: &redis::RedisError) -> Option<String> {
+    const MARKERS: &[&str] = &[
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer is incompatible",
+        "peer misbehaved",
+        "certificate",
+    ];
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(t.to_string());
+        }
+        let text = e.to_string();
+        if MARKERS.iter().any(|m| text.contains(m)) {
+            return Some(text);
+        }
+        cur = e.source();
+    }
+    None
 }

@@ -95,7 +95,16 @@ async fn tls_with_a_private_ca() {
     assert_eq!(server.command(&["EXISTS", &l.keys(&a)[0]]).unwrap(), "1");
     // Without the CA, the server's certificate is not trusted: an error, never plain text.
     let untrusted = build(&url).build().unwrap();
-    assert!(untrusted.check(&a, 1).await.is_err());
+    let e = untrusted.check(&a, 1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+    assert!(!e.is_temporary(), "a certificate problem does not go away by retrying");
+    assert!(e.to_string().contains("TLS"), "{e}");
+    // Bad PEM is refused when the limiter is built, naming the option.
+    let e = build(&url).tls_root_cert("not a certificate").build().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("tls_root_cert"), "{e}");
+    let e = build(&url).tls_client_cert(cert.pem(), "no key here").build().unwrap_err();
+    assert!(e.message().contains("tls_client_cert"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -200,7 +200,12 @@ impl RedisCluster {
     pub fn start(primaries: usize) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..primaries * 2)
             .map(|_| {
+                // An explicit bus port: the default (port + 10000) does not
+                // exist for ports above 55535, which free_port() may return.
+                let bus = free_port().to_string();
                 RedisServer::start_with(&[
+                    "--cluster-port",
+                    &bus,
                     "--cluster-enabled",
                     "yes",
                     "--cluster-node-timeout",
