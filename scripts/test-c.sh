@@ -5,7 +5,11 @@
 #     target/c-prefix (like `make install` would);
 #  3. compile the header as C11 and as C++, included twice;
 #  4. compile the C tests and examples/c with cc against that prefix
-#     (pkg-config), start a redis-server on a free loopback port, run them;
+#     (pkg-config); make a private CA, server and client certificates with
+#     openssl; start on free loopback ports a redis-server (plain, plus TLS
+#     with client certificates required) and a Redis Cluster of 3 primaries
+#     and 3 replicas; run the tests, the vectors on every backend, and the
+#     example;
 #  5. run them again under valgrind (leaks and invalid accesses are errors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +35,8 @@ need() {
 need c++ g++
 need pkg-config pkg-config
 need valgrind valgrind
+need openssl openssl
+need redis-cli redis-tools
 
 step "cargo test (unit tests, header staleness) and build with test hooks"
 "$CARGO" test -p throttlegate-c
@@ -72,36 +78,115 @@ if ldd "$BUILD/example_static" | grep -q libthrottlegate; then
   exit 1
 fi
 
-step "start redis-server on a free loopback port"
-REDIS_PID=""
+step "certificates: a private CA, a server and a client certificate"
 REDIS_DIR=$(mktemp -d)
+PIDS=()
 cleanup() {
-  if [ -n "$REDIS_PID" ]; then kill "$REDIS_PID" 2>/dev/null || true; wait "$REDIS_PID" 2>/dev/null || true; fi
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$REDIS_DIR"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP PIPE
+TLS=$REDIS_DIR/tls
+mkdir -p "$TLS"
+# P-256 keys: quick to make, and accepted by both redis-server (OpenSSL)
+# and the library (rustls). The CA is a v3 CA; leaves name their purpose.
+tls_quiet() { "$@" >"$TLS/openssl.log" 2>&1 || { cat "$TLS/openssl.log" >&2; return 1; }; }
+tls_quiet openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -subj "/CN=throttlegate test CA" -keyout "$TLS/ca.key" -out "$TLS/ca.pem" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+leaf() { # name, extensions
+  tls_quiet openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -subj "/CN=$1" -keyout "$TLS/$1.key" -out "$TLS/$1.csr"
+  printf '%s\n' "$2" >"$TLS/$1.ext"
+  tls_quiet openssl x509 -req -in "$TLS/$1.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca.key" \
+    -CAcreateserial -days 2 -extfile "$TLS/$1.ext" -out "$TLS/$1.pem"
+}
+leaf server "subjectAltName=DNS:localhost,IP:127.0.0.1
+extendedKeyUsage=serverAuth"
+leaf client "extendedKeyUsage=clientAuth"
+
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 redis_ping() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1" && printf 'PING\r\n' >&3 && read -r -t 2 reply <&3 && [[ $reply == +PONG* ]]) 2>/dev/null
 }
-for attempt in $(seq 1 20); do
-  PORT=$((20000 + RANDOM % 30000))
-  port_free "$PORT" || continue
-  redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$REDIS_DIR" \
-    --logfile "$REDIS_DIR/redis.log" &
-  REDIS_PID=$!
-  for _ in $(seq 1 100); do
-    if redis_ping "$PORT"; then break 2; fi
-    if ! kill -0 "$REDIS_PID" 2>/dev/null; then REDIS_PID=""; break; fi
-    sleep 0.05
+# Start a redis-server on a free loopback port with extra arguments and wait
+# until it answers; sets STARTED_PORT. With "tls" first, it also listens
+# for TLS on STARTED_TLS_PORT, with the server certificate, and accepts only
+# clients with a certificate from the test CA.
+start_redis() {
+  local tls="" port tls_port="" pid dir args
+  if [ "${1:-}" = tls ]; then tls=1; shift; fi
+  for _ in $(seq 1 20); do
+    port=$((20000 + RANDOM % 30000))
+    port_free "$port" || continue
+    args=(--port "$port")
+    if [ -n "$tls" ]; then
+      tls_port=$((20000 + RANDOM % 30000))
+      if [ "$tls_port" = "$port" ] || ! port_free "$tls_port"; then continue; fi
+      args+=(--tls-port "$tls_port" --tls-cert-file "$TLS/server.pem" --tls-key-file "$TLS/server.key"
+             --tls-ca-cert-file "$TLS/ca.pem" --tls-auth-clients yes)
+    fi
+    dir=$REDIS_DIR/$port
+    mkdir -p "$dir"
+    redis-server "${args[@]}" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+      --logfile "$dir/redis.log" "$@" &
+    pid=$!
+    for _ in $(seq 1 100); do
+      if redis_ping "$port"; then
+        PIDS+=("$pid")
+        STARTED_PORT=$port
+        STARTED_TLS_PORT=$tls_port
+        return 0
+      fi
+      if ! kill -0 "$pid" 2>/dev/null; then pid=""; break; fi
+      sleep 0.05
+    done
+    if [ -n "$pid" ]; then kill "$pid"; wait "$pid" 2>/dev/null || true; fi
   done
-  if [ -n "$REDIS_PID" ]; then kill "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null || true; REDIS_PID=""; fi
+  echo "could not start redis-server $*" >&2
+  return 1
+}
+
+step "start redis-server (plain and TLS) on free loopback ports"
+start_redis tls
+export TG_REDIS_URL="redis://127.0.0.1:$STARTED_PORT"
+export TG_REDIS_PORT=$STARTED_PORT
+# An address, not a name: the server certificate names both, and glibc's
+# resolver keeps per-thread state that valgrind would report at exit.
+export TG_TLS_URL="rediss://127.0.0.1:$STARTED_TLS_PORT"
+export TG_TLS_DIR=$TLS
+echo "redis-server on $TG_REDIS_URL and $TG_TLS_URL"
+
+step "start a Redis Cluster: 3 primaries, 3 replicas"
+CLUSTER_NODES=()
+for _ in 1 2 3 4 5 6; do
+  start_redis --cluster-enabled yes --cluster-node-timeout 1000 --cluster-replica-validity-factor 0 \
+    --repl-diskless-sync-delay 0
+  CLUSTER_NODES+=("127.0.0.1:$STARTED_PORT")
 done
-if [ -z "$REDIS_PID" ]; then echo "could not start redis-server" >&2; exit 1; fi
-export TG_REDIS_URL="redis://127.0.0.1:$PORT"
-export TG_REDIS_PORT=$PORT
-echo "redis-server pid $REDIS_PID on $TG_REDIS_URL"
+if ! redis-cli --cluster create "${CLUSTER_NODES[@]}" --cluster-replicas 1 --cluster-yes \
+  >"$REDIS_DIR/cluster-create.log" 2>&1; then
+  cat "$REDIS_DIR/cluster-create.log" >&2
+  exit 1
+fi
+# Every node must agree that all slots are served before the first call.
+cluster_ok() {
+  local node info
+  for node in "${CLUSTER_NODES[@]}"; do
+    info=$(redis-cli -h 127.0.0.1 -p "${node##*:}" CLUSTER INFO 2>/dev/null) || return 1
+    [[ $info == *cluster_state:ok* && $info == *cluster_slots_ok:16384* ]] || return 1
+  done
+}
+for _ in $(seq 1 200); do
+  if cluster_ok; then break; fi
+  sleep 0.1
+done
+if ! cluster_ok; then echo "the Redis Cluster did not become ok" >&2; exit 1; fi
+export TG_REDIS_CLUSTER_URL="redis+cluster://$(IFS=,; echo "${CLUSTER_NODES[*]}")"
+echo "Redis Cluster on $TG_REDIS_CLUSTER_URL"
 
 VECTORS=(tests/vectors/*.json "$CRATE"/tests/vectors/*.json)
 export LD_LIBRARY_PATH=$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

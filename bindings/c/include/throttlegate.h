@@ -468,8 +468,10 @@ tg_result tg_limiter_options_new(struct tg_limiter_options **out);
 
 /**
  * The backend: `redis://host:port/db`, `rediss://...` (TLS),
- * `redis+unix:///path`, or `memory://` (the embedded backend, the default).
- * Checked when the limiter is built.
+ * `redis+unix:///path`, `redis+cluster://host:port,host:port` (a Redis
+ * Cluster, any nodes as seeds; `rediss+cluster://` with TLS), or
+ * `memory://` (the embedded backend, the default). Checked when the
+ * limiter is built.
  *
  * Errors: `TG_NULL_POINTER`, `TG_INVALID_UTF8`.
  */
@@ -523,14 +525,41 @@ tg_result tg_limiter_options_set_key_secret(struct tg_limiter_options *options,
                                             size_t len);
 
 /**
+ * For `rediss://` URLs: trust this CA certificate instead of the system's
+ * roots (a private CA, or a self-signed server). `pem` is `pem_len` bytes of
+ * PEM text (copied). Replaces an earlier root certificate. A malformed
+ * certificate is reported when the limiter is built or first connects.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
+ */
+tg_result tg_limiter_options_set_tls_root_cert(struct tg_limiter_options *options,
+                                               const uint8_t *pem,
+                                               size_t pem_len);
+
+/**
+ * For `rediss://` URLs: present this client certificate and private key
+ * (mutual TLS, for a server that authenticates its clients). `cert_pem` is
+ * `cert_len` bytes and `key_pem` is `key_len` bytes of PEM text (both
+ * copied). Replaces an earlier client certificate. A malformed certificate
+ * or key is reported when the limiter is built or first connects.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
+ */
+tg_result tg_limiter_options_set_tls_client_cert(struct tg_limiter_options *options,
+                                                 const uint8_t *cert_pem,
+                                                 size_t cert_len,
+                                                 const uint8_t *key_pem,
+                                                 size_t key_len);
+
+/**
  * Release options. `NULL` is a no-op. Limiters built from them are unaffected.
  */
 void tg_limiter_options_free(struct tg_limiter_options *options);
 
 /**
  * A limiter for `policy` on the backend named by `url`: `redis://...`,
- * `rediss://...`, `redis+unix:///path`, or `memory://` (the embedded
- * backend). Connections are made on first use, so this succeeds while
+ * `rediss://...`, `redis+unix:///path`, `redis+cluster://host:port,...`,
+ * or `memory://` (the embedded backend). Connections are made on first use, so this succeeds while
  * Redis is down. The limiter keeps its own copy of the policy.
  *
  * On success `*out` receives a new limiter to release with `tg_limiter_free()`.

@@ -48,6 +48,8 @@ pub struct tg_limiter_options {
     prefix: Option<String>,
     clock: Option<throttlegate::Clock>,
     key_secret: Option<Vec<u8>>,
+    tls_root_cert: Option<Vec<u8>>,
+    tls_client_cert: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// A policy bound to a backend (Redis, or the embedded in-memory backend).
@@ -107,8 +109,10 @@ pub unsafe extern "C" fn tg_limiter_options_new(out: *mut *mut tg_limiter_option
 }
 
 /// The backend: `redis://host:port/db`, `rediss://...` (TLS),
-/// `redis+unix:///path`, or `memory://` (the embedded backend, the default).
-/// Checked when the limiter is built.
+/// `redis+unix:///path`, `redis+cluster://host:port,host:port` (a Redis
+/// Cluster, any nodes as seeds; `rediss+cluster://` with TLS), or
+/// `memory://` (the embedded backend, the default). Checked when the
+/// limiter is built.
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_INVALID_UTF8`.
 #[no_mangle]
@@ -208,18 +212,67 @@ pub unsafe extern "C" fn tg_limiter_options_set_key_secret(
 ) -> tg_result {
     ffi(|| {
         let options = out_ptr(options, "options")?;
-        if secret.is_null() {
-            return Err(Fail::null("secret"));
-        }
-        if len == 0 {
-            return Err(Fail::invalid("secret: must not be empty"));
-        }
-        if len > isize::MAX as usize {
-            return Err(Fail::invalid(format!("len: {len} is too large")));
-        }
-        options.key_secret = Some(std::slice::from_raw_parts(secret, len).to_vec());
+        options.key_secret = Some(bytes(secret, len, "secret", "len")?);
         Ok(())
     })
+}
+
+/// For `rediss://` URLs: trust this CA certificate instead of the system's
+/// roots (a private CA, or a self-signed server). `pem` is `pem_len` bytes of
+/// PEM text (copied). Replaces an earlier root certificate. A malformed
+/// certificate is reported when the limiter is built or first connects.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_tls_root_cert(
+    options: *mut tg_limiter_options,
+    pem: *const u8,
+    pem_len: usize,
+) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        options.tls_root_cert = Some(bytes(pem, pem_len, "pem", "pem_len")?);
+        Ok(())
+    })
+}
+
+/// For `rediss://` URLs: present this client certificate and private key
+/// (mutual TLS, for a server that authenticates its clients). `cert_pem` is
+/// `cert_len` bytes and `key_pem` is `key_len` bytes of PEM text (both
+/// copied). Replaces an earlier client certificate. A malformed certificate
+/// or key is reported when the limiter is built or first connects.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_tls_client_cert(
+    options: *mut tg_limiter_options,
+    cert_pem: *const u8,
+    cert_len: usize,
+    key_pem: *const u8,
+    key_len: usize,
+) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        let cert = bytes(cert_pem, cert_len, "cert_pem", "cert_len")?;
+        let key = bytes(key_pem, key_len, "key_pem", "key_len")?;
+        options.tls_client_cert = Some((cert, key));
+        Ok(())
+    })
+}
+
+/// A required, non-empty byte buffer from C, copied. `what` and `what_len`
+/// name the pointer and length parameters in error messages.
+unsafe fn bytes(ptr: *const u8, len: usize, what: &str, what_len: &str) -> Result<Vec<u8>, Fail> {
+    if ptr.is_null() {
+        return Err(Fail::null(what));
+    }
+    if len == 0 {
+        return Err(Fail::invalid(format!("{what}: must not be empty")));
+    }
+    if len > isize::MAX as usize {
+        return Err(Fail::invalid(format!("{what_len}: {len} is too large")));
+    }
+    Ok(std::slice::from_raw_parts(ptr, len).to_vec())
 }
 
 /// Release options. `NULL` is a no-op. Limiters built from them are unaffected.
@@ -252,12 +305,18 @@ fn build(policy: &tg_policy, options: &tg_limiter_options) -> Result<tg_limiter,
     if let Some(s) = &options.key_secret {
         builder = builder.key_secret(s.clone());
     }
+    if let Some(pem) = &options.tls_root_cert {
+        builder = builder.tls_root_cert(pem.clone());
+    }
+    if let Some((cert, key)) = &options.tls_client_cert {
+        builder = builder.tls_client_cert(cert.clone(), key.clone());
+    }
     Ok(tg_limiter { limiter: builder.build()? })
 }
 
 /// A limiter for `policy` on the backend named by `url`: `redis://...`,
-/// `rediss://...`, `redis+unix:///path`, or `memory://` (the embedded
-/// backend). Connections are made on first use, so this succeeds while
+/// `rediss://...`, `redis+unix:///path`, `redis+cluster://host:port,...`,
+/// or `memory://` (the embedded backend). Connections are made on first use, so this succeeds while
 /// Redis is down. The limiter keeps its own copy of the policy.
 ///
 /// On success `*out` receives a new limiter to release with `tg_limiter_free()`.

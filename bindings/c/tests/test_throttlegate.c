@@ -2,10 +2,12 @@
  * Tests of the C API through the installed header and library: wiring of
  * every function, every result code reached from C, NULL for every pointer
  * parameter, invalid UTF-8, outputs untouched on failure, the per-thread
- * last error, and one limiter shared by 64 threads (embedded and Redis).
+ * last error, one limiter shared by 64 threads (embedded and Redis), and
+ * rediss:// with a private CA and a client certificate.
  *
- * Needs $TG_REDIS_URL and $TG_REDIS_PORT (a redis-server of its own, started
- * by scripts/test-c.sh). Exit status 0 when every check passes.
+ * Needs $TG_REDIS_URL and $TG_REDIS_PORT (a redis-server of its own), and
+ * $TG_TLS_URL and $TG_TLS_DIR (a TLS redis-server and its CA, client
+ * certificate and key), all started by scripts/test-c.sh. Exit status 0 when every check passes.
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -444,6 +446,11 @@ static void test_options(void) {
     CHECK(l == SENTINEL, "limiter written on failure");
     EXPECT_RC(tg_limiter_options_set_on_backend_error(o, 3), TG_INVALID_ARGUMENT, "mode");
     EXPECT_RC(tg_limiter_options_set_key_secret(o, (const uint8_t *)"", 0), TG_INVALID_ARGUMENT, "secret");
+    EXPECT_RC(tg_limiter_options_set_tls_root_cert(o, (const uint8_t *)"", 0), TG_INVALID_ARGUMENT, "pem");
+    EXPECT_RC(tg_limiter_options_set_tls_client_cert(o, (const uint8_t *)"", 0, (const uint8_t *)"k", 1),
+              TG_INVALID_ARGUMENT, "cert_pem");
+    EXPECT_RC(tg_limiter_options_set_tls_client_cert(o, (const uint8_t *)"c", 1, (const uint8_t *)"", 0),
+              TG_INVALID_ARGUMENT, "key_pem");
     tg_limiter_options_free(o);
 
     /* tg_limiter_new on the embedded backend. */
@@ -565,6 +572,139 @@ static void test_backend_failures(void) {
     tg_policy_free(policy);
 }
 
+/* The whole of a file (for PEM files), NUL-terminated; *len excludes the NUL. */
+static char *read_whole(const char *dir, const char *name, size_t *len) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        CHECK(0, "cannot open %s", path);
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while (buf != NULL && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (cap - n - 1 == 0) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf != NULL) buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* A limiter on the TLS server with the given certificates (NULL: not set)
+ * and failure mode. */
+static tg_limiter *tls_limiter(const tg_policy *policy, const char *url, const char *ca, size_t ca_len,
+                               const char *cert, size_t cert_len, const char *key, size_t key_len, uint32_t mode) {
+    tg_limiter_options *o = NULL;
+    tg_limiter *l = NULL;
+    char prefix[64];
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_url(o, url));
+    OK(tg_limiter_options_set_prefix(o, fresh_prefix(prefix, sizeof prefix)));
+    OK(tg_limiter_options_set_timeout_ms(o, 60000));
+    OK(tg_limiter_options_set_on_backend_error(o, mode));
+    if (ca != NULL) OK(tg_limiter_options_set_tls_root_cert(o, (const uint8_t *)ca, ca_len));
+    if (cert != NULL) {
+        OK(tg_limiter_options_set_tls_client_cert(o, (const uint8_t *)cert, cert_len, (const uint8_t *)key, key_len));
+    }
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_limiter_options_free(o);
+    return l;
+}
+
+/* rediss:// to a server whose certificate comes from a private CA and which
+ * demands a client certificate from the same CA ($TG_TLS_URL, PEM files in
+ * $TG_TLS_DIR, all made by scripts/test-c.sh with openssl). */
+static void test_tls(void) {
+    const char *url = getenv("TG_TLS_URL");
+    const char *dir = getenv("TG_TLS_DIR");
+    CHECK(url != NULL && dir != NULL, "TG_TLS_URL and TG_TLS_DIR must name the TLS test server");
+    if (url == NULL || dir == NULL) return;
+    size_t ca_len = 0, cert_len = 0, key_len = 0;
+    char *ca = read_whole(dir, "ca.pem", &ca_len);
+    char *cert = read_whole(dir, "client.pem", &cert_len);
+    char *key = read_whole(dir, "client.key", &key_len);
+    tg_policy *policy = policy_from(POLICY_TOML);
+    tg_attribute attrs[] = {{"ip", "203.0.113.9"}};
+    if (ca != NULL && cert != NULL && key != NULL) {
+        /* Trusting the private CA and presenting the client certificate. */
+        tg_limiter *l = tls_limiter(policy, url, ca, ca_len, cert, cert_len, key, key_len, TG_FAILURE_ERROR);
+        OK(tg_limiter_ping(l));
+        tg_decision_info info = check_info(l, attrs, 1, 1);
+        CHECK(info.allowed && !info.degraded && info.remaining == 2, "TLS check: allowed %d degraded %d remaining %" PRIu64,
+              info.allowed, info.degraded, info.remaining);
+        info = check_info(l, attrs, 1, 1);
+        CHECK(info.remaining == 1, "TLS state is kept: remaining %" PRIu64, info.remaining);
+        tg_limiter_free(l);
+
+        /* Without the CA the server's certificate is not trusted: a backend
+         * error, never a connection without TLS. */
+        l = tls_limiter(policy, url, NULL, 0, cert, cert_len, key, key_len, TG_FAILURE_ERROR);
+        tg_decision *d = SENTINEL;
+        EXPECT_RC(tg_limiter_check(l, attrs, 1, 1, &d), TG_BACKEND_UNAVAILABLE, "certificate");
+        CHECK(d == SENTINEL, "decision written on failure");
+        EXPECT_RC(tg_limiter_ping(l), TG_BACKEND_UNAVAILABLE, NULL);
+        tg_limiter_free(l);
+
+        /* The same failure under the deny mode is a degraded denial. */
+        l = tls_limiter(policy, url, NULL, 0, cert, cert_len, key, key_len, TG_FAILURE_DENY);
+        d = NULL;
+        OK(tg_limiter_check(l, attrs, 1, 1, &d));
+        CHECK(d != NULL && !tg_decision_allowed(d), "untrusted server: not a denial");
+        if (d != NULL) {
+            OK(tg_decision_get(d, &info));
+            CHECK(info.degraded, "untrusted server: not degraded");
+        }
+        tg_decision_free(d);
+        tg_limiter_free(l);
+
+        /* The server demands a client certificate: the CA alone is not enough. */
+        l = tls_limiter(policy, url, ca, ca_len, NULL, 0, NULL, 0, TG_FAILURE_ERROR);
+        d = SENTINEL;
+        tg_result rc = tg_limiter_check(l, attrs, 1, 1, &d);
+        CHECK(rc == TG_BACKEND_UNAVAILABLE, "no client certificate: %s (%s)", tg_result_name(rc),
+              tg_last_error_message());
+        CHECK(d == SENTINEL, "decision written on failure");
+        tg_limiter_free(l);
+
+        /* A malformed PEM block is refused when the limiter is built. */
+        static const char broken[] = "-----BEGIN CERTIFICATE-----\n!!not base64!!\n-----END CERTIFICATE-----\n";
+        tg_limiter_options *o = NULL;
+        tg_limiter *bad = SENTINEL;
+        OK(tg_limiter_options_new(&o));
+        OK(tg_limiter_options_set_url(o, url));
+        OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
+        OK(tg_limiter_options_set_tls_root_cert(o, (const uint8_t *)broken, sizeof broken - 1));
+        EXPECT_RC(tg_limiter_new_with_options(policy, o, &bad), TG_INVALID_ARGUMENT, "root certificate");
+        CHECK(bad == SENTINEL, "limiter written on failure");
+        /* Text with no certificate in it trusts nothing: the server is refused. */
+        OK(tg_limiter_options_set_tls_root_cert(o, (const uint8_t *)"no certificate here", 19));
+        bad = NULL;
+        OK(tg_limiter_new_with_options(policy, o, &bad));
+        d = SENTINEL;
+        EXPECT_RC(tg_limiter_check(bad, attrs, 1, 1, &d), TG_BACKEND_UNAVAILABLE, NULL);
+        CHECK(d == SENTINEL, "decision written on failure");
+        tg_limiter_free(bad);
+        tg_limiter_options_free(o);
+    }
+    tg_policy_free(policy);
+    free(ca);
+    free(cert);
+    free(key);
+}
+
 /* Exported only by builds with the crate's test-hooks feature (the one
  * scripts/test-c.sh installs); deliberately absent from the header. */
 tg_result tg_test_panic(void);
@@ -625,6 +765,12 @@ static void test_null_pointers(void) {
     EXPECT_RC(tg_limiter_options_set_clock(o, NULL), TG_NULL_POINTER, "clock");
     EXPECT_RC(tg_limiter_options_set_key_secret(NULL, (const uint8_t *)"k", 1), TG_NULL_POINTER, "options");
     EXPECT_RC(tg_limiter_options_set_key_secret(o, NULL, 1), TG_NULL_POINTER, "secret");
+    EXPECT_RC(tg_limiter_options_set_tls_root_cert(NULL, (const uint8_t *)"p", 1), TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_tls_root_cert(o, NULL, 1), TG_NULL_POINTER, "pem");
+    EXPECT_RC(tg_limiter_options_set_tls_client_cert(NULL, (const uint8_t *)"c", 1, (const uint8_t *)"k", 1),
+              TG_NULL_POINTER, "options");
+    EXPECT_RC(tg_limiter_options_set_tls_client_cert(o, NULL, 1, (const uint8_t *)"k", 1), TG_NULL_POINTER, "cert_pem");
+    EXPECT_RC(tg_limiter_options_set_tls_client_cert(o, (const uint8_t *)"c", 1, NULL, 1), TG_NULL_POINTER, "key_pem");
 
     EXPECT_RC(tg_limiter_new(NULL, "memory://", &l2), TG_NULL_POINTER, "policy");
     EXPECT_RC(tg_limiter_new(p, NULL, &l2), TG_NULL_POINTER, "url");
@@ -900,6 +1046,7 @@ int main(void) {
         {"policies", test_policies},
         {"options", test_options},
         {"backend failures", test_backend_failures},
+        {"TLS with a private CA", test_tls},
         {"internal errors", test_internal},
         {"NULL pointers", test_null_pointers},
         {"invalid UTF-8", test_invalid_utf8},

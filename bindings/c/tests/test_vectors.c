@@ -1,9 +1,10 @@
 /*
  * Conformance vector runner for the C API: replays every vector file given
  * on the command line (the tests/vectors files, format in tests/vectors/README.md)
- * against the embedded backend and against the Redis at $TG_REDIS_URL, each
- * with a manual clock and a fresh key prefix per file, and compares every
- * field, per-rule result and header with the expected values.
+ * against the embedded backend, the Redis at $TG_REDIS_URL and, when
+ * $TG_REDIS_CLUSTER_URL is set, the Redis Cluster it names, each with a
+ * manual clock and a fresh key prefix per file, and compares every field,
+ * per-rule result and header with the expected values.
  *
  * Usage: test_vectors FILE.json...   (exit status 0 when every step matches)
  *
@@ -208,7 +209,12 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
     }
 }
 
-static void run_file(const char *path, const char *redis_url, int index) {
+#define MAX_BACKENDS 3
+static const char *backend_urls[MAX_BACKENDS];
+static const char *backend_names[MAX_BACKENDS];
+static int backend_count = 0;
+
+static void run_file(const char *path, int index) {
     current_file = path;
     current_backend = "-";
     current_step = 0;
@@ -237,10 +243,8 @@ static void run_file(const char *path, const char *redis_url, int index) {
     if (tg_policy_from_str(policy_text, &policy) != TG_OK) {
         mismatch("policy rejected: %s", tg_last_error_message());
     } else {
-        const char *backends[2] = {"memory://", redis_url};
-        const char *names[2] = {"memory", "redis"};
-        for (int b = 0; b < 2; b++) {
-            current_backend = names[b];
+        for (int b = 0; b < backend_count; b++) {
+            current_backend = backend_names[b];
             char prefix[64];
             snprintf(prefix, sizeof prefix, "tgc-vec-%ld-%d-%d:", (long)getpid(), index, b);
             tg_clock *clock = NULL;
@@ -248,7 +252,7 @@ static void run_file(const char *path, const char *redis_url, int index) {
             tg_limiter *limiter = NULL;
             if (tg_clock_manual_new(start_us->integer, &clock) != TG_OK ||
                 tg_limiter_options_new(&options) != TG_OK ||
-                tg_limiter_options_set_url(options, backends[b]) != TG_OK ||
+                tg_limiter_options_set_url(options, backend_urls[b]) != TG_OK ||
                 tg_limiter_options_set_prefix(options, prefix) != TG_OK ||
                 tg_limiter_options_set_clock(options, clock) != TG_OK ||
                 /* Slow machines and valgrind must not turn answers into degraded ones. */
@@ -280,9 +284,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_vectors FILE.json...\n");
         return 2;
     }
-    for (int i = 1; i < argc; i++) {
-        run_file(argv[i], redis_url, i);
+    backend_urls[backend_count] = "memory://";
+    backend_names[backend_count++] = "memory";
+    backend_urls[backend_count] = redis_url;
+    backend_names[backend_count++] = "redis";
+    const char *cluster_url = getenv("TG_REDIS_CLUSTER_URL");
+    if (cluster_url != NULL && cluster_url[0] != '\0') {
+        backend_urls[backend_count] = cluster_url;
+        backend_names[backend_count++] = "cluster";
     }
-    printf("test_vectors: %d files x 2 backends, %d mismatches\n", argc - 1, failures);
+    for (int i = 1; i < argc; i++) {
+        run_file(argv[i], i);
+    }
+    printf("test_vectors: %d files x %d backends, %d mismatches\n", argc - 1, backend_count, failures);
     return failures == 0 ? 0 : 1;
 }
