@@ -4,6 +4,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use smallvec::SmallVec;
 
 use crate::algo::Outcome;
 use crate::error::{Error, ErrorKind, Result};
@@ -66,8 +67,8 @@ impl RuleArgs {
 
 /// The applicable rules of one check, with their keys.
 pub(crate) struct Plan<'a> {
-    pub keys: Vec<String>,
-    pub compiled: Vec<&'a CompiledRule>,
+    pub keys: SmallVec<[String; 4]>,
+    pub compiled: SmallVec<[&'a CompiledRule; 4]>,
     pub cost: u64,
     /// The caller's id for this call; `None` means a random one is made
     /// when the call goes over the network.
@@ -77,7 +78,7 @@ pub(crate) struct Plan<'a> {
 /// A backend's answer: per-rule outcomes. (A re-sent call that was already
 /// applied is answered as admitted, with the current state.)
 pub(crate) struct Verdict {
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: SmallVec<[Outcome; 4]>,
 }
 
 /// Redis on one node, through a multiplexed connection that reconnects by
@@ -141,7 +142,7 @@ impl RedisBackend {
     pub async fn eval(&self, plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<(i64, Verdict)> {
         let mut conn = self.conn()?;
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.0.sha).arg(plan.keys.len()).arg(&plan.keys);
+        cmd.arg(&self.0.sha).arg(plan.keys.len()).arg(&plan.keys[..]);
         push_args(&mut cmd, plan, call_id, mode, now);
         let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
             Ok(v) => v,
@@ -185,7 +186,7 @@ pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
 /// An EVAL of the whole script with the plan's keys and arguments.
 fn eval_cmd(plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> redis::Cmd {
     let mut eval = redis::cmd("EVAL");
-    eval.arg(CHECK_SCRIPT).arg(plan.keys.len()).arg(&plan.keys);
+    eval.arg(CHECK_SCRIPT).arg(plan.keys.len()).arg(&plan.keys[..]);
     push_args(&mut eval, plan, call_id, mode, now);
     eval
 }

@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use smallvec::SmallVec;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
@@ -129,7 +130,7 @@ impl ClusterBackend {
         call_id: &str,
         mode: &str,
         now: Option<i64>,
-    ) -> Result<Vec<Outcome>> {
+    ) -> Result<SmallVec<[Outcome; 4]>> {
         let mut args: Vec<&str> = Vec::with_capacity(5 + 4 * idx.len());
         let now_s = now.map(|t| t.to_string()).unwrap_or_default();
         let cost = plan.cost.to_string();
@@ -152,7 +153,7 @@ impl ClusterBackend {
             Err(e) => return Err(e.into()),
         };
         if mode == "u" {
-            return Ok(Vec::new());
+            return Ok(SmallVec::new());
         }
         Ok(parse_reply(&reply, idx.len())?.1.outcomes)
     }

@@ -1,6 +1,8 @@
 //! The [`Limiter`]: a policy bound to a backend.
 
 use std::cell::Cell;
+
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -10,7 +12,7 @@ use crate::cluster::ClusterBackend;
 use crate::clock::{system_now_us, Clock};
 use crate::decision::{Decision, RuleResult};
 use crate::error::{Error, ErrorKind, Result};
-use crate::key::{finish_key, Attributes, KeySecret, KeyTemplate};
+use crate::key::{finish_key, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 use crate::memory::MemoryBackend;
 use crate::policy::{Algorithm, FailureMode, Policy};
 
@@ -470,26 +472,31 @@ impl Limiter {
     }
 
     fn keys_for(&self, attrs: &dyn Attributes) -> Vec<String> {
-        let mut buf = String::new();
         self.inner
             .rules
             .iter()
-            .filter_map(|r| self.key_of(r, attrs, &mut buf))
+            .filter_map(|r| self.key_of(r, attrs))
             .collect()
     }
 
-    fn key_of(&self, rule: &CompiledRule, attrs: &dyn Attributes, buf: &mut String) -> Option<String> {
+    /// The rule's key for these attributes; `None` when the rule does not apply.
+    fn key_of(&self, rule: &CompiledRule, attrs: &dyn Attributes) -> Option<String> {
         for (attr, values) in &rule.matches {
             match attrs.get_attr(attr) {
                 Some(v) if values.iter().any(|x| x == v) => {}
                 _ => return None,
             }
         }
-        buf.clear();
-        if !rule.template.render(attrs, self.inner.secret.as_ref(), buf) {
+        // Rendered straight after the head: one allocation for a usual key.
+        let mut key = String::with_capacity(rule.head.len() + 48);
+        key.push_str(&rule.head);
+        if !rule.template.render(attrs, self.inner.secret.as_ref(), &mut key) {
             return None;
         }
-        Some(finish_key(&rule.head, buf))
+        if key.len() > MAX_KEY_LEN {
+            key = finish_key(&rule.head, &key[rule.head.len()..]);
+        }
+        Some(key)
     }
 
     fn plan<'a>(&'a self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>) -> Result<Plan<'a>> {
@@ -499,11 +506,10 @@ impl Limiter {
         if let Some(id) = call_id {
             validate_call_id(id)?;
         }
-        let mut keys = Vec::with_capacity(self.inner.rules.len());
-        let mut compiled = Vec::with_capacity(self.inner.rules.len());
-        let mut buf = String::new();
+        let mut keys = SmallVec::new();
+        let mut compiled = SmallVec::new();
         for rule in &self.inner.rules {
-            if let Some(key) = self.key_of(rule, attrs, &mut buf) {
+            if let Some(key) = self.key_of(rule, attrs) {
                 if cost > rule.limit {
                     return Err(Error::invalid_argument(format!(
                         "cost: {cost} is more than rule {:?} allows ({}); such a request could never pass",

@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
+use smallvec::SmallVec;
+
 use crate::algo::{Bucket, Log, Outcome, TB_IDS};
 use crate::backend::{Mode, Plan, RuleArgs, Verdict};
 
@@ -88,11 +90,11 @@ impl MemoryBackend {
 
     /// Decide (and for [`Mode::Check`], apply) one plan at `now`.
     pub fn eval(&self, plan: &Plan, mode: Mode, now: i64) -> Verdict {
-        let idx: Vec<usize> = plan.keys.iter().map(|k| self.shard_of(k)).collect();
+        let idx: SmallVec<[usize; 4]> = plan.keys.iter().map(|k| self.shard_of(k)).collect();
         let mut order = idx.clone();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
         let slot = |i: usize| order.binary_search(&idx[i]).expect("locked shard");
 
@@ -114,8 +116,8 @@ impl MemoryBackend {
             }
         }
 
-        let mut outcomes: Vec<Outcome> = Vec::with_capacity(plan.keys.len());
-        let mut lefts: Vec<u64> = Vec::with_capacity(plan.keys.len());
+        let mut outcomes: SmallVec<[Outcome; 4]> = SmallVec::new();
+        let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
         for (i, key) in plan.keys.iter().enumerate() {
             let entry = guards[slot(i)].1.live(key, now);
