@@ -60,8 +60,9 @@ enum tg_result
      */
     TG_TIMEOUT = 5,
     /**
-     * The backend answered with an error, e.g. out of memory or no permission
-     * (only returned when the failure mode is `TG_FAILURE_ERROR`).
+     * The backend answered with an error, e.g. out of memory or no permission,
+     * or TLS with it failed (an untrusted server, a refused client
+     * certificate); only returned when the failure mode is `TG_FAILURE_ERROR`.
      */
     TG_BACKEND = 6,
     /**
@@ -527,8 +528,10 @@ tg_result tg_limiter_options_set_key_secret(struct tg_limiter_options *options,
 /**
  * For `rediss://` URLs: trust this CA certificate instead of the system's
  * roots (a private CA, or a self-signed server). `pem` is `pem_len` bytes of
- * PEM text (copied). Replaces an earlier root certificate. A malformed
- * certificate is reported when the limiter is built or first connects.
+ * PEM text (copied). Replaces an earlier root certificate. Checked when a
+ * limiter on a Redis URL is built (`TG_INVALID_ARGUMENT` naming
+ * `tls_root_cert` when it holds no PEM certificate). A server the CA does
+ * not vouch for makes calls fail with `TG_BACKEND`.
  *
  * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
  */
@@ -540,8 +543,10 @@ tg_result tg_limiter_options_set_tls_root_cert(struct tg_limiter_options *option
  * For `rediss://` URLs: present this client certificate and private key
  * (mutual TLS, for a server that authenticates its clients). `cert_pem` is
  * `cert_len` bytes and `key_pem` is `key_len` bytes of PEM text (both
- * copied). Replaces an earlier client certificate. A malformed certificate
- * or key is reported when the limiter is built or first connects.
+ * copied). Replaces an earlier client certificate. Checked when a limiter
+ * on a Redis URL is built (`TG_INVALID_ARGUMENT` naming `tls_client_cert`
+ * when either is not PEM). A server that refuses the certificate makes
+ * calls fail with `TG_BACKEND`.
  *
  * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
  */
@@ -574,7 +579,7 @@ tg_result tg_limiter_new(const struct tg_policy *policy, const char *url, struct
  * On success `*out` receives a new limiter to release with `tg_limiter_free()`.
  *
  * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (bad URL, timeout, prefix,
- * secret; the message names it).
+ * secret, TLS certificate or key; the message names it).
  */
 tg_result tg_limiter_new_with_options(const struct tg_policy *policy,
                                       const struct tg_limiter_options *options,

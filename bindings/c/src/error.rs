@@ -33,8 +33,9 @@ pub enum tg_result {
     /// The call did not complete within the timeout
     /// (only returned when the failure mode is `TG_FAILURE_ERROR`).
     TG_TIMEOUT = 5,
-    /// The backend answered with an error, e.g. out of memory or no permission
-    /// (only returned when the failure mode is `TG_FAILURE_ERROR`).
+    /// The backend answered with an error, e.g. out of memory or no permission,
+    /// or TLS with it failed (an untrusted server, a refused client
+    /// certificate); only returned when the failure mode is `TG_FAILURE_ERROR`.
     TG_BACKEND = 6,
     /// The limiter was closed with `tg_limiter_close()`.
     TG_CLOSED = 7,

@@ -219,8 +219,10 @@ pub unsafe extern "C" fn tg_limiter_options_set_key_secret(
 
 /// For `rediss://` URLs: trust this CA certificate instead of the system's
 /// roots (a private CA, or a self-signed server). `pem` is `pem_len` bytes of
-/// PEM text (copied). Replaces an earlier root certificate. A malformed
-/// certificate is reported when the limiter is built or first connects.
+/// PEM text (copied). Replaces an earlier root certificate. Checked when a
+/// limiter on a Redis URL is built (`TG_INVALID_ARGUMENT` naming
+/// `tls_root_cert` when it holds no PEM certificate). A server the CA does
+/// not vouch for makes calls fail with `TG_BACKEND`.
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
 #[no_mangle]
@@ -239,8 +241,10 @@ pub unsafe extern "C" fn tg_limiter_options_set_tls_root_cert(
 /// For `rediss://` URLs: present this client certificate and private key
 /// (mutual TLS, for a server that authenticates its clients). `cert_pem` is
 /// `cert_len` bytes and `key_pem` is `key_len` bytes of PEM text (both
-/// copied). Replaces an earlier client certificate. A malformed certificate
-/// or key is reported when the limiter is built or first connects.
+/// copied). Replaces an earlier client certificate. Checked when a limiter
+/// on a Redis URL is built (`TG_INVALID_ARGUMENT` naming `tls_client_cert`
+/// when either is not PEM). A server that refuses the certificate makes
+/// calls fail with `TG_BACKEND`.
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
 #[no_mangle]
@@ -343,7 +347,7 @@ pub unsafe extern "C" fn tg_limiter_new(
 /// On success `*out` receives a new limiter to release with `tg_limiter_free()`.
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (bad URL, timeout, prefix,
-/// secret; the message names it).
+/// secret, TLS certificate or key; the message names it).
 #[no_mangle]
 pub unsafe extern "C" fn tg_limiter_new_with_options(
     policy: *const tg_policy,
