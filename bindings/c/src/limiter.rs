@@ -222,7 +222,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_key_secret(
 /// PEM text (copied). Replaces an earlier root certificate. Checked when a
 /// limiter on a Redis URL is built (`TG_INVALID_ARGUMENT` naming
 /// `tls_root_cert` when it holds no PEM certificate). A server the CA does
-/// not vouch for makes calls fail with `TG_BACKEND`.
+/// not vouch for is a backend failure (`TG_BACKEND` under `TG_FAILURE_ERROR`).
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
 #[no_mangle]
@@ -243,8 +243,8 @@ pub unsafe extern "C" fn tg_limiter_options_set_tls_root_cert(
 /// `cert_len` bytes and `key_pem` is `key_len` bytes of PEM text (both
 /// copied). Replaces an earlier client certificate. Checked when a limiter
 /// on a Redis URL is built (`TG_INVALID_ARGUMENT` naming `tls_client_cert`
-/// when either is not PEM). A server that refuses the certificate makes
-/// calls fail with `TG_BACKEND`.
+/// when either is not PEM). A server that refuses the certificate is
+/// a backend failure (`TG_BACKEND` under `TG_FAILURE_ERROR`).
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (empty).
 #[no_mangle]
