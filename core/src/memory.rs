@@ -8,7 +8,7 @@
 //! since its last sweep, so memory stays bounded under a stream of new keys.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
 use smallvec::SmallVec;
@@ -31,14 +31,40 @@ struct Entry {
     expires_at: i64,
 }
 
+/// A key's 128-bit digest: two independently seeded 64-bit hashes. Entries
+/// are stored under the digest rather than the string, so a lookup compares
+/// two integers instead of chasing a pointer to a string, and a new entry
+/// allocates no copy of its key. The seeds are random per process.
+type Digest = u128;
+
+/// Identity hashing for digests, which are already uniformly spread.
+#[derive(Default, Clone, Copy)]
+struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) ^ b as u64;
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+type DigestState = std::hash::BuildHasherDefault<DigestHasher>;
+
 struct Shard {
-    map: HashMap<String, Entry, foldhash::fast::RandomState>,
+    map: HashMap<Digest, Entry, DigestState>,
     sweep_at: usize,
 }
 
 impl Shard {
-    fn live(&self, key: &str, now: i64) -> Option<&Entry> {
-        self.map.get(key).filter(|e| e.expires_at > now)
+    fn live(&self, key: Digest, now: i64) -> Option<&Entry> {
+        self.map.get(&key).filter(|e| e.expires_at > now)
     }
 
     fn maybe_sweep(&mut self, now: i64) {
@@ -52,7 +78,8 @@ impl Shard {
 /// The in-memory store behind `memory://`.
 pub(crate) struct MemoryBackend {
     shards: Box<[Mutex<Shard>]>,
-    hasher: foldhash::fast::RandomState,
+    low: foldhash::quality::RandomState,
+    high: foldhash::quality::RandomState,
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -63,9 +90,7 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 
 fn id_hash(call_id: &str) -> u64 {
     // Non-zero, stable within the process.
-    let mut h = foldhash::quality::FixedState::with_seed(0x7468_726f_7474_6c65).build_hasher();
-    call_id.hash(&mut h);
-    h.finish() | 1
+    foldhash::quality::FixedState::with_seed(0x7468_726f_7474_6c65).hash_one(call_id) | 1
 }
 
 impl MemoryBackend {
@@ -73,24 +98,30 @@ impl MemoryBackend {
         let shards = (0..SHARDS)
             .map(|_| {
                 Mutex::new(Shard {
-                    map: HashMap::with_hasher(foldhash::fast::RandomState::default()),
+                    map: HashMap::with_hasher(DigestState::default()),
                     sweep_at: MIN_SWEEP,
                 })
             })
             .collect();
         MemoryBackend {
             shards,
-            hasher: foldhash::fast::RandomState::default(),
+            low: foldhash::quality::RandomState::default(),
+            high: foldhash::quality::RandomState::default(),
         }
     }
 
-    fn shard_of(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) as usize) % SHARDS
+    fn digest(&self, key: &str) -> Digest {
+        ((self.high.hash_one(key) as u128) << 64) | self.low.hash_one(key) as u128
+    }
+
+    fn shard_of(digest: Digest) -> usize {
+        ((digest >> 64) as usize) % SHARDS
     }
 
     /// Decide (and for [`Mode::Check`], apply) one plan at `now`.
     pub fn eval(&self, plan: &Plan, mode: Mode, now: i64) -> Verdict {
-        let idx: SmallVec<[usize; 4]> = plan.keys.iter().map(|k| self.shard_of(k)).collect();
+        let digests: SmallVec<[Digest; 4]> = plan.keys.iter().map(|k| self.digest(k)).collect();
+        let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
         let mut order = idx.clone();
         order.sort_unstable();
         order.dedup();
@@ -102,8 +133,8 @@ impl MemoryBackend {
         let mut cost = plan.cost;
         let mut mode = mode;
         if let Some(id) = dedupe {
-            for (i, key) in plan.keys.iter().enumerate() {
-                let seen = match guards[slot(i)].1.live(key, now).map(|e| &e.state) {
+            for i in 0..plan.keys.len() {
+                let seen = match guards[slot(i)].1.live(digests[i], now).map(|e| &e.state) {
                     Some(State::Log(log)) => log.seen(id),
                     Some(State::Bucket(b)) => b.ids.contains(&id),
                     Some(State::Absent) | None => false,
@@ -119,8 +150,8 @@ impl MemoryBackend {
         let mut outcomes: SmallVec<[Outcome; 4]> = SmallVec::new();
         let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
-        for (i, key) in plan.keys.iter().enumerate() {
-            let entry = guards[slot(i)].1.live(key, now);
+        for i in 0..plan.keys.len() {
+            let entry = guards[slot(i)].1.live(digests[i], now);
             let (o, left) = match plan.compiled[i].args {
                 RuleArgs::Window { limit, window_us, .. } => {
                     let o = match entry.map(|e| &e.state) {
@@ -146,7 +177,7 @@ impl MemoryBackend {
 
         if mode == Mode::Check && all_pass {
             let stored_id = dedupe.unwrap_or(0);
-            for (i, key) in plan.keys.iter().enumerate() {
+            for i in 0..plan.keys.len() {
                 let o = outcomes[i];
                 if !o.allowed {
                     continue;
@@ -154,14 +185,14 @@ impl MemoryBackend {
                 let shard = &mut guards[slot(i)].1;
                 let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
                 // Look the key up once; allocate a key only for a new entry.
-                let entry = match shard.map.get_mut(key.as_str()) {
+                let entry = match shard.map.get_mut(&digests[i]) {
                     Some(e) => {
                         if e.expires_at <= now {
                             e.state = State::Absent;
                         }
                         e
                     }
-                    None => shard.map.entry(key.clone()).or_insert(Entry {
+                    None => shard.map.entry(digests[i]).or_insert(Entry {
                         state: State::Absent,
                         expires_at,
                     }),
@@ -203,8 +234,9 @@ impl MemoryBackend {
     pub fn reset(&self, keys: &[String], now: i64) -> u64 {
         let mut n = 0;
         for key in keys {
-            let mut g = lock(&self.shards[self.shard_of(key)]);
-            if let Some(e) = g.map.remove(key.as_str()) {
+            let d = self.digest(key);
+            let mut g = lock(&self.shards[Self::shard_of(d)]);
+            if let Some(e) = g.map.remove(&d) {
                 if e.expires_at > now {
                     n += 1;
                 }
