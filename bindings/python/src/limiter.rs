@@ -178,6 +178,11 @@ impl Limiter {
         guard(py, || {
             let req = request(attributes, &cost_or_one(py, cost)?, call_id)?;
             let limiter = self.core(py)?;
+            // The embedded backend answers at once: no runtime, no GIL release.
+            let options = core::CheckOptions { cost: req.cost, call_id: req.call_id.clone() };
+            if let Some(answer) = limiter.check_in_process(&req.attrs, &options) {
+                return answer.map(Decision::from).map_err(|e| core_to_py(py, &e));
+            }
             self.block_on(py, run_check(limiter, req))
         })
     }
@@ -204,6 +209,9 @@ impl Limiter {
         guard(py, || {
             let req = request(attributes, &cost_or_one(py, cost)?, None)?;
             let limiter = self.core(py)?;
+            if let Some(answer) = limiter.peek_in_process(&req.attrs, req.cost) {
+                return answer.map(Decision::from).map_err(|e| core_to_py(py, &e));
+            }
             self.block_on(py, async move { limiter.peek(&req.attrs, req.cost).await.map(Decision::from) })
         })
     }
