@@ -46,9 +46,10 @@ test-soak:
 bench: deps
 	$(CARGO) bench -p throttlegate
 
-## A million cases of each property test (policy parser, key rendering).
+## A million cases of each property test: policy parser and key rendering (core), C entry points.
 fuzz:
 	PROPTEST_CASES=1000000 $(CARGO) test --release -p throttlegate --test fuzz
+	PROPTEST_CASES=1000000 $(CARGO) test --release -p throttlegate-c --test fuzz
 
 clean:
 	$(CARGO) clean
