@@ -107,37 +107,9 @@ async fn connect(backend: &BackendArgs, url: &str) -> CliResult<Limiter> {
 
 /// The decision as JSON: the conformance-vector fields plus `degraded`.
 pub fn decision_json(d: &Decision, options: HeaderOptions) -> Value {
-    let results: Vec<Value> = d
-        .results
-        .iter()
-        .map(|r| {
-            json!({
-                "rule": &*r.rule,
-                "allowed": r.allowed,
-                "shadow": r.shadow,
-                "limit": r.limit,
-                "remaining": r.remaining,
-                "retry_after_ms": ceil_millis(r.retry_after),
-                "reset_after_ms": ceil_millis(r.reset_after),
-            })
-        })
-        .collect();
-    let headers: Vec<Value> = d
-        .headers_with(options)
-        .into_iter()
-        .map(|(k, v)| json!([k, v]))
-        .collect();
-    json!({
-        "allowed": d.allowed,
-        "limit": d.limit,
-        "remaining": d.remaining,
-        "retry_after_ms": d.retry_after_ms(),
-        "reset_after_ms": d.reset_after_ms(),
-        "rule": d.rule.as_deref(),
-        "degraded": d.degraded,
-        "results": results,
-        "headers": headers,
-    })
+    let mut v = d.to_json(options);
+    v["degraded"] = Value::Bool(d.degraded);
+    v
 }
 
 /// A duration in milliseconds, readable: `850ms`, `12.5s`, `3m20s`, `2h05m`.

@@ -193,6 +193,42 @@ impl Decision {
         out
     }
 
+    /// The decision as JSON in the conformance-vector format
+    /// (`tests/vectors/README.md`): times in milliseconds rounded up, the
+    /// per-rule results, and the headers as ordered `[name, value]` pairs.
+    pub fn to_json(&self, options: HeaderOptions) -> serde_json::Value {
+        let results: Vec<serde_json::Value> = self
+            .results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "rule": &*r.rule,
+                    "allowed": r.allowed,
+                    "shadow": r.shadow,
+                    "limit": r.limit,
+                    "remaining": r.remaining,
+                    "retry_after_ms": ceil_millis(r.retry_after),
+                    "reset_after_ms": ceil_millis(r.reset_after),
+                })
+            })
+            .collect();
+        let headers: Vec<serde_json::Value> = self
+            .headers_with(options)
+            .into_iter()
+            .map(|(k, v)| serde_json::json!([k, v]))
+            .collect();
+        serde_json::json!({
+            "allowed": self.allowed,
+            "limit": self.limit,
+            "remaining": self.remaining,
+            "retry_after_ms": self.retry_after_ms(),
+            "reset_after_ms": self.reset_after_ms(),
+            "rule": self.rule.as_deref(),
+            "results": results,
+            "headers": headers,
+        })
+    }
+
     /// The rules that denied this request (non-shadow), in policy order.
     pub fn denying_rules(&self) -> impl Iterator<Item = &RuleResult> {
         self.results.iter().filter(|r| !r.shadow && !r.allowed)

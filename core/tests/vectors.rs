@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use throttlegate::{
-    ceil_millis, CheckOptions, Clock, Decision, FailureMode, Limiter, ManualClock, Policy,
+    CheckOptions, Clock, Decision, FailureMode, HeaderOptions, Limiter, ManualClock, Policy,
 };
 use throttlegate_testkit::{RedisCluster, RedisServer};
 
@@ -54,36 +54,7 @@ fn load_vectors(dir: &Path) -> Vec<Vector> {
 /// The decision in the vector format, so the comparison is one JSON equality
 /// per field.
 fn decision_json(d: &Decision) -> Value {
-    let results: Vec<Value> = d
-        .results
-        .iter()
-        .map(|r| {
-            json!({
-                "rule": &*r.rule,
-                "allowed": r.allowed,
-                "shadow": r.shadow,
-                "limit": r.limit,
-                "remaining": r.remaining,
-                "retry_after_ms": ceil_millis(r.retry_after),
-                "reset_after_ms": ceil_millis(r.reset_after),
-            })
-        })
-        .collect();
-    let headers: Vec<Value> = d
-        .headers()
-        .into_iter()
-        .map(|(k, v)| json!([k, v]))
-        .collect();
-    json!({
-        "allowed": d.allowed,
-        "limit": d.limit,
-        "remaining": d.remaining,
-        "retry_after_ms": d.retry_after_ms(),
-        "reset_after_ms": d.reset_after_ms(),
-        "rule": d.rule.as_deref(),
-        "results": results,
-        "headers": headers,
-    })
+    d.to_json(HeaderOptions::default())
 }
 
 fn attributes(step: &Value) -> Vec<(String, String)> {
