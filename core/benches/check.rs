@@ -31,6 +31,27 @@ fn key_names(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255)).collect()
 }
 
+/// `iters` checks spread over 64 concurrent tasks; the elapsed time.
+async fn sixty_four_tasks(l: &Limiter, names: &[String], iters: u64) -> Duration {
+    let start = Instant::now();
+    let per = iters.div_ceil(64);
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let (l, names) = (l.clone(), names.to_vec());
+            tokio::spawn(async move {
+                for j in 0..per {
+                    let k = (j as usize * 64 + t) % names.len();
+                    l.check(&[("ip", names[k].as_str())], 1).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    start.elapsed()
+}
+
 fn memory(c: &mut Criterion) {
     // The embedded backend answers synchronously (`check_in_process`), as the
     // Python and Node front ends call it: no runtime in the way.
@@ -119,27 +140,7 @@ fn redis_backend(c: &mut Criterion) {
             })
         });
         g.bench_function(format!("throttlegate {rules}, 64 tasks"), |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    let per = iters.div_ceil(64);
-                    let tasks: Vec<_> = (0..64)
-                        .map(|t| {
-                            let (l, names) = (l.clone(), names.clone());
-                            tokio::spawn(async move {
-                                for j in 0..per {
-                                    let k = (j as usize * 64 + t) % names.len();
-                                    l.check(&[("ip", names[k].as_str())], 1).await.unwrap();
-                                }
-                            })
-                        })
-                        .collect();
-                    for t in tasks {
-                        t.await.unwrap();
-                    }
-                    start.elapsed()
-                })
-            })
+            b.iter_custom(|iters| rt.block_on(sixty_four_tasks(&l, &names, iters)))
         });
         // The floor: the same script and arguments sent raw through the same client.
         let keys_per_check = l.keys(&[("ip", names[0].as_str())]).len();
@@ -209,27 +210,7 @@ fn cluster_backend(c: &mut Criterion) {
             .unwrap();
         rt.block_on(l.ping()).unwrap();
         g.bench_function(format!("{backend}, {rules}, 64 tasks"), |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    let per = iters.div_ceil(64);
-                    let tasks: Vec<_> = (0..64)
-                        .map(|t| {
-                            let (l, names) = (l.clone(), names.clone());
-                            tokio::spawn(async move {
-                                for j in 0..per {
-                                    let k = (j as usize * 64 + t) % names.len();
-                                    l.check(&[("ip", names[k].as_str())], 1).await.unwrap();
-                                }
-                            })
-                        })
-                        .collect();
-                    for t in tasks {
-                        t.await.unwrap();
-                    }
-                    start.elapsed()
-                })
-            })
+            b.iter_custom(|iters| rt.block_on(sixty_four_tasks(&l, &names, iters)))
         });
     }
     g.finish();
