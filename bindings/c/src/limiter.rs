@@ -412,15 +412,9 @@ unsafe fn decide(
             None => None,
         };
         let rt = runtime()?;
-        let decision = match (op, call_id) {
-            (Op::Check, None) => rt.block_on(limiter.check(attrs.as_slice(), cost))?,
-            // The core reads a zero cost with an id as "the default cost";
-            // C passes the cost explicitly, so zero stays an error here too.
-            (Op::Check, Some(_)) if cost == 0 => return Err(Fail::invalid("cost: must be at least 1")),
-            (Op::Check, Some(id)) => {
-                rt.block_on(limiter.check_with(attrs.as_slice(), &CheckOptions { cost, call_id: Some(id) }))?
-            }
-            (Op::Peek, _) => rt.block_on(limiter.peek(attrs.as_slice(), cost))?,
+        let decision = match op {
+            Op::Check => rt.block_on(limiter.check_with(attrs.as_slice(), &CheckOptions { cost, call_id }))?,
+            Op::Peek => rt.block_on(limiter.peek(attrs.as_slice(), cost))?,
         };
         *out = Box::into_raw(Box::new(tg_decision::new(decision)));
         Ok(())

@@ -78,15 +78,8 @@ fn request(attributes: &Bound<'_, PyAny>, cost: &Bound<'_, PyAny>, call_id: Opti
 }
 
 async fn run_check(limiter: core::Limiter, req: Request) -> core::Result<Decision> {
-    let d = match req.call_id {
-        // A cost of 0 goes to `check`, which refuses it with the core's message.
-        Some(id) if req.cost > 0 => {
-            let options = core::CheckOptions { cost: req.cost, call_id: Some(id) };
-            limiter.check_with(&req.attrs, &options).await?
-        }
-        _ => limiter.check(&req.attrs, req.cost).await?,
-    };
-    Ok(Decision::from(d))
+    let options = core::CheckOptions { cost: req.cost, call_id: req.call_id };
+    Ok(Decision::from(limiter.check_with(&req.attrs, &options).await?))
 }
 
 #[pymethods]
