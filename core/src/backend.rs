@@ -10,17 +10,20 @@ use crate::algo::Outcome;
 use crate::error::{Error, ErrorKind, Result};
 use crate::limiter::CompiledRule;
 
-/// The one script behind every check: the prelude, both algorithms and the
-/// stacked driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
+/// The one script behind every check: the arguments, both algorithms, the
+/// replay and give-back helpers and the stacked driver from `lua/`, composed
+/// at build time. `#!lua` (Redis >= 7)
 /// makes Redis refuse the whole script up front when it is out of memory,
 /// instead of failing half-way through the writes.
 pub const CHECK_SCRIPT: &str = concat!(
     "#!lua\n",
-    include_str!("../lua/prelude.lua"),
+    include_str!("../lua/args.lua"),
     "\n",
     include_str!("../lua/sliding_window_log.lua"),
     "\n",
     include_str!("../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../lua/replay.lua"),
     "\n",
     include_str!("../lua/check.lua"),
 );
@@ -46,20 +49,19 @@ impl RuleArgs {
         }
     }
 
-    /// The four script arguments of this rule.
-    pub fn script_args(&self) -> [String; 4] {
-        let flag = |s: bool| if s { "1" } else { "0" }.to_string();
+    /// The three script arguments of this rule: the algorithm code (upper
+    /// case for a shadow rule) and its two parameters.
+    pub fn script_args(&self) -> [String; 3] {
         match *self {
             RuleArgs::Window { limit, window_us, shadow } => [
-                "w".into(),
+                if shadow { "W" } else { "w" }.into(),
                 limit.to_string(),
                 window_us.to_string(),
-                flag(shadow),
             ],
             // `{}` prints the shortest text that reads back as the same f64,
             // which is what Lua's tonumber gets.
             RuleArgs::Bucket { capacity, rate, shadow } => {
-                ["b".into(), capacity.to_string(), format!("{rate}"), flag(shadow)]
+                [if shadow { "B" } else { "b" }.into(), capacity.to_string(), format!("{rate}")]
             }
         }
     }
@@ -193,14 +195,17 @@ fn eval_cmd(plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> red
 
 /// The script arguments after the keys.
 fn push_args(cmd: &mut redis::Cmd, plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) {
-    cmd.arg(if mode == Mode::Check { "c" } else { "p" });
+    // A caller's own call id may come back in a retry: "C" looks it up first.
+    cmd.arg(match mode {
+        Mode::Check if plan.call_id.is_some() => "C",
+        Mode::Check => "c",
+        Mode::Peek => "p",
+    });
     match now {
         Some(t) => cmd.arg(t),
         None => cmd.arg(""),
     };
-    cmd.arg(call_id)
-        .arg(plan.cost)
-        .arg(if plan.call_id.is_some() { "1" } else { "0" });
+    cmd.arg(call_id).arg(plan.cost);
     for rule in &plan.compiled {
         cmd.arg(&rule.script_args[..]);
     }

@@ -131,10 +131,10 @@ impl ClusterBackend {
         mode: &str,
         now: Option<i64>,
     ) -> Result<SmallVec<[Outcome; 4]>> {
-        let mut args: Vec<&str> = Vec::with_capacity(5 + 4 * idx.len());
+        let mut args: Vec<&str> = Vec::with_capacity(4 + 3 * idx.len());
         let now_s = now.map(|t| t.to_string()).unwrap_or_default();
         let cost = plan.cost.to_string();
-        args.extend([mode, now_s.as_str(), call_id, cost.as_str(), "1"]);
+        args.extend([mode, now_s.as_str(), call_id, cost.as_str()]);
         for &i in idx {
             args.extend(plan.compiled[i].script_args.iter().map(String::as_str));
         }
@@ -169,7 +169,9 @@ impl ClusterBackend {
                 None => groups.push((s, vec![i])),
             }
         }
-        let m = if mode == Mode::Check { "c" } else { "p" };
+        // Every cluster check may be re-sent after a redirection or a
+        // failover, so its call id is always looked up first ("C").
+        let m = if mode == Mode::Check { "C" } else { "p" };
         let results = join_all(
             groups
                 .iter()

@@ -27,7 +27,7 @@ pub(crate) struct CompiledRule {
     template: KeyTemplate,
     matches: Vec<(String, Vec<String>)>,
     pub args: RuleArgs,
-    pub script_args: [String; 4],
+    pub script_args: [String; 3],
     limit: u64,
     window: Duration,
     shadow: bool,

@@ -30,7 +30,7 @@ fn build(url: &str) -> throttlegate::LimiterBuilder {
 /// The exact ACL a limiter needs (documented in the README).
 pub const LIMITER_ACL: &[&str] = &[
     "on", ">s3cret", "~throttlegate:*", "resetchannels", "-@all", "+evalsha", "+eval",
-    "+script|load", "+ping", "+del", "+time", "+zcount", "+zrange", "+zadd",
+    "+script|load", "+ping", "+del", "+time", "+zcard", "+zrange", "+zadd",
     "+zremrangebyscore", "+zscore", "+zrem", "+pexpire", "+get", "+set",
 ];
 

@@ -1,0 +1,50 @@
+-- The arguments of the one script behind every check and peek (composed
+-- first; check.lua, composed last, is the driver).
+--
+-- ARGV[1] mode: "c" check (consume on success); "C" the same, for a call
+--         that may be a re-send of one Redis already executed, so its call
+--         id is looked up first; "p" peek (never records); "u" undo: give
+--         back what the check with this call id consumed (Redis Cluster,
+--         when another slot of the same check denied it)
+-- ARGV[2] now in microseconds, or "" to read the server clock with TIME
+-- ARGV[3] call id (random per call, made by the client)
+-- ARGV[4] cost (integer >= 1)
+-- then for each key, 3 values: an algorithm code and its two parameters,
+--   "w", limit, window_us          sliding window log
+--   "b", capacity, refill_rate     token bucket
+-- with the code in upper case ("W", "B") for a shadow rule, which reports
+-- but never denies.
+--
+-- Returns { now, replayed (0/1), then per key: allowed (0/1), remaining,
+-- retry_after_us, reset_after_us }. All values are integers. Rule i's
+-- arguments are ARGV[3i+2 .. 3i+4]; its results are out[4i-1 .. 4i+2].
+
+local mode = ARGV[1]
+local now
+-- The server's clock only moves forward (barring a wall-clock step on the
+-- server), which spares a lookup per sliding-window admission.
+local monotonic = ARGV[2] == ''
+if monotonic then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+end
+local call_id = ARGV[3]
+local cost = tonumber(ARGV[4])
+local n = #KEYS
+local replayed = 0
+
+-- Which algorithms this call uses: the functions of the others are not even
+-- made (each local function is a closure created afresh on every call of
+-- the script, and this script runs on every request).
+local uses_log, uses_bucket = false, false
+for i = 1, n do
+  local code = ARGV[3 * i + 2]
+  if code == 'w' or code == 'W' then
+    uses_log = true
+  else
+    uses_bucket = true
+  end
+end
+
