@@ -58,6 +58,9 @@ enum Command {
     /// Load a backend with checks and report checks/s and latency percentiles.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
+    /// Print the Lua script every check runs in Redis (for `SCRIPT LOAD`,
+    /// audits and benchmarks); its arguments are documented at its top.
+    Script,
 }
 
 /// Options every command shares: the policy and how to reach the backend.
@@ -136,6 +139,10 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Peek(a) => oneshot::peek(a),
         Command::Reset(a) => oneshot::reset(a),
         Command::Bench(a) => bench::run(a),
+        Command::Script => {
+            print!("{}", throttlegate::CHECK_SCRIPT);
+            Ok(0)
+        }
     }
 }
 

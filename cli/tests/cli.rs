@@ -848,3 +848,11 @@ fn json_output_matches_the_conformance_vectors() {
     }
     assert!(checked >= 40, "vectors checked: {checked}");
 }
+
+#[test]
+fn script_prints_the_check_script() {
+    let o = run(&["script"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), throttlegate::CHECK_SCRIPT);
+    assert!(stdout(&o).starts_with("#!lua\n"));
+}
