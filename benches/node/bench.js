@@ -1,105 +1,171 @@
 #!/usr/bin/env node
 // Throughput of `Limiter.check` next to rate-limiter-flexible, in one run on
-// the same machine: against a local redis-server this script starts (with
-// RateLimiterRedis over ioredis) and on the embedded backend (with
-// RateLimiterMemory). 1 and 4 rules, sequential and 64 checks in flight.
+// the same machine: against Redis (with RateLimiterRedis over ioredis) and on
+// the embedded backend (with RateLimiterMemory). 1 rule and 4 stacked rules
+// (RateLimiterUnion of the same 4 limits), sequential and 64 checks in flight.
 // Prints a markdown table.
 //
 //   npm run build        # release addon (the default of `npm install`)
-//   node benches/node/bench.js [seconds per case, default 2]
+//   node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE]
 //
-// The two libraries do not compute the same thing: throttlegate runs an exact
-// sliding-window log (one member per admitted unit) and decides all rules in
-// one atomic script; rate-limiter-flexible counts a fixed window per key and
-// RateLimiterUnion consumes from each limiter separately. Limits are set high
-// enough that every request is admitted, so both do their full work.
+// SECONDS per case (default 2). Without --redis-url a private redis-server is
+// started on a free loopback port (pinned to the first CPU, this process to
+// the second, when `taskset` is available). --json FILE also writes the rows
+// as a JSON array of { backend, rules, inFlight, ours, theirs } (checks per
+// second).
+//
+// The setup of the performance issue: 10,000 distinct clients, every rule
+// 1000 requests per 60 s for both libraries, so every check is admitted and
+// both do their full work. The two libraries do not compute the same thing:
+// throttlegate runs an exact sliding-window log (one member per admitted
+// unit) and decides all rules in one atomic script; rate-limiter-flexible
+// counts a fixed window per key and RateLimiterUnion consumes from each
+// limiter separately.
 'use strict';
 
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
 const path = require('node:path');
 const { Limiter } = require('throttlegate');
 const { RateLimiterRedis, RateLimiterMemory, RateLimiterUnion } = require('rate-limiter-flexible');
 const Redis = require('ioredis');
-const { startRedis } = require(path.join(__dirname, '..', '..', 'bindings', 'node', 'test', 'helpers.js'));
+const { startRedis, redisCommand } = require(path.join(__dirname, '..', '..', 'bindings', 'node', 'test', 'helpers.js'));
 
-const SECONDS = Number(process.argv[2] || 2);
-const CLIENTS = 1000;
-const LIMIT = 1_000_000_000;
+const CLIENTS = 10_000;
+const LIMIT = 1000;
+const WINDOW_S = 60;
 const NAMES = ['ip', 'api_key', 'tenant', 'route'];
+// A run stops early rather than push a client past its limit (a denial is
+// not the work being measured): at most this many checks per run.
+const MAX_CALLS = Math.floor(CLIENTS * LIMIT * 0.9);
 
-function attrs(i) {
-  const n = i % CLIENTS;
-  return { ip: `10.0.${n >> 8}.${n & 255}`, api_key: `key-${n}`, tenant: `t-${n % 50}`, route: `/r/${n % 10}` };
+function usage(message) {
+  console.error(`${message}\nusage: node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE]`);
+  process.exit(2);
 }
+
+function parseArgs(argv) {
+  const out = { seconds: 2, redisUrl: null, json: null };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '--redis-url' || a === '--json') {
+      if (i + 1 >= argv.length) usage(`${a} needs a value`);
+      out[a === '--json' ? 'json' : 'redisUrl'] = argv[++i];
+    } else if (/^\d+(\.\d+)?$/.test(a)) {
+      out.seconds = Number(a);
+    } else {
+      usage(`unknown argument ${JSON.stringify(a)}`);
+    }
+  }
+  return out;
+}
+
+const ARGS = parseArgs(process.argv.slice(2));
+
+// Every client's attributes and key, made once: the benchmark measures the
+// libraries, not string formatting.
+const ATTRS = [1, 4].map((rules) =>
+  Array.from({ length: CLIENTS }, (_, n) => {
+    const all = { ip: `10.${n >> 16}.${(n >> 8) & 255}.${n & 255}`, api_key: `key-${n}`, tenant: `t-${n}`, route: `/r/${n}` };
+    return Object.fromEntries(NAMES.slice(0, rules).map((k) => [k, all[k]]));
+  }),
+);
+const KEYS = ATTRS[0].map((a) => a.ip);
 
 function policy(rules) {
   return {
-    rules: NAMES.slice(0, rules).map((name) => ({ name, key: `${name}:{${name}}`, limit: LIMIT, window: '1h' })),
+    rules: NAMES.slice(0, rules).map((name) => ({ name, key: `${name}:{${name}}`, limit: LIMIT, window: `${WINDOW_S}s` })),
   };
 }
 
-/** Calls per second of `call(i)` for SECONDS, `inFlight` at a time (after a short warm-up). */
-async function measure(call, inFlight) {
-  const run = async (ms) => {
-    let i = 0;
-    const end = performance.now() + ms;
-    async function worker() {
-      while (performance.now() < end) {
-        i += 1;
-        await call(i);
-      }
+/** Calls per second of `call(i)` for `seconds`, `inFlight` at a time. */
+async function run(call, inFlight, seconds) {
+  let i = 0;
+  const end = performance.now() + seconds * 1000;
+  async function worker() {
+    while (i < MAX_CALLS && performance.now() < end) {
+      i += 1;
+      await call(i);
     }
-    const t0 = performance.now();
-    await Promise.all(Array.from({ length: inFlight }, worker));
-    return (i * 1000) / (performance.now() - t0);
-  };
-  await run(200);
-  return run(SECONDS * 1000);
-}
-
-function throttlegateCall(limiter) {
-  return async (i) => {
-    const d = await limiter.check(attrs(i));
-    if (!d.allowed) throw new Error('unexpected denial');
-  };
-}
-
-function flexibleCall(rules, make) {
-  const limiters = NAMES.slice(0, rules).map((name) => make(name));
-  if (rules === 1) {
-    const [l] = limiters;
-    return (i) => l.consume(attrs(i)[NAMES[0]], 1);
   }
-  // RateLimiterUnion keys every limiter with the same key; give each its own
-  // key through a prefix per limiter and a combined key, as an app would.
-  const union = new RateLimiterUnion(...limiters);
-  return (i) => {
-    const a = attrs(i);
-    return union.consume(`${a.ip}|${a.api_key}|${a.tenant}|${a.route}`, 1);
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: inFlight }, worker));
+  return (i * 1000) / (performance.now() - t0);
+}
+
+/** A warm-up on one set of keys, then the measured run on fresh ones. */
+async function measure(make, inFlight) {
+  await run(await make('warm'), inFlight, Math.min(0.5, ARGS.seconds / 4));
+  return run(await make('run'), inFlight, ARGS.seconds);
+}
+
+function throttlegateCall(limiter, rules) {
+  const attrs = ATTRS[rules === 1 ? 0 : 1];
+  return async (i) => {
+    const d = await limiter.check(attrs[i % CLIENTS]);
+    if (!d.allowed) throw new Error('throttlegate: unexpected denial');
   };
+}
+
+function flexibleCall(limiters) {
+  // RateLimiterUnion consumes the same key from every limiter; each has its
+  // own key prefix, so one check touches one key per limit, as ours does.
+  const target = limiters.length === 1 ? limiters[0] : new RateLimiterUnion(...limiters);
+  return (i) => target.consume(KEYS[i % CLIENTS], 1);
+}
+
+/** Pin the Redis server to CPU 0 and this process to CPU 1, as the issue's setup does. */
+async function pin(redis) {
+  try {
+    const info = await redisCommand(redis.port, ['INFO', 'server']);
+    const pid = /process_id:(\d+)/.exec(info)[1];
+    execFileSync('taskset', ['-pc', '0', pid], { stdio: 'ignore' });
+    execFileSync('taskset', ['-apc', '1', String(process.pid)], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 async function main() {
-  const redis = await startRedis();
-  const client = new Redis({ host: '127.0.0.1', port: redis.port, enableOfflineQueue: true, lazyConnect: false });
+  let redis = null;
+  let url = ARGS.redisUrl;
+  let pinned = false;
+  if (!url) {
+    redis = await startRedis();
+    url = redis.url;
+    pinned = await pin(redis);
+  }
+  const client = new Redis(url, { enableOfflineQueue: true, lazyConnect: false });
+  const tag = `bench:${process.pid}:${Date.now()}`;
   const rows = [];
   try {
     for (const backend of ['redis', 'memory']) {
       for (const rules of [1, 4]) {
         for (const inFlight of [1, 64]) {
-          const prefix = `bench:${backend}:${rules}:${inFlight}:`;
-          const limiter = new Limiter(policy(rules), {
-            url: backend === 'redis' ? redis.url : undefined,
-            keyPrefix: `${prefix}tg:`,
-            timeout: 5000,
-          });
-          const ours = await measure(throttlegateCall(limiter), inFlight);
-          await limiter.close();
+          const limiters = [];
+          const ours = await measure((phase) => {
+            const limiter = new Limiter(policy(rules), {
+              url: backend === 'redis' ? url : undefined,
+              keyPrefix: `${tag}:${backend}:${rules}:${inFlight}:${phase}:tg:`,
+              timeout: 5000,
+              onBackendError: 'error',
+            });
+            limiters.push(limiter);
+            return throttlegateCall(limiter, rules);
+          }, inFlight);
+          await Promise.all(limiters.map((l) => l.close()));
           const theirs = await measure(
-            flexibleCall(rules, (name) =>
-              backend === 'redis'
-                ? new RateLimiterRedis({ storeClient: client, keyPrefix: `${prefix}rlf:${name}`, points: LIMIT, duration: 3600 })
-                : new RateLimiterMemory({ keyPrefix: `${prefix}rlf:${name}`, points: LIMIT, duration: 3600 }),
-            ),
+            (phase) =>
+              flexibleCall(
+                NAMES.slice(0, rules).map((name) => {
+                  const keyPrefix = `${tag}:${backend}:${rules}:${inFlight}:${phase}:rlf:${name}`;
+                  const opts = { keyPrefix, points: LIMIT, duration: WINDOW_S };
+                  return backend === 'redis'
+                    ? new RateLimiterRedis({ storeClient: client, ...opts })
+                    : new RateLimiterMemory(opts);
+                }),
+              ),
             inFlight,
           );
           rows.push({ backend, rules, inFlight, ours, theirs });
@@ -109,11 +175,16 @@ async function main() {
     }
   } finally {
     client.disconnect();
-    await redis.stop();
+    if (redis) await redis.stop();
   }
   process.stderr.write('\n');
+  if (ARGS.json) fs.writeFileSync(ARGS.json, JSON.stringify(rows, null, 2) + '\n');
   const fmt = (n) => Math.round(n).toLocaleString('en-US');
-  console.log(`node ${process.version}, ${SECONDS} s per case, checks per second (higher is better)\n`);
+  const where = ARGS.redisUrl ? 'the given Redis' : `a private redis-server${pinned ? ' (pinned to CPU 0, clients on CPU 1)' : ''}`;
+  console.log(
+    `node ${process.version}, ${where}, ${CLIENTS.toLocaleString('en-US')} clients, ` +
+      `${LIMIT} per ${WINDOW_S} s per rule, ${ARGS.seconds} s per case, checks per second (higher is better)\n`,
+  );
   console.log('| backend | rules | in flight | throttlegate | rate-limiter-flexible | ratio |');
   console.log('|---|---:|---:|---:|---:|---:|');
   for (const r of rows) {
