@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all demo test deps test-rust test-python test-node test-c test-soak bench fuzz clean
+.PHONY: all demo test deps test-rust test-python test-node test-c test-soak bench compare fuzz clean
 
 all: test
 
@@ -45,6 +45,10 @@ test-soak:
 ## Criterion benchmarks (release builds; start their own redis-server).
 bench: deps
 	$(CARGO) bench -p throttlegate
+
+## Side by side with the peers on a private Redis; writes benches/compare/RESULTS.md (COMPARE_SECONDS=3 per case).
+compare: deps
+	benches/compare/run.sh
 
 ## A million cases of each property test: policy parser and key rendering (core), C entry points.
 fuzz:

@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""The side-by-side comparison behind `benches/compare/run.sh` (which installs
+the peers, builds in release and starts the redis-server this talks to).
+
+Measures, in one run against one redis-server:
+  1. the ceiling: a minimal single-key sliding-log script (minimal.lua) and
+     throttlegate's own script (1 rule, 4 stacked rules) through
+     `redis-benchmark` EVALSHA over 10,000 keys;
+  2. Redis's own cost per check, `usec_per_call` of evalsha from INFO commandstats;
+  3. Redis memory per tracked key (MEMORY USAGE), token bucket and sliding log;
+  4. Node: benches/node/bench.js next to rate-limiter-flexible;
+  5. Python: benches/python/bench.py next to `limits`;
+  6. the embedded backend from Rust next to `governor` (Criterion).
+Writes a markdown report (--out) and prints it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import secrets
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+KEYS = 10_000  # distinct keys per rule (redis-benchmark -r)
+LIMIT = 1000  # per window
+WINDOW_US = 60_000_000  # 60 s
+REPEATS = 3  # every Redis measurement, alternating scripts; medians reported
+RAND = "__rand_int__"
+# A call id unique per call in practice: two independent random numbers.
+CALL_ID = RAND + RAND
+
+# (label, clients, pipeline, rough checks/s of the minimal script, for the warm-up size)
+LOADS = [
+    ("1 connection", 1, 1, 15_000),
+    ("50 connections", 50, 1, 60_000),
+    ("50 connections, pipeline 16", 50, 16, 120_000),
+]
+
+PARTS = ["redis", "memory", "node", "python", "rust"]
+
+GOALS: list[tuple[str, str, str]] = []  # (goal, measured, met) for the summary
+
+
+# ---------------------------------------------------------------------------
+# A minimal RESP2 client (the comparison needs no Python packages of its own).
+
+
+class RedisError(Exception):
+    """An error reply from Redis."""
+
+
+class Resp:
+    """One connection to Redis: commands in, replies out, pipelined on request."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.file = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+    @staticmethod
+    def encode(args: tuple[Any, ...] | list[Any]) -> bytes:
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            b = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+        return b"".join(out)
+
+    def read(self) -> Any:
+        line = self.file.readline()
+        if not line:
+            raise ConnectionError("redis-server closed the connection")
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return RedisError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = self.file.read(n + 2)[:-2]
+            return data.decode()
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise ConnectionError(f"unexpected reply from redis-server: {line!r}")
+
+    def pipeline(self, commands: list[list[Any]]) -> list[Any]:
+        self.sock.sendall(b"".join(self.encode(c) for c in commands))
+        replies = [self.read() for _ in commands]
+        for r in replies:
+            if isinstance(r, RedisError):
+                raise r
+        return replies
+
+    def call(self, *args: Any) -> Any:
+        return self.pipeline([list(args)])[0]
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, text=True, capture_output=True, cwd=ROOT, **kw)
+
+
+def commandstats_evalsha(r: Resp) -> dict[str, float]:
+    info = r.call("INFO", "commandstats")
+    for line in info.splitlines():
+        if line.startswith("cmdstat_evalsha:"):
+            return {k: float(v) for k, v in (kv.split("=") for kv in line.split(":", 1)[1].split(","))}
+    return {"calls": 0.0, "usec": 0.0, "usec_per_call": 0.0, "rejected_calls": 0.0, "failed_calls": 0.0}
+
+
+# ---------------------------------------------------------------------------
+# 1 and 2: redis-benchmark EVALSHA, throughput and usec_per_call
+
+
+def script_cases(sha_min: str, sha_tg: str) -> list[tuple[str, str, list[str]]]:
+    rule = ["w", str(LIMIT), str(WINDOW_US)]
+    tg_head = ["c", "", CALL_ID, "1"]
+    return [
+        ("minimal", sha_min, [sha_min, "1", f"m:{RAND}", str(LIMIT), str(WINDOW_US), CALL_ID]),
+        ("throttlegate, 1 rule", sha_tg, [sha_tg, "1", f"t1:{RAND}", *tg_head, *rule]),
+        (
+            "throttlegate, 4 rules",
+            sha_tg,
+            [sha_tg, "4", *(f"t4{c}:{RAND}" for c in "abcd"), *tg_head, *(rule * 4)],
+        ),
+    ]
+
+
+def redis_benchmark(port: int, pin: list[str], clients: int, pipeline: int, n: int, args: list[str]) -> float:
+    cmd = [*pin, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients), "-P", str(pipeline),
+           "-n", str(n), "-r", str(KEYS), "--csv", "EVALSHA", *args]
+    p = run(cmd)
+    if p.returncode != 0:
+        raise RuntimeError(f"redis-benchmark failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
+    rows = [line for line in p.stdout.splitlines() if line.startswith('"EVALSHA')]
+    if not rows:
+        raise RuntimeError(f"redis-benchmark printed no result: {p.stdout.strip()} {p.stderr.strip()}")
+    return float(rows[-1].split('","')[1])
+
+
+def check_script_shapes(r: Resp, cases: list[tuple[str, str, list[str]]]) -> None:
+    """One call of each case by hand: the argument layout is the one the script documents."""
+    for name, _sha, args in cases:
+        concrete = [a.replace(RAND, "000000000042") for a in args]
+        reply = r.call("EVALSHA", *concrete)
+        rules = int(concrete[1])
+        if name == "minimal":
+            ok = reply == 1
+        else:
+            ok = isinstance(reply, list) and len(reply) == 2 + 4 * rules and all(
+                reply[2 + 4 * i] == 1 for i in range(rules))
+        if not ok:
+            raise RuntimeError(f"{name}: unexpected reply {reply!r} to EVALSHA {' '.join(concrete)}; "
+                               "has the script's argument layout changed?")
+    r.call("FLUSHALL")
+
+
+def bench_scripts(r: Resp, port: int, pin: list[str], seconds: float, sha_min: str, sha_tg: str) -> dict[str, Any]:
+    cases = script_cases(sha_min, sha_tg)
+    check_script_shapes(r, cases)
+    rps: dict[tuple[str, str], list[float]] = {}
+    upc: dict[tuple[str, str], list[float]] = {}
+    sizes: dict[tuple[str, str], int] = {}
+    for rep in range(REPEATS):
+        for load, clients, pipeline, guess in LOADS:
+            for name, _sha, args in cases:
+                key = (load, name)
+                if key not in sizes:
+                    # Warm-up, also sizing the measured run to about `seconds`.
+                    warm = max(1000, int(guess * 0.4))
+                    r.call("FLUSHALL")
+                    got = redis_benchmark(port, pin, clients, pipeline, warm, args)
+                    # At most 500 admissions per key in one run: far below the limit of 1000.
+                    sizes[key] = int(min(max(2000, got * seconds), KEYS * 500))
+                r.call("FLUSHALL")
+                r.call("CONFIG", "RESETSTAT")
+                n = sizes[key]
+                got = redis_benchmark(port, pin, clients, pipeline, n, args)
+                stats = commandstats_evalsha(r)
+                if stats["calls"] < n or stats["failed_calls"] or stats["rejected_calls"]:
+                    raise RuntimeError(f"{name}, {load}: Redis saw {stats} for {n} requests")
+                rps.setdefault(key, []).append(got)
+                upc.setdefault(key, []).append(stats["usec_per_call"])
+                progress(f"  run {rep + 1}/{REPEATS}  {load:<28} {name:<22} {got:>10,.0f} checks/s  "
+                         f"{stats['usec_per_call']:6.2f} us/call in Redis")
+    r.call("FLUSHALL")
+    return {"cases": [c[0] for c in cases], "rps": rps, "upc": upc, "sizes": sizes}
+
+
+def report_scripts(res: dict[str, Any]) -> list[str]:
+    names, rps, upc, sizes = res["cases"], res["rps"], res["upc"], res["sizes"]
+    loads = [load for load, *_ in LOADS]
+    out = ["## 1. The ceiling: one Redis core, `redis-benchmark` EVALSHA", "",
+           f"Checks per second, median of {REPEATS} runs (alternating scripts), 10,000 keys per rule, "
+           "limit 1000 per 60 s; in parentheses, the share of the minimal script's rate.", "",
+           "| script | " + " | ".join(loads) + " |",
+           "| --- | " + " | ".join("---:" for _ in loads) + " |"]
+    for name in names:
+        cells = []
+        for load in loads:
+            m = median(rps[(load, name)])
+            base = median(rps[(load, "minimal")])
+            cells.append(fmt_int(m) if name == "minimal" else f"{fmt_int(m)} ({100 * m / base:.0f}%)")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    runs = ", ".join(f"{load}: {fmt_int(sizes[(load, 'minimal')])}" for load in loads)
+    out += ["", f"Requests per run (minimal script; the others are sized to the same duration): {runs}.", ""]
+
+    out += ["## 2. Redis's own cost per check", "",
+            f"`usec_per_call` of `evalsha` in `INFO commandstats` (`CONFIG RESETSTAT` before each run), "
+            f"microseconds, median of {REPEATS} runs, under each load of table 1.", "",
+            "| script | " + " | ".join(loads) + " |",
+            "| --- | " + " | ".join("---:" for _ in loads) + " |"]
+    med = {k: median(v) for k, v in upc.items()}
+    for name in names:
+        out.append(f"| {name} | " + " | ".join(f"{med[(load, name)]:.2f}" for load in loads) + " |")
+    r1 = [med[(load, "throttlegate, 1 rule")] / med[(load, "minimal")] for load in loads]
+    r4 = [med[(load, "throttlegate, 4 rules")] / med[(load, "throttlegate, 1 rule")] for load in loads]
+    out.append("| **1 rule / minimal** (goal <= 1.3) | " + " | ".join(f"**{x:.2f}**" for x in r1) + " |")
+    out.append("| **4 rules / 1 rule** (goal < 4) | " + " | ".join(f"**{x:.2f}**" for x in r4) + " |")
+    out.append("")
+    main_load = loads[1]
+    i = loads.index(main_load)
+    GOALS.append(("Redis cost per check, 1 rule / minimal <= 1.3 (50 connections)", f"{r1[i]:.2f}", met(r1[i] <= 1.3)))
+    GOALS.append(("Redis cost per check, 4 rules / 1 rule < 4 (50 connections)", f"{r4[i]:.2f}", met(r4[i] < 4)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# 3: memory per tracked key
+
+
+def bench_memory(r: Resp, sha_tg: str) -> list[str]:
+    rate = LIMIT / (WINDOW_US / 1_000_000)  # the bucket refills the same 1000 per 60 s
+    cases = [("token bucket", ["b", str(LIMIT), repr(rate)]), ("sliding-window log", ["w", str(LIMIT), str(WINDOW_US)])]
+    out = ["## 3. Redis memory per tracked key", "",
+           "`MEMORY USAGE key SAMPLES 0` after N admitted checks of cost 1 on one key (limit 1000 per 60 s, "
+           "each check with its own random 16-hex-digit call id, as the library makes them).", "",
+           "| algorithm | admitted units | bytes per key | bytes per admitted unit |",
+           "| --- | ---: | ---: | ---: |"]
+    r.call("FLUSHALL")
+    for name, rule in cases:
+        for units in (1, 10, 100, 1000):
+            key = f"mem:{name[0]}:{units}"
+            replies = r.pipeline([["EVALSHA", sha_tg, "1", key, "c", "", secrets.token_hex(8), "1", *rule]
+                                  for _ in range(units)])
+            denied = sum(1 for rep in replies if rep[2] != 1)
+            if denied:
+                raise RuntimeError(f"memory, {name}: {denied} of {units} checks denied")
+            used = r.call("MEMORY", "USAGE", key, "SAMPLES", "0")
+            per_unit = "constant" if rule[0] == "b" else f"{used / units:,.1f}"
+            out.append(f"| {name} | {units:,} | {used:,} | {per_unit} |")
+    r.call("FLUSHALL")
+    out.append("")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# 4: Node
+
+
+def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path,
+               ceiling_tg1: float | None) -> tuple[list[str], bool]:
+    script = ROOT / "benches/node/bench.js"
+    out = ["## 4. Node: throttlegate next to rate-limiter-flexible", ""]
+    text = script.read_text()
+    missing = [f for f in ("--redis-url", "--json") if f not in text]
+    if missing:
+        msg = f"NOT RUN: benches/node/bench.js does not take {' and '.join(missing)} yet."
+        progress("  " + msg)
+        GOALS.append(("Node (all goals)", "not run", "**not run**"))
+        return out + [msg, ""], False
+    r.call("FLUSHALL")
+    result = work / "node.json"
+    cmd = [*pin, "node", str(script), f"{seconds:g}", "--redis-url", f"redis://127.0.0.1:{port}/0",
+           "--json", str(result)]
+    p = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=sys.stderr)
+    if p.returncode != 0 or not result.exists():
+        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}` exited with {p.returncode}."
+        progress("  " + msg)
+        GOALS.append(("Node (all goals)", "failed", "**failed**"))
+        return out + [msg, "", "```", p.stdout.strip()[-2000:], "```", ""], False
+    data = json.loads(result.read_text())
+    rows = data["rows"] if isinstance(data, dict) else data
+    out += [f"`node benches/node/bench.js {seconds:g} --redis-url URL --json FILE`, checks per second "
+            "(rate-limiter-flexible: RateLimiterRedis over ioredis, RateLimiterMemory; RateLimiterUnion "
+            "for several rules).", "",
+            "| backend | rules | in flight | throttlegate | rate-limiter-flexible | ratio | goal |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for row in rows:
+        ratio = row["ours"] / row["theirs"]
+        goal = ""
+        if row["backend"] == "redis" and row["inFlight"] == 64 and row["rules"] in (1, 4):
+            need = 1.3 if row["rules"] == 1 else 3.0
+            goal = f">= {need}x: {met(ratio >= need)}"
+            GOALS.append((f"Node, redis, {row['rules']} rule{'s' if row['rules'] > 1 else ''}, 64 in flight, "
+                          f">= {need}x rate-limiter-flexible", f"{ratio:.2f}x", met(ratio >= need)))
+        elif row["backend"] == "memory":
+            goal = f">= 1x: {met(ratio >= 1)}"
+            GOALS.append((f"Node, embedded, {row['rules']} rule{'s' if row['rules'] > 1 else ''}, "
+                          f"{row['inFlight']} in flight, on par with RateLimiterMemory", f"{ratio:.2f}x",
+                          met(ratio >= 1)))
+        out.append(f"| {row['backend']} | {row['rules']} | {row['inFlight']} | {fmt_int(row['ours'])} | "
+                   f"{fmt_int(row['theirs'])} | {ratio:.2f}x | {goal} |")
+    one = [row for row in rows if row["backend"] == "redis" and row["rules"] == 1 and row["inFlight"] == 64]
+    if one and ceiling_tg1:
+        share = one[0]["ours"] / ceiling_tg1
+        out += ["", f"Node, 1 rule, 64 in flight: {fmt_int(one[0]['ours'])} checks/s = **{100 * share:.0f}%** of "
+                f"the pipelined `redis-benchmark` ceiling for the same 1-rule script ({fmt_int(ceiling_tg1)}/s, "
+                "table 1; goal >= 85%)."]
+        GOALS.append(("Node, 1 rule, 64 in flight, >= 85% of the pipelined redis-benchmark ceiling",
+                      f"{100 * share:.0f}%", met(share >= 0.85)))
+    out.append("")
+    return out, True
+
+
+# ---------------------------------------------------------------------------
+# 5: Python
+
+
+def bench_python(r: Resp, port: int, pin: list[str], seconds: float, work: Path) -> tuple[list[str], bool]:
+    script = ROOT / "benches/python/bench.py"
+    out = ["## 5. Python: throttlegate next to `limits`", ""]
+    if "--json" not in script.read_text():
+        msg = "NOT RUN: benches/python/bench.py does not take --json yet."
+        progress("  " + msg)
+        GOALS.append(("Python (all goals)", "not run", "**not run**"))
+        return out + [msg, ""], False
+    r.call("FLUSHALL")
+    result = work / "python.json"
+    calls = max(2000, int(3000 * seconds))
+    cmd = [*pin, str(ROOT / ".venv/bin/python"), str(script), "--url", f"redis://127.0.0.1:{port}/0",
+           "--calls", str(calls), "--json", str(result)]
+    p = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=sys.stderr)
+    if p.returncode != 0 or not result.exists():
+        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}` exited with {p.returncode}."
+        progress("  " + msg)
+        GOALS.append(("Python (all goals)", "failed", "**failed**"))
+        return out + [msg, "", "```", p.stdout.strip()[-2000:], "```", ""], False
+    data = json.loads(result.read_text())
+    rows = data["rows"] if isinstance(data, dict) else data
+    redis_rows = [row for row in rows if row.get("scenario") != "embedded"]
+    embedded = [row for row in rows if row.get("scenario") == "embedded"]
+    out += [f"`.venv/bin/python benches/python/bench.py --url URL --calls {calls} --json FILE`; "
+            "`limits`: MovingWindowRateLimiter over redis-py with hiredis, one `hit` per rule.", "",
+            "| scenario | rules | throttlegate (checks/s) | limits (checks/s) | ratio | goal |",
+            "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for row in redis_rows:
+        ratio = row["ours"] / row["theirs"]
+        scen = str(row["scenario"])
+        need = 1.3 if "sequential" in scen else 2.0 if "8 threads" in scen else 3.0 if "64" in scen else None
+        goal = ""
+        if need is not None and row.get("rules") == 1:
+            goal = f">= {need}x: {met(ratio >= need)}"
+            GOALS.append((f"Python, {scen}, 1 rule, >= {need}x limits", f"{ratio:.2f}x", met(ratio >= need)))
+        out.append(f"| {scen} | {row.get('rules', '')} | {fmt_int(row['ours'])} | {fmt_int(row['theirs'])} | "
+                   f"{ratio:.2f}x | {goal} |")
+    if embedded:
+        out += ["", "| embedded backend | rules | throttlegate (µs per check) | limits in memory (µs per check) | goal |",
+                "| --- | ---: | ---: | ---: | --- |"]
+        for row in embedded:
+            us = row["us_per_check"]
+            theirs = row.get("theirs_us_per_check")
+            goal = ""
+            if row.get("rules", 1) == 1:
+                goal = f"< 1 µs: {met(us < 1)}"
+                GOALS.append(("Python, embedded, 1 rule, under 1 µs per check", f"{us:.3f} µs", met(us < 1)))
+            out.append(f"| embedded | {row.get('rules', '')} | {us:.3f} | "
+                       f"{'' if theirs is None else f'{theirs:.3f}'} | {goal} |")
+    out.append("")
+    return out, True
+
+
+# ---------------------------------------------------------------------------
+# 6: embedded backend from Rust, Criterion
+
+
+CRITERION_FILTER = r"^memory/(throttlegate [14] rules?, 1 thread|governor keyed, 1 thread)/"
+
+
+def bench_criterion(pin: list[str], seconds: float, work: Path) -> tuple[list[str], bool]:
+    home = work / "criterion"
+    env = dict(os.environ, CRITERION_HOME=str(home))
+    cmd = [*pin, "cargo", "bench", "-q", "-p", "throttlegate", "--bench", "check", "--", CRITERION_FILTER,
+           "--warm-up-time", "1", "--measurement-time", f"{seconds:g}", "--noplot"]
+    out = ["## 6. Embedded backend from Rust next to `governor`", ""]
+    # Criterion's progress lines go to stderr: shown only when the run fails.
+    p = subprocess.run(cmd, cwd=ROOT, text=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}` exited with {p.returncode}."
+        progress(p.stdout[-4000:])
+        progress("  " + msg)
+        GOALS.append(("Rust embedded vs governor", "failed", "**failed**"))
+        return out + [msg, ""], False
+    ns: dict[tuple[str, str], float] = {}
+    for bench in home.glob("memory/*/*/new/benchmark.json"):
+        meta = json.loads(bench.read_text())
+        est = json.loads((bench.parent / "estimates.json").read_text())
+        point = (est.get("slope") or est["mean"])["point_estimate"]
+        ns[(meta["function_id"], str(meta["value_str"]))] = point
+    names = ["throttlegate 1 rule, 1 thread", "throttlegate 4 rules, 1 thread", "governor keyed, 1 thread"]
+    keys = ["1", "100000"]
+    missing = [f"{n}/{k}" for n in names for k in keys if (n, k) not in ns]
+    if missing:
+        msg = f"FAILED: Criterion wrote no estimate for {', '.join(missing)}."
+        GOALS.append(("Rust embedded vs governor", "failed", "**failed**"))
+        return out + [msg, ""], False
+    out += [f"`cargo bench -p throttlegate --bench check -- '{CRITERION_FILTER}' --measurement-time {seconds:g}`: "
+            "nanoseconds per check (Criterion's estimate), one thread; throttlegate's embedded backend runs "
+            "the exact sliding-window log and builds the full decision, `governor` keeps one GCRA cell per key.", "",
+            "| what | 1 key | 100,000 keys |", "| --- | ---: | ---: |"]
+    for n in names:
+        out.append(f"| {n} | " + " | ".join(f"{ns[(n, k)]:,.0f} ns" for k in keys) + " |")
+    ratios = [ns[(names[0], k)] / ns[(names[2], k)] for k in keys]
+    out.append("| **throttlegate 1 rule / governor** (goal <= 2 at 100,000 keys) | "
+               + " | ".join(f"**{x:.1f}x**" for x in ratios) + " |")
+    out.append("")
+    GOALS.append(("Rust embedded, 1 rule, within 2x of governor at 100,000 keys", f"{ratios[1]:.1f}x",
+                  met(ratios[1] <= 2)))
+    return out, True
+
+
+# ---------------------------------------------------------------------------
+
+
+def machine() -> tuple[str, str]:
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return str(os.cpu_count()), model
+
+
+def versions() -> str:
+    def pkg(path: str) -> str:
+        try:
+            return json.loads((ROOT / path).read_text())["version"]
+        except (OSError, ValueError, KeyError):
+            return "?"
+
+    py = run([str(ROOT / ".venv/bin/python"), "-c",
+              "import platform, limits, redis, throttlegate; "
+              "print(platform.python_version(), limits.__version__, redis.__version__, throttlegate.__version__)"])
+    pyv = py.stdout.split() if py.returncode == 0 else ["?"] * 4
+    node = run(["node", "--version"]).stdout.strip()
+    rustc = run(["rustc", "--version"]).stdout.strip()
+    commit = run(["git", "rev-parse", "--short", "HEAD"]).stdout.strip() or "?"
+    return (f"throttlegate {pyv[3]} (commit {commit}); Node {node}, rate-limiter-flexible "
+            f"{pkg('node_modules/rate-limiter-flexible/package.json')}, ioredis {pkg('node_modules/ioredis/package.json')}; "
+            f"Python {pyv[0]}, limits {pyv[1]}, redis-py {pyv[2]} with hiredis; {rustc}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--port", type=int, required=True, help="the redis-server run.sh started")
+    ap.add_argument("--seconds", type=float, default=3.0, help="seconds per case")
+    ap.add_argument("--work", type=Path, required=True, help="a scratch folder")
+    ap.add_argument("--out", type=Path, required=True, help="the markdown report to write")
+    ap.add_argument("--pin-client", default="", help="command prefix pinning the clients (taskset -c 1)")
+    ap.add_argument("--pin-redis", default="", help="how the server was pinned (for the report)")
+    ap.add_argument("--only", default=",".join(PARTS),
+                    help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
+    args = ap.parse_args()
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        ap.error(f"--only: unknown part(s) {', '.join(unknown)}; the parts are {', '.join(PARTS)}")
+    pin = shlex.split(args.pin_client)
+    started = time.monotonic()
+
+    r = Resp(args.port)
+    redis_version = next(line.split(":", 1)[1] for line in r.call("INFO", "server").splitlines()
+                         if line.startswith("redis_version:"))
+    sha_min = r.call("SCRIPT", "LOAD", (HERE / "minimal.lua").read_text())
+    tg = run(["cargo", "run", "-q", "--release", "-p", "throttlegate-cli", "--", "script"])
+    if tg.returncode != 0:
+        raise RuntimeError(f"`throttlegate script` failed: {tg.stderr.strip()}")
+    sha_tg = r.call("SCRIPT", "LOAD", tg.stdout)
+
+    ok = True
+    sections: list[str] = []
+    ceiling_tg1 = None
+    if "redis" in parts:
+        progress("== 1-2. redis-benchmark EVALSHA: minimal script, throttlegate 1 rule, 4 rules")
+        scripts = bench_scripts(r, args.port, pin, args.seconds, sha_min, sha_tg)
+        sections += report_scripts(scripts)
+        ceiling_tg1 = median(scripts["rps"][(LOADS[2][0], "throttlegate, 1 rule")])
+    if "memory" in parts:
+        progress("== 3. memory per key")
+        sections += bench_memory(r, sha_tg)
+    if "node" in parts:
+        progress("== 4. Node")
+        part, good = bench_node(r, args.port, pin, args.seconds, args.work, ceiling_tg1)
+        sections += part
+        ok &= good
+    if "python" in parts:
+        progress("== 5. Python")
+        part, good = bench_python(r, args.port, pin, args.seconds, args.work)
+        sections += part
+        ok &= good
+    if "rust" in parts:
+        progress("== 6. Rust embedded vs governor (Criterion)")
+        part, good = bench_criterion(pin, args.seconds, args.work)
+        sections += part
+        ok &= good
+    r.close()
+
+    cpus, model = machine()
+    pinning = (f"redis-server pinned with `{args.pin_redis}`, every client with `{args.pin_client}`"
+               if args.pin_client else "no pinning (taskset missing or a single core): server and clients share the cores")
+    head = [
+        "# throttlegate next to its peers, side by side",
+        "",
+        "Written by `benches/compare/run.sh` (`make compare`); overwritten on every run. "
+        "See README.md here for what each table means.",
+        "",
+        f"- Date: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, "
+        f"{time.monotonic() - started:.0f} s of measuring, {args.seconds:g} s per case",
+        f"- Machine: {cpus} CPUs (nproc), {model}, {platform.system()} {platform.release()}, "
+        f"load average {os.getloadavg()[0]:.1f} at the end",
+        f"- Redis {redis_version}, one private redis-server, no persistence; {pinning}",
+        f"- {versions()}",
+        "- Method: 10,000 keys per rule, limit 1000 per 60 s (the Redis tables and the memory table); "
+        f"each Redis measurement repeated {REPEATS} times, alternating scripts, medians reported; "
+        "the Node and Python scripts use their own policies (limits high enough that every check is admitted).",
+        "",
+        "## Goals",
+        "",
+        "| goal | measured | met |",
+        "| --- | ---: | --- |",
+        *[f"| {g} | {m} | {ok_} |" for g, m, ok_ in GOALS],
+        "",
+    ]
+    text = "\n".join(head + sections).rstrip() + "\n"
+    args.out.write_text(text)
+    print(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# One command for the side-by-side comparison: installs the peers into the
+# local folders (node_modules/, .venv/), builds what is measured in release,
+# starts a private redis-server on a free loopback port (pinned to core 0),
+# runs every comparison from core 1, writes benches/compare/RESULTS.md and
+# prints it. Every server it starts is stopped on exit.
+#
+#   benches/compare/run.sh [seconds per case, default 3]    (or: make compare)
+#
+# COMPARE_SECONDS=N is the same knob for `make compare COMPARE_SECONDS=N`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+HERE="$ROOT/benches/compare"
+
+SECS="${1:-${COMPARE_SECONDS:-3}}"
+if ! [[ "$SECS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || [ "$(awk -v s="$SECS" 'BEGIN { print (s > 0) }')" != 1 ]; then
+  echo "run.sh: seconds per case must be a positive number, got '$SECS'" >&2
+  exit 2
+fi
+
+# ---- tools ---------------------------------------------------------------
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "$1 not found: installing Debian's $2 package" >&2
+  local sudo=""
+  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
+  command -v "$1" >/dev/null
+}
+scripts/deps-redis.sh
+need redis-cli redis-tools
+need redis-benchmark redis-tools
+for tool in cargo node npm python3; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "run.sh: $tool not found; the comparison needs cargo, node, npm and python3" >&2
+    exit 2
+  fi
+done
+
+# Redis on core 0, every client on core 1 (when there are two cores to split).
+PIN_REDIS=()
+PIN_CLIENT=()
+if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+  PIN_REDIS=(taskset -c 0)
+  PIN_CLIENT=(taskset -c 1)
+fi
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+
+# ---- peers and builds (release) -------------------------------------------
+echo "== Node: peers from package.json's devDependencies, addon built in release" >&2
+if [ ! -f node_modules/rate-limiter-flexible/package.json ] || [ ! -f node_modules/ioredis/package.json ]; then
+  npm ci --no-audit --no-fund >&2
+fi
+THROTTLEGATE_BUILD_PROFILE=release npm run --silent build >&2
+
+echo "== Python: .venv with limits, redis, hiredis and the package (pip install .)" >&2
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "maturin>=1.9,<2" limits redis hiredis >&2
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps . >&2
+
+echo "== Rust: the CLI and the Criterion benchmark, release" >&2
+cargo build -q --release -p throttlegate-cli >&2
+cargo bench -q -p throttlegate --bench check --no-run >&2
+
+# ---- a private redis-server ------------------------------------------------
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-compare.XXXXXX")"
+REDIS_PID=""
+cleanup() {
+  if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
+    kill "$REDIS_PID" 2>/dev/null || true
+    wait "$REDIS_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+for attempt in 1 2 3 4 5; do
+  PORT="$(free_port)"
+  "${PIN_REDIS[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$WORK" --logfile "$WORK/redis.log" &
+  REDIS_PID=$!
+  for _ in $(seq 1 100); do
+    if redis-cli -h 127.0.0.1 -p "$PORT" ping >/dev/null 2>&1; then break; fi
+    kill -0 "$REDIS_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  if redis-cli -h 127.0.0.1 -p "$PORT" ping >/dev/null 2>&1; then break; fi
+  # Lost the port to another process between picking and binding: try another.
+  kill "$REDIS_PID" 2>/dev/null || true
+  wait "$REDIS_PID" 2>/dev/null || true
+  REDIS_PID=""
+  if [ "$attempt" = 5 ]; then
+    echo "run.sh: redis-server did not start; its log:" >&2
+    cat "$WORK/redis.log" >&2 || true
+    exit 1
+  fi
+done
+echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$PORT" \
+  "${PIN_REDIS[*]:+(${PIN_REDIS[*]})}, clients ${PIN_CLIENT[*]:-unpinned}" >&2
+
+# ---- the comparison ---------------------------------------------------------
+python3 "$HERE/compare.py" \
+  --port "$PORT" \
+  --seconds "$SECS" \
+  --work "$WORK" \
+  --out "$HERE/RESULTS.md" \
+  ${PIN_CLIENT[@]:+--pin-client "${PIN_CLIENT[*]}"} \
+  ${PIN_REDIS[@]:+--pin-redis "${PIN_REDIS[*]}"}
