@@ -1,5 +1,7 @@
 //! Python values to core types. Every failure names the argument at fault.
 
+use std::borrow::Cow;
+
 use pyo3::exceptions::PyUnicodeError;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
@@ -45,52 +47,168 @@ pub fn opt_text(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<S
     }
 }
 
-/// Request attributes from a mapping of `str` to `str` (or `int`). A `None`
-/// value means the request lacks that attribute.
-pub fn attributes(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String)>> {
-    let py = obj.py();
-    let items: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = if let Ok(d) = obj.cast::<PyDict>() {
-        d.iter().collect()
-    } else if let Ok(m) = obj.cast::<PyMapping>() {
-        let mut out = Vec::new();
-        for item in m.items()?.iter() {
-            let pair = item.cast_into::<PyTuple>()?;
-            out.push((pair.get_item(0)?, pair.get_item(1)?));
+/// A `str` as UTF-8, borrowed from the string object where the Python
+/// version allows; lone surrogates are refused with a message naming `what`
+/// (only formatted on failure).
+fn utf8<'a>(s: &'a Bound<'_, PyString>, what: impl FnOnce() -> String) -> PyResult<Cow<'a, str>> {
+    let py = s.py();
+    match s.to_cow() {
+        Ok(t) => Ok(t),
+        Err(e) if e.is_instance_of::<PyUnicodeError>(py) => Err(invalid_argument(
+            py,
+            format!("{}: not valid Unicode text (it contains a lone surrogate)", what()),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// Request attributes as given: the mapping's own name and value objects,
+/// in mapping order, type-checked but not yet converted. Holding them keeps
+/// the strings alive while an [`AttrView`] borrows their text.
+pub struct PyAttrs<'py> {
+    items: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+}
+
+/// Request attributes as text, borrowed from a [`PyAttrs`] where possible.
+pub struct AttrView<'a> {
+    items: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+}
+
+impl throttlegate::Attributes for AttrView<'_> {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        self.items.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_ref())
+    }
+}
+
+impl AttrView<'_> {
+    /// A copy that owns its text, for a call that outlives the GIL.
+    pub fn to_owned(&self) -> OwnedAttrs {
+        let mut buf = String::with_capacity(self.items.iter().map(|(k, v)| k.len() + v.len()).sum());
+        let mut spans = Vec::with_capacity(self.items.len());
+        for (k, v) in &self.items {
+            let start = buf.len();
+            buf.push_str(k);
+            let mid = buf.len();
+            buf.push_str(v);
+            spans.push((start, mid, buf.len()));
         }
-        out
-    } else {
-        return Err(invalid_type(
+        OwnedAttrs { buf, spans }
+    }
+}
+
+/// Request attributes owned in one buffer (name and value spans).
+pub struct OwnedAttrs {
+    buf: String,
+    spans: Vec<(usize, usize, usize)>,
+}
+
+impl throttlegate::Attributes for OwnedAttrs {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        self.spans
+            .iter()
+            .find(|(s, m, _)| &self.buf[*s..*m] == name)
+            .map(|(_, m, e)| &self.buf[*m..*e])
+    }
+}
+
+impl<'py> PyAttrs<'py> {
+    /// Read a mapping of `str` to `str` (or `int`); a `None` value means the
+    /// request lacks that attribute. Only types are checked here: no Python
+    /// code runs while the mapping is walked.
+    pub fn read(obj: &Bound<'py, PyAny>) -> PyResult<PyAttrs<'py>> {
+        let py = obj.py();
+        if let Ok(d) = obj.cast::<PyDict>() {
+            let mut items = Vec::with_capacity(d.len());
+            for (k, v) in d.iter() {
+                PyAttrs::push(&mut items, k, v)?;
+            }
+            return Ok(PyAttrs { items });
+        }
+        if let Ok(m) = obj.cast::<PyMapping>() {
+            let mut items = Vec::new();
+            for item in m.items()?.iter() {
+                let pair = item.cast_into::<PyTuple>()?;
+                PyAttrs::push(&mut items, pair.get_item(0)?, pair.get_item(1)?)?;
+            }
+            return Ok(PyAttrs { items });
+        }
+        Err(invalid_type(
             py,
             format!("attributes: expected a mapping of str to str, got {}", type_name(obj)),
-        ));
-    };
-    let mut out = Vec::with_capacity(items.len());
-    for (k, v) in items {
-        let name = match k.cast::<PyString>() {
-            Ok(_) => text(&k, "attributes: a name")?,
-            Err(_) => {
-                return Err(invalid_type(
-                    py,
-                    format!("attributes: names must be str, got {}", type_name(&k)),
-                ))
+        ))
+    }
+
+    fn push(
+        items: &mut Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+        k: Bound<'py, PyAny>,
+        v: Bound<'py, PyAny>,
+    ) -> PyResult<()> {
+        let py = k.py();
+        let name = match k.cast_into::<PyString>() {
+            Ok(name) => name,
+            Err(e) => {
+                let k = e.into_inner();
+                let err = invalid_type(py, format!("attributes: names must be str, got {}", type_name(&k)));
+                return Err(first_error(items, err));
             }
         };
-        if v.is_none() {
-            continue;
+        let ok = v.is_none()
+            || v.is_instance_of::<PyString>()
+            || (v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>());
+        if !ok {
+            // The name comes first: a bad name is reported before a bad value.
+            let err = match utf8(&name, || "attributes: a name".to_string()) {
+                Ok(text) => invalid_type(
+                    py,
+                    format!("attributes[{text:?}]: expected str, int or None, got {}", type_name(&v)),
+                ),
+                Err(e) => e,
+            };
+            return Err(first_error(items, err));
         }
-        let value = if v.is_instance_of::<PyString>() {
-            text(&v, &format!("attributes[{name:?}]"))?
-        } else if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() {
-            v.str()?.to_string()
-        } else {
-            return Err(invalid_type(
-                py,
-                format!("attributes[{name:?}]: expected str, int or None, got {}", type_name(&v)),
-            ));
-        };
-        out.push((name, value));
+        items.push((name, v));
+        Ok(())
     }
-    Ok(out)
+
+    /// The attributes as text, checked in mapping order.
+    pub fn view(&self) -> PyResult<AttrView<'_>> {
+        let mut items = Vec::with_capacity(self.items.len());
+        for (k, v) in &self.items {
+            let name = utf8(k, || "attributes: a name".to_string())?;
+            if v.is_none() {
+                continue;
+            }
+            let value = if let Ok(s) = v.cast::<PyString>() {
+                utf8(s, || format!("attributes[{name:?}]"))?
+            } else {
+                Cow::Owned(v.str()?.to_cow()?.into_owned())
+            };
+            items.push((name, value));
+        }
+        Ok(AttrView { items })
+    }
+}
+
+/// The error to report when the item after `items` is wrong with `err`:
+/// an earlier item's text error comes first, as a one-pass check would find.
+fn first_error(items: &[(Bound<'_, PyString>, Bound<'_, PyAny>)], err: PyErr) -> PyErr {
+    match (PyAttrs { items: items.to_vec() }).view() {
+        Err(earlier) => earlier,
+        Ok(_) => err,
+    }
+}
+
+/// Request attributes from a mapping of `str` to `str` (or `int`), owned.
+pub fn attributes(obj: &Bound<'_, PyAny>) -> PyResult<OwnedAttrs> {
+    Ok(PyAttrs::read(obj)?.view()?.to_owned())
+}
+
+/// The optional `cost` argument: 1 when absent.
+pub fn opt_cost(obj: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+    match obj {
+        None => Ok(1),
+        Some(c) => cost(c),
+    }
 }
 
 /// A cost: an `int` of at least 0 (the core says why 0 is refused).

@@ -10,7 +10,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 use throttlegate::{Error, ErrorKind};
@@ -82,30 +81,5 @@ pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> 
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
         Err(payload) => Err(internal(py, panic_message(payload.as_ref()))),
-    }
-}
-
-/// The result of a background call, turned into a Python value or exception
-/// only once the GIL is held (when the awaiting future is completed).
-pub enum Outcome<T> {
-    /// The call succeeded.
-    Ok(T),
-    /// The core returned an error.
-    Err(Error),
-    /// The call panicked; the text of the panic.
-    Panic(String),
-}
-
-impl<'py, T: IntoPyObject<'py>> IntoPyObject<'py> for Outcome<T> {
-    type Target = PyAny;
-    type Output = Bound<'py, PyAny>;
-    type Error = PyErr;
-
-    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self {
-            Outcome::Ok(v) => v.into_bound_py_any(py),
-            Outcome::Err(e) => Err(core_to_py(py, &e)),
-            Outcome::Panic(m) => Err(internal(py, m)),
-        }
     }
 }

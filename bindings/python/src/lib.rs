@@ -24,7 +24,7 @@ fn _panic_async_for_tests(py: Python<'_>, message: String) -> PyResult<Bound<'_,
         if !message.is_empty() {
             panic!("{message}");
         }
-        Ok(Option::<bool>::None)
+        Ok(runtime::Value::Nothing)
     })
 }
 
@@ -42,5 +42,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::Limiter>()?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_async_for_tests, m)?)?;
+    runtime::install_fork_hook(m)?;
     Ok(())
 }

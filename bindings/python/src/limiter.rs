@@ -8,13 +8,14 @@ use pyo3::IntoPyObjectExt;
 use pyo3::types::{PyDict, PyString};
 use throttlegate as core;
 
-use crate::convert;
+use crate::convert::{self, PyAttrs};
 use crate::errors::{core_to_py, guard, invalid_type, make};
-use crate::runtime;
+use crate::runtime::{self, Value};
 use crate::types::{Decision, ManualClock, Policy};
 
 struct State {
-    pid: u32,
+    /// The fork generation `core` belongs to.
+    generation: u64,
     core: Option<core::Limiter>,
 }
 
@@ -37,11 +38,11 @@ impl Limiter {
     /// The core limiter for this process, rebuilt in a forked child.
     fn core(&self, py: Python<'_>) -> PyResult<core::Limiter> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = std::process::id();
+        let generation = runtime::generation();
         let Some(current) = state.core.as_ref() else {
             return Err(make(py, core::ErrorKind::Closed.as_str(), "the limiter is closed", false));
         };
-        if state.pid == pid {
+        if state.generation == generation {
             return Ok(current.clone());
         }
         // The parent's connections and tasks belong to a runtime whose
@@ -49,7 +50,7 @@ impl Limiter {
         std::mem::forget(state.core.take());
         let fresh = self.builder.clone().build().map_err(|e| core_to_py(py, &e))?;
         state.core = Some(fresh.clone());
-        state.pid = pid;
+        state.generation = generation;
         Ok(fresh)
     }
 
@@ -61,25 +62,15 @@ impl Limiter {
         let rt = runtime::get(py)?;
         py.detach(|| rt.block_on(f)).map_err(|e| core_to_py(py, &e))
     }
+
+    /// A decision answered in place, as a Python object.
+    fn answer(py: Python<'_>, answer: core::Result<core::Decision>) -> PyResult<Decision> {
+        answer.map(Decision::from).map_err(|e| core_to_py(py, &e))
+    }
 }
 
-struct Request {
-    attrs: Vec<(String, String)>,
-    cost: u64,
-    call_id: Option<String>,
-}
-
-fn request(attributes: &Bound<'_, PyAny>, cost: &Bound<'_, PyAny>, call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Request> {
-    Ok(Request {
-        attrs: convert::attributes(attributes)?,
-        cost: convert::cost(cost)?,
-        call_id: convert::opt_text(call_id, "call_id")?,
-    })
-}
-
-async fn run_check(limiter: core::Limiter, req: Request) -> core::Result<Decision> {
-    let options = core::CheckOptions { cost: req.cost, call_id: req.call_id };
-    Ok(Decision::from(limiter.check_with(&req.attrs, &options).await?))
+fn options(cost: u64, call_id: Option<String>) -> core::CheckOptions {
+    core::CheckOptions { cost, call_id }
 }
 
 #[pymethods]
@@ -153,7 +144,7 @@ impl Limiter {
                 builder,
                 policy: limiter.policy().clone(),
                 backend: limiter.backend_name(),
-                state: Mutex::new(State { pid: std::process::id(), core: Some(limiter) }),
+                state: Mutex::new(State { generation: runtime::generation(), core: Some(limiter) }),
             })
         })
     }
@@ -169,14 +160,17 @@ impl Limiter {
         call_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
         guard(py, || {
-            let req = request(attributes, &cost_or_one(py, cost)?, call_id)?;
+            let attrs = PyAttrs::read(attributes)?;
+            let view = attrs.view()?;
+            let opts = options(convert::opt_cost(cost)?, convert::opt_text(call_id, "call_id")?);
             let limiter = self.core(py)?;
             // The embedded backend answers at once: no runtime, no GIL release.
-            let options = core::CheckOptions { cost: req.cost, call_id: req.call_id.clone() };
-            if let Some(answer) = limiter.check_in_process(&req.attrs, &options) {
-                return answer.map(Decision::from).map_err(|e| core_to_py(py, &e));
+            if let Some(answer) = limiter.check_in_process(&view, &opts) {
+                return Limiter::answer(py, answer);
             }
-            self.block_on(py, run_check(limiter, req))
+            let owned = view.to_owned();
+            self.block_on(py, async move { limiter.check_with(&owned, &opts).await })
+                .map(Decision::from)
         })
     }
 
@@ -190,9 +184,19 @@ impl Limiter {
         call_id: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
-            let req = request(attributes, &cost_or_one(py, cost)?, call_id)?;
+            let attrs = PyAttrs::read(attributes)?;
+            let view = attrs.view()?;
+            let opts = options(convert::opt_cost(cost)?, convert::opt_text(call_id, "call_id")?);
             let limiter = self.core(py)?;
-            runtime::future_into_py(py, run_check(limiter, req))
+            let ctx = runtime::LoopCtx::current(py)?;
+            let fut = ctx.create_future(py)?;
+            if let Some(answer) = limiter.check_in_process(&view, &opts) {
+                runtime::settle(py, &fut, answer.map(Value::Decision).into());
+                return Ok(fut);
+            }
+            let owned = view.to_owned();
+            ctx.spawn(py, &fut, async move { limiter.check_with(&owned, &opts).await.map(Value::Decision) })?;
+            Ok(fut)
         })
     }
 
@@ -200,12 +204,15 @@ impl Limiter {
     #[pyo3(signature = (attributes, cost = None))]
     fn peek(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, cost: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
         guard(py, || {
-            let req = request(attributes, &cost_or_one(py, cost)?, None)?;
+            let attrs = PyAttrs::read(attributes)?;
+            let view = attrs.view()?;
+            let cost = convert::opt_cost(cost)?;
             let limiter = self.core(py)?;
-            if let Some(answer) = limiter.peek_in_process(&req.attrs, req.cost) {
-                return answer.map(Decision::from).map_err(|e| core_to_py(py, &e));
+            if let Some(answer) = limiter.peek_in_process(&view, cost) {
+                return Limiter::answer(py, answer);
             }
-            self.block_on(py, async move { limiter.peek(&req.attrs, req.cost).await.map(Decision::from) })
+            let owned = view.to_owned();
+            self.block_on(py, async move { limiter.peek(&owned, cost).await }).map(Decision::from)
         })
     }
 
@@ -218,9 +225,19 @@ impl Limiter {
         cost: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
-            let req = request(attributes, &cost_or_one(py, cost)?, None)?;
+            let attrs = PyAttrs::read(attributes)?;
+            let view = attrs.view()?;
+            let cost = convert::opt_cost(cost)?;
             let limiter = self.core(py)?;
-            runtime::future_into_py(py, async move { limiter.peek(&req.attrs, req.cost).await.map(Decision::from) })
+            let ctx = runtime::LoopCtx::current(py)?;
+            let fut = ctx.create_future(py)?;
+            if let Some(answer) = limiter.peek_in_process(&view, cost) {
+                runtime::settle(py, &fut, answer.map(Value::Decision).into());
+                return Ok(fut);
+            }
+            let owned = view.to_owned();
+            ctx.spawn(py, &fut, async move { limiter.peek(&owned, cost).await.map(Value::Decision) })?;
+            Ok(fut)
         })
     }
 
@@ -239,15 +256,16 @@ impl Limiter {
         guard(py, || {
             let attrs = convert::attributes(attributes)?;
             let limiter = self.core(py)?;
-            runtime::future_into_py(py, async move { limiter.reset(&attrs).await })
+            runtime::future_into_py(py, async move { limiter.reset(&attrs).await.map(Value::Count) })
         })
     }
 
     /// The backend keys this request touches, one per applicable rule.
     fn keys(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         guard(py, || {
-            let attrs = convert::attributes(attributes)?;
-            Ok(self.core(py)?.keys(&attrs))
+            let attrs = PyAttrs::read(attributes)?;
+            let view = attrs.view()?;
+            Ok(self.core(py)?.keys(&view))
         })
     }
 
@@ -263,8 +281,7 @@ impl Limiter {
     fn ping_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
             let limiter = self.core(py)?;
-            // `()` would become an empty tuple; the awaitable yields None.
-            runtime::future_into_py(py, async move { limiter.ping().await.map(|()| Option::<bool>::None) })
+            runtime::future_into_py(py, async move { limiter.ping().await.map(|()| Value::Nothing) })
         })
     }
 
@@ -289,7 +306,7 @@ impl Limiter {
         guard(py, || {
             let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(limiter) = state.core.take() {
-                if state.pid == std::process::id() {
+                if state.generation == runtime::generation() {
                     limiter.close();
                 } else {
                     std::mem::forget(limiter);
@@ -332,15 +349,14 @@ impl Limiter {
     /// `async with Limiter(...) as limiter:` yields the limiter itself.
     fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let me: Py<Limiter> = slf.unbind();
-        runtime::future_into_py(py, async move { Ok(me) })
+        runtime::ready(py, slf.into_any())
     }
 
     /// Leaving an `async with` block closes the limiter; exceptions propagate.
     #[pyo3(signature = (*_args))]
     fn __aexit__<'py>(&self, py: Python<'py>, _args: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
         self.close(py)?;
-        runtime::future_into_py(py, async move { Ok(false) })
+        runtime::ready(py, false.into_bound_py_any(py)?)
     }
 
     /// A readable summary for logs and the REPL.
@@ -351,13 +367,6 @@ impl Limiter {
             self.policy.rules().iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
             if self.closed() { "True" } else { "False" }
         )
-    }
-}
-
-fn cost_or_one<'py>(py: Python<'py>, cost: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
-    match cost {
-        Some(c) => Ok(c.clone()),
-        None => Ok(1u64.into_bound_py_any(py)?),
     }
 }
 

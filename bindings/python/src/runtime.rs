@@ -1,24 +1,68 @@
-//! The Tokio runtime behind every call, rebuilt after `os.fork()`.
+//! The Tokio runtime behind every call, rebuilt after `os.fork()`, and the
+//! bridge that hands finished background calls to asyncio.
 //!
 //! A runtime's worker threads do not survive a fork: in the child, tasks
-//! spawned on the parent's runtime would never run. The runtime is therefore
-//! keyed by process id; a child builds its own on first use and leaks the
-//! parent's copy (dropping it would wait for threads that do not exist).
+//! spawned on the parent's runtime would never run. Every fork bumps a
+//! generation counter (an `os.register_at_fork` hook); the runtime and each
+//! limiter's connections are keyed by that generation, so a child builds its
+//! own on first use and leaks the parent's copy (dropping it would wait for
+//! threads that do not exist).
 //!
-//! The global is only touched while the GIL is held, and `os.fork()` runs
-//! with the GIL held, so no other thread can hold its lock at the fork.
+//! Awaitables are plain asyncio futures made by the running loop
+//! (`loop.create_future()`). A background call never takes the GIL: it
+//! pushes its outcome onto the loop's inbox, and only the first push of a
+//! batch wakes the loop, by writing one byte to a socket the loop watches
+//! (`loop.add_reader`). The loop then drains the whole inbox on its own
+//! thread and sets every result. Loops without `add_reader` (Windows'
+//! proactor) are woken with one `call_soon_threadsafe` per batch instead.
 
-use std::cell::OnceCell;
+use std::cell::RefCell;
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::Mutex;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
-use pyo3_async_runtimes::generic::{ContextExt, Runtime as GenericRuntime};
-use pyo3_async_runtimes::TaskLocals;
-use tokio::runtime::{Handle, Runtime};
+use pyo3::sync::PyOnceLock;
+use pyo3::IntoPyObjectExt;
+use throttlegate as core;
+use tokio::runtime::Runtime;
 
-static RUNTIME: Mutex<Option<(u32, &'static Runtime)>> = Mutex::new(None);
+use crate::errors::{core_to_py, internal, panic_message};
+
+/// Forks seen by this process (bumped in the child).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+/// The fork generation: changes in a child after every `os.fork()`.
+pub fn generation() -> u64 {
+    FORKS.load(Ordering::Acquire)
+}
+
+/// Called in the child after `os.fork()`.
+#[pyfunction]
+fn _after_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Register the fork hook (called once, when the module is imported).
+pub fn install_fork_hook(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let hook = wrap_pyfunction!(_after_fork_in_child, m)?;
+    let os = py.import("os")?;
+    if os.hasattr("register_at_fork")? {
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("after_in_child", hook)?;
+        os.call_method("register_at_fork", (), Some(&kwargs))?;
+    }
+    Ok(())
+}
+
+// The runtime of the current generation: a lock-free fast path (pointer and
+// generation, published in that order) over a mutex-guarded slow path.
+static RUNTIME_PTR: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
+static RUNTIME_GEN: AtomicU64 = AtomicU64::new(u64::MAX);
+static RUNTIME_LOCK: Mutex<()> = Mutex::new(());
 
 fn build() -> std::io::Result<&'static Runtime> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4);
@@ -31,94 +75,346 @@ fn build() -> std::io::Result<&'static Runtime> {
 }
 
 fn current() -> std::io::Result<&'static Runtime> {
-    let pid = std::process::id();
-    let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((owner, rt)) = *slot {
-        if owner == pid {
-            return Ok(rt);
+    let gen = generation();
+    if RUNTIME_GEN.load(Ordering::Acquire) == gen {
+        let ptr = RUNTIME_PTR.load(Ordering::Acquire);
+        if !ptr.is_null() {
+            // SAFETY: runtimes are leaked, never freed.
+            return Ok(unsafe { &*ptr });
+        }
+    }
+    let _slot = RUNTIME_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    if RUNTIME_GEN.load(Ordering::Acquire) == gen {
+        let ptr = RUNTIME_PTR.load(Ordering::Acquire);
+        if !ptr.is_null() {
+            // SAFETY: as above.
+            return Ok(unsafe { &*ptr });
         }
     }
     let rt = build()?;
-    *slot = Some((pid, rt));
+    RUNTIME_PTR.store(rt as *const Runtime as *mut Runtime, Ordering::Release);
+    RUNTIME_GEN.store(gen, Ordering::Release);
     Ok(rt)
 }
 
 /// This process's runtime (built on first use, and again after a fork).
 pub fn get(py: Python<'_>) -> PyResult<&'static Runtime> {
-    current().map_err(|e| {
-        crate::errors::internal(py, format!("cannot start the Tokio runtime: {e}"))
-    })
+    current().map_err(|e| internal(py, format!("cannot start the Tokio runtime: {e}")))
 }
 
-fn handle() -> Handle {
-    match Handle::try_current() {
-        Ok(h) => h,
-        Err(_) => match current() {
-            Ok(rt) => rt.handle().clone(),
-            Err(e) => panic!("cannot start the Tokio runtime: {e}"),
-        },
+/// What a background call produces, turned into a Python object on the
+/// loop's thread.
+pub enum Value {
+    /// A check or peek.
+    Decision(core::Decision),
+    /// A count (reset).
+    Count(u64),
+    /// Nothing (ping).
+    Nothing,
+}
+
+impl Value {
+    fn into_py(self, py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+        match self {
+            Value::Decision(d) => Bound::new(py, crate::types::Decision::from(d)).map(Bound::into_any),
+            Value::Count(n) => n.into_bound_py_any(py),
+            Value::Nothing => Ok(py.None().into_bound(py)),
+        }
     }
 }
 
-tokio::task_local! {
-    static TASK_LOCALS: OnceCell<TaskLocals>;
+/// The outcome of a background call.
+pub enum Outcome {
+    /// The call succeeded.
+    Ok(Value),
+    /// The core returned an error.
+    Err(core::Error),
+    /// The call panicked; the text of the panic.
+    Panic(String),
 }
 
-/// `pyo3-async-runtimes`' view of the fork-aware runtime: futures handed to
-/// asyncio run on this process's runtime.
-pub struct ForkAware;
-
-impl GenericRuntime for ForkAware {
-    type JoinError = tokio::task::JoinError;
-    type JoinHandle = tokio::task::JoinHandle<()>;
-
-    fn spawn<F>(fut: F) -> Self::JoinHandle
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        handle().spawn(fut)
-    }
-
-    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        handle().spawn_blocking(f)
+impl From<core::Result<Value>> for Outcome {
+    fn from(r: core::Result<Value>) -> Self {
+        match r {
+            Ok(v) => Outcome::Ok(v),
+            Err(e) => Outcome::Err(e),
+        }
     }
 }
 
-impl ContextExt for ForkAware {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        let cell = OnceCell::new();
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, fut))
-    }
+fn invalid_state_error(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    CLS.import(py, "asyncio", "InvalidStateError")
+}
 
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|c| c.get().cloned())
-            .unwrap_or_default()
+/// Complete an asyncio future with `outcome`, on the loop's thread. A future
+/// cancelled in the meantime keeps its cancellation: the answer is dropped.
+pub fn settle(py: Python<'_>, fut: &Bound<'_, PyAny>, outcome: Outcome) {
+    let done = match outcome {
+        Outcome::Ok(v) => v
+            .into_py(py)
+            .and_then(|v| fut.call_method1(pyo3::intern!(py, "set_result"), (v,))),
+        Outcome::Err(e) => {
+            fut.call_method1(pyo3::intern!(py, "set_exception"), (core_to_py(py, &e).into_value(py),))
+        }
+        Outcome::Panic(m) => fut.call_method1(pyo3::intern!(py, "set_exception"), (internal(py, m).into_value(py),)),
+    };
+    if let Err(e) = done {
+        let cancelled = invalid_state_error(py).map(|cls| e.is_instance(py, cls)).unwrap_or(false);
+        if !cancelled {
+            e.write_unraisable(py, Some(fut));
+        }
     }
 }
 
-/// Run `fut` on the runtime and hand asyncio an awaitable of its outcome.
-/// A panic inside `fut` becomes `InternalError`, never `PanicException`.
-pub fn future_into_py<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = Result<T, throttlegate::Error>> + Send + 'static,
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    use futures_util::FutureExt;
-    get(py)?;
-    pyo3_async_runtimes::generic::future_into_py::<ForkAware, _, _>(py, async move {
-        let outcome = match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-            Ok(Ok(v)) => crate::errors::Outcome::Ok(v),
-            Ok(Err(e)) => crate::errors::Outcome::Err(e),
-            Err(payload) => crate::errors::Outcome::Panic(crate::errors::panic_message(payload.as_ref())),
+/// How a loop is told that its inbox has answers.
+enum Signal {
+    /// A socket pair: the runtime writes a byte, the loop watches the other end.
+    #[cfg(unix)]
+    Socket {
+        tx: std::os::unix::net::UnixStream,
+        rx: std::os::unix::net::UnixStream,
+    },
+    /// `loop.call_soon_threadsafe(drain)`, from a blocking-pool thread.
+    Threadsafe { call_soon_threadsafe: Py<PyAny> },
+}
+
+struct Inbox {
+    done: Vec<(Py<PyAny>, Outcome)>,
+    /// A wake-up is on its way: later pushes of the batch need not send one.
+    armed: bool,
+}
+
+/// One event loop's inbox of finished calls.
+pub struct LoopWaker {
+    inbox: Mutex<Inbox>,
+    signal: Signal,
+}
+
+impl LoopWaker {
+    /// Hand `outcome` for `fut` to the loop (from any thread, without the GIL).
+    fn complete(self: &Arc<Self>, fut: Py<PyAny>, outcome: Outcome) {
+        let first = {
+            let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+            inbox.done.push((fut, outcome));
+            !std::mem::replace(&mut inbox.armed, true)
         };
-        Ok(outcome)
+        if first {
+            self.wake();
+        }
+    }
+
+    fn wake(self: &Arc<Self>) {
+        match &self.signal {
+            #[cfg(unix)]
+            Signal::Socket { tx, .. } => {
+                use std::io::Write;
+                // Non-blocking: a full buffer already means "readable".
+                let _ = (&*tx).write(&[1]);
+            }
+            Signal::Threadsafe { .. } => {
+                let me = Arc::clone(self);
+                let wake = move || {
+                    Python::attach(|py| {
+                        let Signal::Threadsafe { call_soon_threadsafe } = &me.signal else { return };
+                        let drain = Drain { waker: Arc::clone(&me), generation: generation() };
+                        // A closed loop refuses: its futures are gone with it.
+                        let _ = call_soon_threadsafe.bind(py).call1((drain,));
+                    })
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) => drop(h.spawn_blocking(wake)),
+                    Err(_) => wake(),
+                }
+            }
+        }
+    }
+
+    /// Set every result in the inbox (on the loop's thread).
+    fn drain(&self, py: Python<'_>) {
+        #[cfg(unix)]
+        if let Signal::Socket { rx, .. } = &self.signal {
+            use std::io::Read;
+            let mut buf = [0u8; 256];
+            while let Ok(n) = (&*rx).read(&mut buf) {
+                if n < buf.len() {
+                    break;
+                }
+            }
+        }
+        let done = {
+            let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
+            inbox.armed = false;
+            std::mem::take(&mut inbox.done)
+        };
+        for (fut, outcome) in done {
+            settle(py, fut.bind(py), outcome);
+        }
+    }
+}
+
+/// The callback a loop runs when its inbox has answers.
+#[pyclass(module = "throttlegate._native", frozen)]
+struct Drain {
+    waker: Arc<LoopWaker>,
+    /// The fork generation the waker was made in.
+    generation: u64,
+}
+
+#[pymethods]
+impl Drain {
+    fn __call__(&self, py: Python<'_>) {
+        self.waker.drain(py);
+    }
+}
+
+/// The running event loop as seen by this thread's calls.
+pub struct LoopCtx {
+    generation: u64,
+    event_loop: Py<PyAny>,
+    create_future: Py<PyAny>,
+    waker: Arc<LoopWaker>,
+}
+
+thread_local! {
+    // The last loop seen on this thread; holding it keeps its address from
+    // being reused by another loop while it is cached.
+    static LAST_LOOP: RefCell<Option<Rc<LoopCtx>>> = const { RefCell::new(None) };
+}
+
+fn get_running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static F: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    F.import(py, "asyncio", "get_running_loop")?.call0()
+}
+
+/// Loops already given an inbox, to their `Drain` (weakly keyed by loop).
+fn registry(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static REG: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    REG.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("weakref")?.getattr("WeakKeyDictionary")?.call0()?.unbind())
     })
+    .map(|r| r.bind(py))
+}
+
+impl LoopCtx {
+    /// The running loop of this thread (`RuntimeError` outside one).
+    pub fn current(py: Python<'_>) -> PyResult<Rc<LoopCtx>> {
+        let event_loop = get_running_loop(py)?;
+        let generation = generation();
+        let cached = LAST_LOOP.with(|c| {
+            c.borrow()
+                .as_ref()
+                .filter(|ctx| ctx.generation == generation && ctx.event_loop.is(&event_loop))
+                .cloned()
+        });
+        if let Some(ctx) = cached {
+            return Ok(ctx);
+        }
+        let ctx = Rc::new(LoopCtx::attach(py, event_loop, generation)?);
+        let old = LAST_LOOP.with(|c| c.borrow_mut().replace(Rc::clone(&ctx)));
+        drop(old);
+        Ok(ctx)
+    }
+
+    fn attach(py: Python<'_>, event_loop: Bound<'_, PyAny>, generation: u64) -> PyResult<LoopCtx> {
+        let create_future = event_loop.getattr(pyo3::intern!(py, "create_future"))?.unbind();
+        let registry = registry(py)?;
+        let known = registry.call_method1("get", (&event_loop,))?;
+        if let Ok(drain) = known.cast::<Drain>() {
+            if drain.get().generation == generation {
+                let waker = Arc::clone(&drain.get().waker);
+                return Ok(LoopCtx { generation, event_loop: event_loop.unbind(), create_future, waker });
+            }
+        }
+        let waker = LoopCtx::new_waker(py, &event_loop, &known)?;
+        // Loops that cannot be weakly referenced are simply not remembered.
+        let drain = Bound::new(py, Drain { waker: Arc::clone(&waker), generation })?;
+        let _ = registry.set_item(&event_loop, drain);
+        Ok(LoopCtx { generation, event_loop: event_loop.unbind(), create_future, waker })
+    }
+
+    #[cfg(unix)]
+    fn new_waker(py: Python<'_>, event_loop: &Bound<'_, PyAny>, known: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWaker>> {
+        use std::os::fd::AsRawFd;
+        // A waker inherited through fork shares its socket with the parent.
+        if let Ok(old) = known.cast::<Drain>() {
+            if let Signal::Socket { rx, .. } = &old.get().waker.signal {
+                let _ = event_loop.call_method1("remove_reader", (rx.as_raw_fd(),));
+            }
+        }
+        let pair = std::os::unix::net::UnixStream::pair().and_then(|(tx, rx)| {
+            tx.set_nonblocking(true)?;
+            rx.set_nonblocking(true)?;
+            Ok((tx, rx))
+        });
+        let (tx, rx) = pair.map_err(|e| internal(py, format!("cannot make the event loop's wake-up socket: {e}")))?;
+        let fd = rx.as_raw_fd();
+        let waker = Arc::new(LoopWaker {
+            inbox: Mutex::new(Inbox { done: Vec::new(), armed: false }),
+            signal: Signal::Socket { tx, rx },
+        });
+        let drain = Drain { waker: Arc::clone(&waker), generation: generation() };
+        match event_loop.call_method1("add_reader", (fd, drain)) {
+            Ok(_) => Ok(waker),
+            Err(e) if e.is_instance_of::<PyNotImplementedError>(py) => LoopCtx::threadsafe_waker(event_loop),
+            Err(e) => Err(e),
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn new_waker(_py: Python<'_>, event_loop: &Bound<'_, PyAny>, _known: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWaker>> {
+        LoopCtx::threadsafe_waker(event_loop)
+    }
+
+    fn threadsafe_waker(event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWaker>> {
+        let call_soon_threadsafe = event_loop.getattr("call_soon_threadsafe")?.unbind();
+        Ok(Arc::new(LoopWaker {
+            inbox: Mutex::new(Inbox { done: Vec::new(), armed: false }),
+            signal: Signal::Threadsafe { call_soon_threadsafe },
+        }))
+    }
+
+    /// A new pending future of this loop.
+    pub fn create_future<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.create_future.bind(py).call0()
+    }
+
+    /// Run `fut` on the runtime; its outcome completes `py_fut` on this loop.
+    /// A panic inside `fut` becomes `InternalError`, never `PanicException`.
+    pub fn spawn<F>(&self, py: Python<'_>, py_fut: &Bound<'_, PyAny>, fut: F) -> PyResult<()>
+    where
+        F: Future<Output = core::Result<Value>> + Send + 'static,
+    {
+        use futures_util::FutureExt;
+        let rt = get(py)?;
+        let waker = Arc::clone(&self.waker);
+        let target = py_fut.clone().unbind();
+        drop(rt.spawn(async move {
+            let outcome = match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+                Ok(r) => Outcome::from(r),
+                Err(payload) => Outcome::Panic(panic_message(payload.as_ref())),
+            };
+            waker.complete(target, outcome);
+        }));
+        Ok(())
+    }
+}
+
+/// An awaitable of `fut`'s outcome, driven by the runtime.
+pub fn future_into_py<'py, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = core::Result<Value>> + Send + 'static,
+{
+    let ctx = LoopCtx::current(py)?;
+    let py_fut = ctx.create_future(py)?;
+    ctx.spawn(py, &py_fut, fut)?;
+    Ok(py_fut)
+}
+
+/// An awaitable that is already complete (answers that need no backend).
+pub fn ready<'py>(py: Python<'py>, value: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let ctx = LoopCtx::current(py)?;
+    let fut = ctx.create_future(py)?;
+    fut.call_method1(pyo3::intern!(py, "set_result"), (value,))?;
+    Ok(fut)
 }
