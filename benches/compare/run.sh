@@ -54,18 +54,29 @@ echo "== Node: peers from package.json's devDependencies, addon built in release
 if [ ! -f node_modules/rate-limiter-flexible/package.json ] || [ ! -f node_modules/ioredis/package.json ]; then
   npm ci --no-audit --no-fund >&2
 fi
-THROTTLEGATE_BUILD_PROFILE=release npm run --silent build >&2
+# A part whose build fails is reported as not run (never measured with a stale build).
+BROKEN=()
+if ! THROTTLEGATE_BUILD_PROFILE=release npm run --silent build >&2; then
+  echo "run.sh: the Node addon did not build; the Node part will not run" >&2
+  BROKEN+=(--broken "node=the Node addon did not build (npm run build failed)")
+fi
 
 echo "== Python: .venv with limits, redis, hiredis and the package (pip install .)" >&2
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "maturin>=1.9,<2" limits redis hiredis >&2
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps . >&2
+if ! .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps . >&2; then
+  echo "run.sh: the Python package did not build; the Python part will not run" >&2
+  BROKEN+=(--broken "python=the Python package did not build (pip install . failed)")
+fi
 
 echo "== Rust: the CLI and the Criterion benchmark, release" >&2
 cargo build -q --release -p throttlegate-cli >&2
-cargo bench -q -p throttlegate --bench check --no-run >&2
+if ! cargo bench -q -p throttlegate --bench check --no-run >&2; then
+  echo "run.sh: the Criterion benchmark did not build; the Rust part will not run" >&2
+  BROKEN+=(--broken "rust=the Criterion benchmark did not build")
+fi
 
 # ---- a private redis-server ------------------------------------------------
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-compare.XXXXXX")"
@@ -116,4 +127,5 @@ python3 "$HERE/compare.py" \
   --work "$WORK" \
   --out "$HERE/RESULTS.md" \
   ${PIN_CLIENT[@]:+--pin-client "${PIN_CLIENT[*]}"} \
-  ${PIN_REDIS[@]:+--pin-redis "${PIN_REDIS[*]}"}
+  ${PIN_REDIS[@]:+--pin-redis "${PIN_REDIS[*]}"} \
+  "${BROKEN[@]}"
