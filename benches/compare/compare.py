@@ -369,6 +369,8 @@ def bench_python(r: Resp, port: int, pin: list[str], seconds: float, work: Path)
     calls = max(2000, int(3000 * seconds))
     cmd = [*pin, str(ROOT / ".venv/bin/python"), str(script), "--url", f"redis://127.0.0.1:{port}/0",
            "--calls", str(calls), "--json", str(result)]
+    if "--repeat" in script.read_text():
+        cmd += ["--repeat", str(REPEATS)]
     p = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=sys.stderr)
     if p.returncode != 0 or not result.exists():
         msg = f"FAILED: `{shlex.join(cmd[len(pin):])}` exited with {p.returncode}."
@@ -379,7 +381,9 @@ def bench_python(r: Resp, port: int, pin: list[str], seconds: float, work: Path)
     rows = data["rows"] if isinstance(data, dict) else data
     redis_rows = [row for row in rows if row.get("scenario") != "embedded"]
     embedded = [row for row in rows if row.get("scenario") == "embedded"]
-    out += [f"`.venv/bin/python benches/python/bench.py --url URL --calls {calls} --json FILE`; "
+    shown = ["URL" if a.startswith("redis://") else "FILE" if a == str(result) else a for a in cmd[len(pin) + 2:]]
+    out += [f"`.venv/bin/python benches/python/bench.py {' '.join(shown)}` "
+            f"({'best of ' + str(REPEATS) + ' runs per scenario, ' if '--repeat' in cmd else ''}checks per second); "
             "`limits`: MovingWindowRateLimiter over redis-py with hiredis, one `hit` per rule.", "",
             "| scenario | rules | throttlegate (checks/s) | limits (checks/s) | ratio | goal |",
             "| --- | ---: | ---: | ---: | ---: | --- |"]

@@ -81,7 +81,12 @@ fi
 # ---- a private redis-server ------------------------------------------------
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-compare.XXXXXX")"
 REDIS_PID=""
+COMPARE_PID=""
 cleanup() {
+  if [ -n "$COMPARE_PID" ] && kill -0 "$COMPARE_PID" 2>/dev/null; then
+    kill "$COMPARE_PID" 2>/dev/null || true
+    wait "$COMPARE_PID" 2>/dev/null || true
+  fi
   if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
     kill "$REDIS_PID" 2>/dev/null || true
     wait "$REDIS_PID" 2>/dev/null || true
@@ -121,6 +126,8 @@ echo "== redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'
   "${PIN_REDIS[*]:+(${PIN_REDIS[*]})}, clients ${PIN_CLIENT[*]:-unpinned}" >&2
 
 # ---- the comparison ---------------------------------------------------------
+# In the background so that an interrupt stops it too (its clients fail fast
+# once the server is gone).
 python3 "$HERE/compare.py" \
   --port "$PORT" \
   --seconds "$SECS" \
@@ -128,4 +135,6 @@ python3 "$HERE/compare.py" \
   --out "$HERE/RESULTS.md" \
   ${PIN_CLIENT[@]:+--pin-client "${PIN_CLIENT[*]}"} \
   ${PIN_REDIS[@]:+--pin-redis "${PIN_REDIS[*]}"} \
-  "${BROKEN[@]}"
+  "${BROKEN[@]}" &
+COMPARE_PID=$!
+wait "$COMPARE_PID"
