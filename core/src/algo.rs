@@ -13,35 +13,49 @@ pub(crate) struct Outcome {
     pub reset_after_us: i64,
 }
 
-/// A sliding-window log: admission times (sorted) with the id of the call
-/// that admitted them (0 when the call asked for no deduplication).
+/// A sliding-window log: admission times (sorted) and, once any call asked
+/// for deduplication, the id of the call behind each (0 for none) in a
+/// parallel queue, so a log of calls without ids costs 8 bytes per unit.
+///
+/// The oldest and newest times are also kept beside the entries, so the
+/// usual decision (nothing has left the window) reads no entry at all: with
+/// many keys, every entry read is a cache miss.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Log {
-    entries: VecDeque<(i64, u64)>,
+    times: VecDeque<i64>,
+    /// Empty, or one id per entry of `times`.
+    ids: VecDeque<u64>,
+    /// The oldest entry's time (meaningless while the log is empty).
+    first: i64,
+    /// The newest entry's time (meaningless while the log is empty).
+    newest: i64,
 }
 
 impl Log {
     fn first_in_window(&self, floor: i64) -> usize {
+        if self.times.is_empty() || self.first > floor {
+            return 0;
+        }
         // Commits drop expired entries, so usually none or a few lead the
         // log: look at the front first, and search only a long expired run.
-        for (i, &(ts, _)) in self.entries.iter().take(8).enumerate() {
+        for (i, &ts) in self.times.iter().take(8).enumerate() {
             if ts > floor {
                 return i;
             }
         }
-        self.entries.partition_point(|&(ts, _)| ts <= floor)
+        self.times.partition_point(|&ts| ts <= floor)
     }
 
     /// Mirror of `swl_decide`.
     pub fn decide(&self, now: i64, cost: u64, limit: u64, window: i64) -> Outcome {
         let floor = now - window;
         let start = self.first_in_window(floor);
-        let count = (self.entries.len() - start) as u64;
-        let newest_reset = || self.entries.back().map(|&(ts, _)| ts + window - now);
+        let count = (self.times.len() - start) as u64;
+        let newest_reset = self.newest + window - now;
         if count + cost <= limit {
             let mut reset = if cost > 0 { window } else { 0 };
             if count > 0 {
-                reset = reset.max(newest_reset().unwrap_or(0));
+                reset = reset.max(newest_reset);
             }
             return Outcome {
                 allowed: true,
@@ -51,39 +65,68 @@ impl Log {
             };
         }
         let need = (count + cost - limit) as usize;
-        let nth = self.entries[start + need - 1].0;
+        let nth = self.times[start + need - 1];
         Outcome {
             allowed: false,
             remaining: limit - count,
             retry_after_us: nth + window - now,
-            reset_after_us: newest_reset().unwrap_or(0),
+            reset_after_us: if count > 0 { newest_reset } else { 0 },
         }
     }
 
-    /// Mirror of `swl_seen`.
+    /// Mirror of the replay lookup for logs (`seen` in `lua/replay.lua`).
     pub fn seen(&self, id: u64) -> bool {
-        self.entries.iter().any(|&(_, i)| i == id)
+        self.ids.contains(&id)
     }
 
-    /// Mirror of `swl_commit`.
+    /// Mirror of `swl_commit` (with the pruning `swl_decide` does first);
+    /// `id` 0 records no id.
     pub fn commit(&mut self, now: i64, cost: u64, window: i64, id: u64) {
         let floor = now - window;
-        while matches!(self.entries.front(), Some(&(ts, _)) if ts <= floor) {
-            self.entries.pop_front();
-        }
-        let at = self.entries.partition_point(|&(ts, _)| ts <= now);
-        if at == self.entries.len() {
-            self.entries.extend(std::iter::repeat_n((now, id), cost as usize));
-        } else {
-            for _ in 0..cost {
-                self.entries.insert(at, (now, id));
+        if !self.times.is_empty() && self.first <= floor {
+            while matches!(self.times.front(), Some(&ts) if ts <= floor) {
+                self.times.pop_front();
+                self.ids.pop_front();
             }
+            if let Some(&ts) = self.times.front() {
+                self.first = ts;
+            }
+        }
+        if cost == 0 {
+            return;
+        }
+        let keep_ids = id != 0 || !self.ids.is_empty();
+        if keep_ids && self.ids.len() < self.times.len() {
+            self.ids.resize(self.times.len(), 0);
+        }
+        if self.times.is_empty() {
+            self.first = now;
+            self.newest = now;
+        }
+        let n = cost as usize;
+        if now >= self.newest {
+            // The usual case: the newest admission so far goes at the end.
+            self.times.extend(std::iter::repeat_n(now, n));
+            if keep_ids {
+                self.ids.extend(std::iter::repeat_n(id, n));
+            }
+            self.newest = now;
+        } else {
+            // A clock that stepped back: keep the entries sorted.
+            let at = self.times.partition_point(|&ts| ts <= now);
+            for _ in 0..n {
+                self.times.insert(at, now);
+                if keep_ids {
+                    self.ids.insert(at, id);
+                }
+            }
+            self.first = self.first.min(now);
         }
     }
 
     /// Units stored (for memory accounting).
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.times.len()
     }
 }
 
@@ -182,6 +225,31 @@ mod tests {
         let o = log.decide(10, 2, 3, w);
         assert_eq!(o.retry_after_us, 1 + w - 10);
         assert!(log.decide(w, 1, 3, w).allowed);
+    }
+
+    #[test]
+    fn log_ids_start_late_and_clock_steps_back() {
+        let mut log = Log::default();
+        let w = 1_000;
+        log.commit(100, 2, w, 0);
+        assert!(!log.seen(7));
+        log.commit(200, 1, w, 7);
+        assert!(log.seen(7));
+        // A clock that stepped back: the entry goes in order, the newest stays.
+        log.commit(150, 1, w, 9);
+        assert!(log.seen(9));
+        assert_eq!(log.times, [100, 100, 150, 200]);
+        assert_eq!(log.ids, [0, 0, 9, 7]);
+        assert_eq!((log.first, log.newest), (100, 200));
+        // The two oldest leave the window; the decision sees the other two.
+        let o = log.decide(1_100, 1, 3, w);
+        assert_eq!((o.allowed, o.remaining, o.reset_after_us), (true, 0, w));
+        log.commit(1_100, 1, w, 0);
+        assert_eq!(log.times, [150, 200, 1_100]);
+        assert_eq!(log.ids, [9, 7, 0]);
+        assert_eq!((log.first, log.newest), (150, 1_100));
+        let o = log.decide(1_100, 1, 3, w);
+        assert_eq!((o.allowed, o.retry_after_us, o.reset_after_us), (false, 50, w));
     }
 
     #[test]

@@ -1,14 +1,119 @@
 //! Decisions, per-rule results, "most restrictive" selection and HTTP headers.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+/// A rule's name as decisions carry it: a plain copyable reference to a
+/// string interned once per distinct name, so building a decision touches
+/// no reference count (an atomic operation on a shared cache line, which
+/// costs more than the rest of an in-process check when threads share a
+/// limiter). Reads like a `&str`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleName(&'static str);
+
+impl RuleName {
+    /// The name `name`, interned (each distinct name is stored once for the
+    /// life of the process; names come from policies, so they are few).
+    pub fn new(name: &str) -> RuleName {
+        static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+        let mut names = NAMES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(&known) = names.get(name) {
+            return RuleName(known);
+        }
+        let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+        names.insert(leaked);
+        RuleName(leaked)
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &'static str {
+        self.0
+    }
+}
+
+impl std::ops::Deref for RuleName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.0
+    }
+}
+
+impl AsRef<str> for RuleName {
+    fn as_ref(&self) -> &str {
+        self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for RuleName {
+    fn borrow(&self) -> &str {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for RuleName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.0, f)
+    }
+}
+
+impl std::fmt::Display for RuleName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl From<&str> for RuleName {
+    fn from(name: &str) -> RuleName {
+        RuleName::new(name)
+    }
+}
+
+impl From<&String> for RuleName {
+    fn from(name: &String) -> RuleName {
+        RuleName::new(name)
+    }
+}
+
+impl From<String> for RuleName {
+    fn from(name: String) -> RuleName {
+        RuleName::new(&name)
+    }
+}
+
+impl From<Arc<str>> for RuleName {
+    fn from(name: Arc<str>) -> RuleName {
+        RuleName::new(&name)
+    }
+}
+
+impl PartialEq<str> for RuleName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for RuleName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl serde::Serialize for RuleName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
 
 /// The outcome of one rule for one check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleResult {
     /// The rule's name.
-    pub rule: Arc<str>,
+    pub rule: RuleName,
     /// Whether this rule admits the request (for a shadow rule: would admit).
     pub allowed: bool,
     /// The rule is in shadow mode: reported, never the cause of a denial.
@@ -43,7 +148,7 @@ pub struct Decision {
     /// The headline rule's time until it is back to full.
     pub reset_after: Duration,
     /// The most restrictive rule's name; `None` when no (non-shadow) rule applied.
-    pub rule: Option<Arc<str>>,
+    pub rule: Option<RuleName>,
     /// One result per applied rule, in policy order (shadow rules included).
     pub results: Vec<RuleResult>,
     /// True when the answer came from the failure policy (`on_backend_error`),
@@ -102,7 +207,7 @@ impl Decision {
                 h.remaining,
                 if allowed { Duration::ZERO } else { h.retry_after },
                 h.reset_after,
-                Some(h.rule.clone()),
+                Some(h.rule),
             ),
             None => (0, 0, Duration::ZERO, Duration::ZERO, None),
         };
@@ -253,6 +358,17 @@ impl Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rule_names_are_interned_and_read_like_str() {
+        let a = RuleName::new("per-ip");
+        let b: RuleName = String::from("per-ip").into();
+        assert!(std::ptr::eq(a.as_str(), b.as_str()));
+        assert_eq!(a, "per-ip");
+        assert_eq!(format!("{a:?} {a}"), "\"per-ip\" per-ip");
+        assert_eq!(serde_json::to_string(&a).unwrap(), "\"per-ip\"");
+        assert_ne!(a, RuleName::new("per-key"));
+    }
 
     fn r(name: &str, allowed: bool, remaining: u64, retry_ms: u64, reset_ms: u64) -> RuleResult {
         RuleResult {

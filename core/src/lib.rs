@@ -43,7 +43,7 @@ mod policy;
 pub use backend::CHECK_SCRIPT;
 pub use client_ip::ClientIpConfig;
 pub use clock::{Clock, ManualClock};
-pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleResult};
+pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult};
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{CheckOptions, Limiter, LimiterBuilder, Stats, DEGRADED_RETRY_AFTER};

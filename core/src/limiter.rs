@@ -1,6 +1,6 @@
 //! The [`Limiter`]: a policy bound to a backend.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use crate::backend::{Mode, Plan, RedisBackend, Remote, RuleArgs, TlsOptions, Verdict};
 use crate::cluster::ClusterBackend;
 use crate::clock::{system_now_us, Clock};
-use crate::decision::{Decision, RuleResult};
+use crate::decision::{Decision, RuleName, RuleResult};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::{finish_key, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
-use crate::memory::MemoryBackend;
+use crate::memory::{Digest, MemoryBackend};
 use crate::policy::{Algorithm, FailureMode, Policy};
 
 /// How long a degraded denial asks the client to wait.
@@ -22,7 +22,7 @@ pub const DEGRADED_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// A rule prepared for the hot path: key head, template, arguments.
 #[derive(Debug)]
 pub(crate) struct CompiledRule {
-    pub name: Arc<str>,
+    pub name: RuleName,
     head: String,
     template: KeyTemplate,
     matches: Vec<(String, Vec<String>)>,
@@ -34,8 +34,11 @@ pub(crate) struct CompiledRule {
     failure: FailureMode,
 }
 
+/// What answers the checks; `None` in [`Inner::backend`] once closed. The
+/// embedded backend's store lives in [`Inner::memory`], outside the lock, so
+/// an in-process check takes no lock but its shards'.
 enum Backend {
-    Memory(MemoryBackend),
+    Memory,
     Remote(Remote),
 }
 
@@ -59,11 +62,34 @@ pub struct Stats {
     pub timeouts: u64,
 }
 
+/// The per-call counters, striped over cache lines so that threads counting
+/// at once do not contend for one line; [`Limiter::stats`] sums the stripes.
+#[derive(Default)]
+#[repr(align(64))]
+struct Stripe {
+    calls: AtomicU64,
+    denied: AtomicU64,
+}
+
+const STRIPES: usize = 8;
+
+/// This thread's stripe (threads take stripes in turn).
+fn stripe_index() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    MINE.with(|i| *i)
+}
+
+thread_local! {
+    /// A reused buffer for rendering keys on the in-process path.
+    static KEY_BUF: RefCell<String> = RefCell::new(String::with_capacity(MAX_KEY_LEN));
+}
+
 #[derive(Default)]
 struct Counters {
-    calls: AtomicU64,
-    allowed: AtomicU64,
-    denied: AtomicU64,
+    stripes: [Stripe; STRIPES],
     degraded_allowed: AtomicU64,
     degraded_denied: AtomicU64,
     backend_errors: AtomicU64,
@@ -174,7 +200,7 @@ impl LimiterBuilder {
             }
         }
         let backend = match self.url.as_deref().map(str::trim) {
-            None | Some("") | Some("memory://") | Some("memory:") => Backend::Memory(MemoryBackend::new()),
+            None | Some("") | Some("memory://") | Some("memory:") => Backend::Memory,
             Some(url) if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
                 Backend::Remote(Remote::Cluster(ClusterBackend::new(url, policy.timeout, self.tls.as_ref())?))
             }
@@ -210,7 +236,7 @@ impl LimiterBuilder {
                     },
                 };
                 CompiledRule {
-                    name: Arc::from(rule.name.as_str()),
+                    name: RuleName::new(&rule.name),
                     head: format!("{}{}:", policy.prefix, rule.name),
                     template: template.clone(),
                     matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -223,8 +249,10 @@ impl LimiterBuilder {
                 }
             })
             .collect();
+        let memory = matches!(backend, Backend::Memory).then(MemoryBackend::new);
         Ok(Limiter {
             inner: Arc::new(Inner {
+                memory,
                 rules,
                 timeout: policy.timeout,
                 policy,
@@ -245,6 +273,8 @@ struct Inner {
     rules: Vec<CompiledRule>,
     timeout: Duration,
     backend: RwLock<Option<Backend>>,
+    /// The embedded backend's store (emptied by `close`).
+    memory: Option<MemoryBackend>,
     clock: Clock,
     started: Instant,
     epoch_us: i64,
@@ -338,7 +368,7 @@ impl Limiter {
     /// `"memory"`, `"redis"` or `"cluster"` (`"closed"` after [`Limiter::close`]).
     pub fn backend_name(&self) -> &'static str {
         match &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()) {
-            Some(Backend::Memory(_)) => "memory",
+            Some(Backend::Memory) => "memory",
             Some(Backend::Remote(r)) => r.name(),
             None => "closed",
         }
@@ -379,7 +409,7 @@ impl Limiter {
         let redis = {
             let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
             match &*guard {
-                Some(Backend::Memory(m)) => return Ok(m.reset(&keys, now)),
+                Some(Backend::Memory) => return Ok(self.memory().reset(&keys, now)),
                 Some(Backend::Remote(r)) => r.clone(),
                 None => return Err(closed()),
             }
@@ -401,7 +431,7 @@ impl Limiter {
         let redis = {
             let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
             match &*guard {
-                Some(Backend::Memory(_)) => return Ok(()),
+                Some(Backend::Memory) => return Ok(()),
                 Some(Backend::Remote(r)) => r.clone(),
                 None => return Err(closed()),
             }
@@ -416,10 +446,14 @@ impl Limiter {
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let sum = |f: fn(&Stripe) -> &AtomicU64| c.stripes.iter().map(|s| get(f(s))).sum::<u64>();
+        // Denials are read first: a call counted in between shows as allowed.
+        let denied = sum(|s| &s.denied);
+        let calls = sum(|s| &s.calls);
         Stats {
-            calls: get(&c.calls),
-            allowed: get(&c.allowed),
-            denied: get(&c.denied),
+            calls,
+            allowed: calls.saturating_sub(denied),
+            denied,
             degraded_allowed: get(&c.degraded_allowed),
             degraded_denied: get(&c.degraded_denied),
             backend_errors: get(&c.backend_errors),
@@ -430,10 +464,12 @@ impl Limiter {
     /// Entries held by the embedded backend (expired ones not yet swept
     /// included); `None` for other backends.
     pub fn memory_entries(&self) -> Option<usize> {
-        match &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()) {
-            Some(Backend::Memory(m)) => Some(m.len()),
-            _ => None,
-        }
+        self.inner.memory.as_ref().map(MemoryBackend::len)
+    }
+
+    /// The embedded backend's store (only called for [`Backend::Memory`]).
+    fn memory(&self) -> &MemoryBackend {
+        self.inner.memory.as_ref().expect("the embedded backend has a store")
     }
 
     /// Close the limiter: drop its connections and state. Every later call
@@ -447,6 +483,9 @@ impl Limiter {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         drop(old);
+        if let Some(m) = &self.inner.memory {
+            m.clear();
+        }
     }
 
     /// True after [`Limiter::close`].
@@ -481,41 +520,60 @@ impl Limiter {
 
     /// The rule's key for these attributes; `None` when the rule does not apply.
     fn key_of(&self, rule: &CompiledRule, attrs: &dyn Attributes) -> Option<String> {
+        // Rendered straight after the head: one allocation for a usual key.
+        let mut key = String::with_capacity(rule.head.len() + 48);
+        self.render_key(rule, attrs, &mut key).then_some(key)
+    }
+
+    /// Write the rule's key for these attributes into `key` (cleared first);
+    /// false when the rule does not apply.
+    fn render_key(&self, rule: &CompiledRule, attrs: &dyn Attributes, key: &mut String) -> bool {
         for (attr, values) in &rule.matches {
             match attrs.get_attr(attr) {
                 Some(v) if values.iter().any(|x| x == v) => {}
-                _ => return None,
+                _ => return false,
             }
         }
-        // Rendered straight after the head: one allocation for a usual key.
-        let mut key = String::with_capacity(rule.head.len() + 48);
+        key.clear();
         key.push_str(&rule.head);
-        if !rule.template.render(attrs, self.inner.secret.as_ref(), &mut key) {
-            return None;
+        if !rule.template.render(attrs, self.inner.secret.as_ref(), key) {
+            return false;
         }
         if key.len() > MAX_KEY_LEN {
-            key = finish_key(&rule.head, &key[rule.head.len()..]);
+            *key = finish_key(&rule.head, &key[rule.head.len()..]);
         }
-        Some(key)
+        true
     }
 
-    fn plan<'a>(&'a self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>) -> Result<Plan<'a>> {
+    /// The checks every plan gets: a cost of at least 1, a well-formed call
+    /// id, and a cost no applicable rule makes impossible.
+    fn validate(cost: u64, call_id: Option<&str>) -> Result<()> {
         if cost == 0 {
             return Err(Error::invalid_argument("cost: must be at least 1"));
         }
         if let Some(id) = call_id {
             validate_call_id(id)?;
         }
+        Ok(())
+    }
+
+    fn cost_fits(rule: &CompiledRule, cost: u64) -> Result<()> {
+        if cost > rule.limit {
+            return Err(Error::invalid_argument(format!(
+                "cost: {cost} is more than rule {:?} allows ({}); such a request could never pass",
+                &*rule.name, rule.limit
+            )));
+        }
+        Ok(())
+    }
+
+    fn plan<'a>(&'a self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>) -> Result<Plan<'a>> {
+        Self::validate(cost, call_id)?;
         let mut keys = SmallVec::new();
         let mut compiled = SmallVec::new();
         for rule in &self.inner.rules {
             if let Some(key) = self.key_of(rule, attrs) {
-                if cost > rule.limit {
-                    return Err(Error::invalid_argument(format!(
-                        "cost: {cost} is more than rule {:?} allows ({}); such a request could never pass",
-                        &*rule.name, rule.limit
-                    )));
-                }
+                Self::cost_fits(rule, cost)?;
                 keys.push(key);
                 compiled.push(rule);
             }
@@ -531,10 +589,7 @@ impl Limiter {
     /// True when the backend answers in process (the embedded backend), so
     /// [`Limiter::check_in_process`] answers without a runtime.
     pub fn is_in_process(&self) -> bool {
-        matches!(
-            &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()),
-            Some(Backend::Memory(_))
-        )
+        self.inner.memory.is_some() && !self.is_closed()
     }
 
     /// [`Limiter::check_with`] answered synchronously, without a runtime,
@@ -546,24 +601,71 @@ impl Limiter {
         attrs: &A,
         options: &CheckOptions,
     ) -> Option<Result<Decision>> {
-        let plan = self.plan(&AttrRef(attrs), options.cost, options.call_id.as_deref());
-        self.run_in_process(plan, Mode::Check)
+        self.run_in_process(&AttrRef(attrs), options.cost, options.call_id.as_deref(), Mode::Check)
     }
 
     /// [`Limiter::peek`] answered synchronously when the backend is in process; `None` otherwise.
     pub fn peek_in_process<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Option<Result<Decision>> {
-        let plan = self.plan(&AttrRef(attrs), cost, None);
-        self.run_in_process(plan, Mode::Peek)
+        self.run_in_process(&AttrRef(attrs), cost, None, Mode::Peek)
     }
 
-    fn run_in_process(&self, plan: Result<Plan<'_>>, mode: Mode) -> Option<Result<Decision>> {
-        if !self.is_in_process() {
+    /// The embedded backend's own path: keys are rendered into a reused
+    /// buffer and only their digests kept, so a check allocates nothing but
+    /// its decision.
+    fn run_in_process(
+        &self,
+        attrs: &dyn Attributes,
+        cost: u64,
+        call_id: Option<&str>,
+        mode: Mode,
+    ) -> Option<Result<Decision>> {
+        let Some(memory) = &self.inner.memory else {
             return if self.is_closed() { Some(Err(closed())) } else { None };
+        };
+        if self.is_closed() {
+            return Some(Err(closed()));
         }
-        Some(self.ensure_open().and(plan).and_then(|plan| {
-            self.answer_locally(&plan, mode)
-                .unwrap_or_else(|| Err(closed()))
-        }))
+        if let Err(e) = Self::validate(cost, call_id) {
+            return Some(Err(e));
+        }
+        let mut digests: SmallVec<[Digest; 4]> = SmallVec::new();
+        let mut rules: SmallVec<[&CompiledRule; 4]> = SmallVec::new();
+        let applied = KEY_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            for rule in &self.inner.rules {
+                if self.render_key(rule, attrs, &mut buf) {
+                    Self::cost_fits(rule, cost)?;
+                    digests.push(memory.digest(&buf));
+                    rules.push(rule);
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = applied {
+            return Some(Err(e));
+        }
+        Some(Ok(self.eval_memory(memory, &digests, &rules, cost, call_id, mode)))
+    }
+
+    /// Decide on the embedded backend and count the answer.
+    fn eval_memory(
+        &self,
+        memory: &MemoryBackend,
+        digests: &[Digest],
+        rules: &[&CompiledRule],
+        cost: u64,
+        call_id: Option<&str>,
+        mode: Mode,
+    ) -> Decision {
+        if digests.is_empty() {
+            self.count(&Decision::unlimited());
+            return Decision::unlimited();
+        }
+        let args: SmallVec<[RuleArgs; 4]> = rules.iter().map(|r| r.args).collect();
+        let verdict = memory.eval(digests, &args, cost, call_id, mode, self.local_now());
+        let d = self.decide(rules, verdict, false);
+        self.count(&d);
+        d
     }
 
     /// The answer when it needs no network: no rule applies, or the backend
@@ -575,11 +677,11 @@ impl Limiter {
         }
         let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
         match &*guard {
-            Some(Backend::Memory(m)) => {
-                let verdict = m.eval(plan, mode, self.local_now());
-                let d = self.decide(plan, verdict, false);
-                self.count(&d);
-                Some(Ok(d))
+            Some(Backend::Memory) => {
+                let m = self.memory();
+                let digests: SmallVec<[Digest; 4]> = plan.keys.iter().map(|k| m.digest(k)).collect();
+                let call_id = plan.call_id.as_deref();
+                Some(Ok(self.eval_memory(m, &digests, &plan.compiled, plan.cost, call_id, mode)))
             }
             Some(Backend::Remote(_)) => None,
             None => Some(Err(closed())),
@@ -609,7 +711,7 @@ impl Limiter {
         }
         match result {
             Ok(verdict) => {
-                let d = self.decide(&plan, verdict, false);
+                let d = self.decide(&plan.compiled, verdict, false);
                 self.count(&d);
                 Ok(d)
             }
@@ -618,23 +720,21 @@ impl Limiter {
         }
     }
 
+    /// Count an answer (`allowed` is derived: calls less denials).
     fn count(&self, d: &Decision) {
-        let c = &self.inner.counters;
+        let c = &self.inner.counters.stripes[stripe_index()];
         c.calls.fetch_add(1, Ordering::Relaxed);
-        if d.allowed {
-            c.allowed.fetch_add(1, Ordering::Relaxed);
-        } else {
+        if !d.allowed {
             c.denied.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    fn decide(&self, plan: &Plan<'_>, verdict: Verdict, degraded: bool) -> Decision {
-        let results = plan
-            .compiled
+    fn decide(&self, rules: &[&CompiledRule], verdict: Verdict, degraded: bool) -> Decision {
+        let results = rules
             .iter()
             .zip(&verdict.outcomes)
             .map(|(rule, o)| RuleResult {
-                rule: rule.name.clone(),
+                rule: rule.name,
                 allowed: o.allowed,
                 shadow: rule.shadow,
                 limit: rule.limit,
@@ -666,7 +766,7 @@ impl Limiter {
                     .map(|r| {
                         let allowed = mode == FailureMode::Allow || r.failure == FailureMode::Allow;
                         RuleResult {
-                            rule: r.name.clone(),
+                            rule: r.name,
                             allowed,
                             shadow: r.shadow,
                             limit: r.limit,

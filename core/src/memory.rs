@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use crate::algo::{Bucket, Log, Outcome, TB_IDS};
-use crate::backend::{Mode, Plan, RuleArgs, Verdict};
+use crate::backend::{Mode, RuleArgs, Verdict};
 
 const SHARDS: usize = 64;
 const MIN_SWEEP: usize = 1024;
@@ -35,7 +35,7 @@ struct Entry {
 /// are stored under the digest rather than the string, so a lookup compares
 /// two integers instead of chasing a pointer to a string, and a new entry
 /// allocates no copy of its key. The seeds are random per process.
-type Digest = u128;
+pub(crate) type Digest = u128;
 
 /// Identity hashing for digests, which are already uniformly spread.
 #[derive(Default, Clone, Copy)]
@@ -110,7 +110,8 @@ impl MemoryBackend {
         }
     }
 
-    fn digest(&self, key: &str) -> Digest {
+    /// The digest a key is stored under.
+    pub fn digest(&self, key: &str) -> Digest {
         ((self.high.hash_one(key) as u128) << 64) | self.low.hash_one(key) as u128
     }
 
@@ -118,22 +119,33 @@ impl MemoryBackend {
         ((digest >> 64) as usize) % SHARDS
     }
 
-    /// Decide (and for [`Mode::Check`], apply) one plan at `now`.
-    pub fn eval(&self, plan: &Plan, mode: Mode, now: i64) -> Verdict {
-        let digests: SmallVec<[Digest; 4]> = plan.keys.iter().map(|k| self.digest(k)).collect();
+    /// Decide (and for [`Mode::Check`], apply) one check at `now`: rule
+    /// `rules[i]` on the key with digest `digests[i]`, all or nothing.
+    pub fn eval(
+        &self,
+        digests: &[Digest],
+        rules: &[RuleArgs],
+        cost: u64,
+        call_id: Option<&str>,
+        mode: Mode,
+        now: i64,
+    ) -> Verdict {
+        let n = digests.len();
         let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
         let mut order = idx.clone();
-        order.sort_unstable();
-        order.dedup();
+        if n > 1 {
+            order.sort_unstable();
+            order.dedup();
+        }
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        let slot = |i: usize| order.binary_search(&idx[i]).expect("locked shard");
+        let slot = |i: usize| if n == 1 { 0 } else { order.binary_search(&idx[i]).expect("locked shard") };
 
-        let dedupe = plan.call_id.as_deref().map(id_hash);
-        let mut cost = plan.cost;
+        let dedupe = call_id.map(id_hash);
+        let mut cost = cost;
         let mut mode = mode;
         if let Some(id) = dedupe {
-            for i in 0..plan.keys.len() {
+            for i in 0..n {
                 let seen = match guards[slot(i)].1.live(digests[i], now).map(|e| &e.state) {
                     Some(State::Log(log)) => log.seen(id),
                     Some(State::Bucket(b)) => b.ids.contains(&id),
@@ -150,9 +162,9 @@ impl MemoryBackend {
         let mut outcomes: SmallVec<[Outcome; 4]> = SmallVec::new();
         let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
-        for i in 0..plan.keys.len() {
+        for i in 0..n {
             let entry = guards[slot(i)].1.live(digests[i], now);
-            let (o, left) = match plan.compiled[i].args {
+            let (o, left) = match rules[i] {
                 RuleArgs::Window { limit, window_us, .. } => {
                     let o = match entry.map(|e| &e.state) {
                         Some(State::Log(log)) => log.decide(now, cost, limit, window_us),
@@ -168,7 +180,7 @@ impl MemoryBackend {
                     Bucket::decide(state, now, cost, capacity, rate)
                 }
             };
-            if !o.allowed && !plan.compiled[i].args.shadow() {
+            if !o.allowed && !rules[i].shadow() {
                 all_pass = false;
             }
             outcomes.push(o);
@@ -177,7 +189,7 @@ impl MemoryBackend {
 
         if mode == Mode::Check && all_pass {
             let stored_id = dedupe.unwrap_or(0);
-            for i in 0..plan.keys.len() {
+            for i in 0..n {
                 let o = outcomes[i];
                 if !o.allowed {
                     continue;
@@ -198,7 +210,7 @@ impl MemoryBackend {
                     }),
                 };
                 entry.expires_at = expires_at;
-                match plan.compiled[i].args {
+                match rules[i] {
                     RuleArgs::Window { window_us, .. } => {
                         if !matches!(entry.state, State::Log(_)) {
                             entry.state = State::Log(Log::default());
@@ -228,6 +240,15 @@ impl MemoryBackend {
             }
         }
         Verdict { outcomes }
+    }
+
+    /// Drop every entry (the limiter was closed).
+    pub fn clear(&self) {
+        for s in self.shards.iter() {
+            let mut g = lock(s);
+            g.map = HashMap::with_hasher(DigestState::default());
+            g.sweep_at = MIN_SWEEP;
+        }
     }
 
     /// Forget `keys`; returns how many existed.
