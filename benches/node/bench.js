@@ -6,7 +6,7 @@
 // Prints a markdown table.
 //
 //   npm run build        # release addon (the default of `npm install`)
-//   node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE]
+//   node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE] [--backend redis|memory]
 //
 // SECONDS per case (default 2). Without --redis-url a private redis-server is
 // started on a free loopback port (pinned to the first CPU, this process to
@@ -40,17 +40,21 @@ const NAMES = ['ip', 'api_key', 'tenant', 'route'];
 const MAX_CALLS = Math.floor(CLIENTS * LIMIT * 0.9);
 
 function usage(message) {
-  console.error(`${message}\nusage: node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE]`);
+  console.error(`${message}\nusage: node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE] [--backend redis|memory]`);
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const out = { seconds: 2, redisUrl: null, json: null };
+  const out = { seconds: 2, redisUrl: null, json: null, backends: ['redis', 'memory'] };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (a === '--redis-url' || a === '--json') {
+    if (a === '--redis-url' || a === '--json' || a === '--backend') {
       if (i + 1 >= argv.length) usage(`${a} needs a value`);
-      out[a === '--json' ? 'json' : 'redisUrl'] = argv[++i];
+      const v = argv[++i];
+      if (a === '--json') out.json = v;
+      else if (a === '--redis-url') out.redisUrl = v;
+      else if (v === 'redis' || v === 'memory') out.backends = [v];
+      else usage(`--backend: expected redis or memory, got ${JSON.stringify(v)}`);
     } else if (/^\d+(\.\d+)?$/.test(a)) {
       out.seconds = Number(a);
     } else {
@@ -131,16 +135,16 @@ async function main() {
   let redis = null;
   let url = ARGS.redisUrl;
   let pinned = false;
-  if (!url) {
+  if (!url && ARGS.backends.includes('redis')) {
     redis = await startRedis();
     url = redis.url;
     pinned = await pin(redis);
   }
-  const client = new Redis(url, { enableOfflineQueue: true, lazyConnect: false });
+  const client = url ? new Redis(url, { enableOfflineQueue: true, lazyConnect: false }) : null;
   const tag = `bench:${process.pid}:${Date.now()}`;
   const rows = [];
   try {
-    for (const backend of ['redis', 'memory']) {
+    for (const backend of ARGS.backends) {
       for (const rules of [1, 4]) {
         for (const inFlight of [1, 64]) {
           const limiters = [];
@@ -174,13 +178,17 @@ async function main() {
       }
     }
   } finally {
-    client.disconnect();
+    if (client) client.disconnect();
     if (redis) await redis.stop();
   }
   process.stderr.write('\n');
   if (ARGS.json) fs.writeFileSync(ARGS.json, JSON.stringify(rows, null, 2) + '\n');
   const fmt = (n) => Math.round(n).toLocaleString('en-US');
-  const where = ARGS.redisUrl ? 'the given Redis' : `a private redis-server${pinned ? ' (pinned to CPU 0, clients on CPU 1)' : ''}`;
+  const where = !url
+    ? 'no Redis'
+    : ARGS.redisUrl
+      ? 'the given Redis'
+      : `a private redis-server${pinned ? ' (pinned to CPU 0, clients on CPU 1)' : ''}`;
   console.log(
     `node ${process.version}, ${where}, ${CLIENTS.toLocaleString('en-US')} clients, ` +
       `${LIMIT} per ${WINDOW_S} s per rule, ${ARGS.seconds} s per case, checks per second (higher is better)\n`,

@@ -442,15 +442,26 @@ pub(crate) fn check_args(
     allow_call_id: bool,
 ) -> Result<CheckArgs, Error> {
     let attrs = attributes(env, attrs)?;
+    let opts = match options {
+        Some(v) => check_options(env, v, allow_call_id)?,
+        None => CheckOptions::default(),
+    };
+    Ok((attrs, opts))
+}
+
+/// The options of `check` (`allow_call_id`) or `peek`: `undefined` and
+/// `null` mean the defaults.
+pub(crate) fn check_options(
+    env: &Env,
+    v: &Unknown<'_>,
+    allow_call_id: bool,
+) -> Result<CheckOptions, Error> {
     let mut opts = CheckOptions {
         cost: 1,
         call_id: None,
     };
-    let Some(v) = options else {
-        return Ok((attrs, opts));
-    };
     if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
-        return Ok((attrs, opts));
+        return Ok(opts);
     }
     expect_object(env, v, "options")?;
     for (name, value) in entries(env, v, "options")? {
@@ -479,7 +490,7 @@ pub(crate) fn check_args(
             }
         }
     }
-    Ok((attrs, opts))
+    Ok(opts)
 }
 
 /// The options of `new ClientIp()`: trusted proxies and the IPv6 prefix.

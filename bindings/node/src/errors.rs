@@ -36,7 +36,7 @@ pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidArgument, message)
 }
 
-fn panic_error(payload: Box<dyn Any + Send>) -> Error {
+pub(crate) fn panic_error(payload: Box<dyn Any + Send>) -> Error {
     let what = payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -68,7 +68,13 @@ pub(crate) fn catching<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Err
 }
 
 /// A future whose panics are caught and reported as `internal` errors.
-struct CatchUnwind<F>(Pin<Box<F>>);
+pub(crate) struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F> CatchUnwind<F> {
+    pub(crate) fn new(fut: F) -> Self {
+        CatchUnwind(Box::pin(fut))
+    }
+}
 
 impl<T, F: Future<Output = Result<T, Error>>> Future for CatchUnwind<F> {
     type Output = Result<T, Error>;
@@ -83,7 +89,7 @@ impl<T, F: Future<Output = Result<T, Error>>> Future for CatchUnwind<F> {
 }
 
 /// A JavaScript `Error` with `message` and `code`, made on the JavaScript thread.
-unsafe fn js_error(env: sys::napi_env, e: &Error) -> napi::Result<sys::napi_value> {
+pub(crate) unsafe fn js_error(env: sys::napi_env, e: &Error) -> napi::Result<sys::napi_value> {
     let code = unsafe { <&str as ToNapiValue>::to_napi_value(env, code_of(e.kind()))? };
     let message = unsafe { String::to_napi_value(env, e.to_string())? };
     let mut out = ptr::null_mut();

@@ -9,10 +9,15 @@
 // themselves are written to pass it.
 #![allow(clippy::new_without_default)]
 
+mod batch;
 mod convert;
 mod errors;
+mod fast;
+mod record;
 mod types;
 
+use std::ptr;
+use std::rc::Rc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -22,6 +27,9 @@ use napi_derive::napi;
 
 use convert::Attrs;
 use errors::{guard, Code};
+
+/// A result with the core's error (napi's `Result` is in scope as `Result`).
+type CoreResult<T> = std::result::Result<T, throttlegate::Error>;
 
 /// The version of this package (the same for every throttlegate package).
 #[napi]
@@ -294,17 +302,40 @@ fn ms(d: Duration) -> i64 {
     throttlegate::ceil_millis(d) as i64
 }
 
-fn decision(d: throttlegate::Decision, legacy: bool) -> Decision {
-    let headers = d
-        .headers_with(throttlegate::HeaderOptions { legacy })
+fn headers(d: &throttlegate::Decision, legacy: bool) -> IndexMap<String, String> {
+    d.headers_with(throttlegate::HeaderOptions { legacy })
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
-        .collect();
-    let problem_json = if d.allowed {
+        .collect()
+}
+
+fn problem_json(d: &throttlegate::Decision) -> Either<String, Null> {
+    if d.allowed {
         Either::B(Null)
     } else {
         Either::A(d.problem_json())
-    };
+    }
+}
+
+fn rule_results(d: &throttlegate::Decision) -> Vec<RuleResult> {
+    d.results
+        .iter()
+        .map(|r| RuleResult {
+            rule: r.rule.to_string(),
+            allowed: r.allowed,
+            shadow: r.shadow,
+            limit: r.limit as i64,
+            remaining: r.remaining as i64,
+            retry_after_ms: ms(r.retry_after),
+            reset_after_ms: ms(r.reset_after),
+            window_ms: ms(r.window),
+        })
+        .collect()
+}
+
+fn decision(d: throttlegate::Decision, legacy: bool) -> Decision {
+    let headers = headers(&d, legacy);
+    let problem_json = problem_json(&d);
     Decision {
         allowed: d.allowed,
         limit: d.limit as i64,
@@ -315,20 +346,7 @@ fn decision(d: throttlegate::Decision, legacy: bool) -> Decision {
             Some(r) => Either::A(r.to_string()),
             None => Either::B(Null),
         },
-        results: d
-            .results
-            .iter()
-            .map(|r| RuleResult {
-                rule: r.rule.to_string(),
-                allowed: r.allowed,
-                shadow: r.shadow,
-                limit: r.limit as i64,
-                remaining: r.remaining as i64,
-                retry_after_ms: ms(r.retry_after),
-                reset_after_ms: ms(r.reset_after),
-                window_ms: ms(r.window),
-            })
-            .collect(),
+        results: rule_results(&d),
         degraded: d.degraded,
         headers,
         problem_json,
@@ -345,6 +363,106 @@ fn decision(d: throttlegate::Decision, legacy: bool) -> Decision {
 pub struct Limiter {
     inner: throttlegate::Limiter,
     legacy: bool,
+    /// What the fast paths of `check` and `peek` use (see `fast`).
+    hot: Rc<fast::Hot>,
+}
+
+/// A limiter's external handle for the fast paths (see `fast::handle`).
+pub struct HotHandle(Rc<fast::Hot>);
+
+impl ToNapiValue for HotHandle {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        unsafe { fast::handle(env, val.0) }
+    }
+}
+
+/// `{ checkNow, setPool, enqueue }`: the per-call entry points of `check` and `peek`
+/// (see `fast`), as plain functions.
+#[napi(js_name = "_hotPaths", skip_typescript)]
+pub fn hot_paths(env: &Env) -> Result<Unknown<'_>> {
+    let value = unsafe { fast::functions(env.raw()) }?;
+    Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), value) })
+}
+
+/// The outcome of one batch: every decision record, one after the other in
+/// call order (a failed call is the single number -1), and the failures.
+pub struct BatchOut {
+    records: Vec<f64>,
+    errors: Vec<(u32, throttlegate::Error)>,
+}
+
+impl ToNapiValue for BatchOut {
+    /// `[Float64Array of records, errors]`, where `errors` is `null` or an
+    /// array holding at each failed call's position its `Error` with `code`.
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let bytes = std::mem::size_of_val(val.records.as_slice());
+        let mut data = ptr::null_mut();
+        let mut buffer = ptr::null_mut();
+        let mut records = ptr::null_mut();
+        unsafe {
+            napi::check_status!(sys::napi_create_arraybuffer(env, bytes, &mut data, &mut buffer))?;
+            if bytes > 0 {
+                ptr::copy_nonoverlapping(val.records.as_ptr().cast::<u8>(), data.cast::<u8>(), bytes);
+            }
+            napi::check_status!(sys::napi_create_typedarray(
+                env,
+                sys::TypedarrayType::float64_array,
+                val.records.len(),
+                buffer,
+                0,
+                &mut records,
+            ))?;
+        }
+        let mut errors = ptr::null_mut();
+        if val.errors.is_empty() {
+            napi::check_status!(unsafe { sys::napi_get_null(env, &mut errors) })?;
+        } else {
+            napi::check_status!(unsafe { sys::napi_create_array(env, &mut errors) })?;
+            for (i, e) in &val.errors {
+                let js = unsafe { errors::js_error(env, e) }?;
+                napi::check_status!(unsafe { sys::napi_set_element(env, errors, *i, js) })?;
+            }
+        }
+        let mut out = ptr::null_mut();
+        unsafe {
+            napi::check_status!(sys::napi_create_array_with_length(env, 2, &mut out))?;
+            napi::check_status!(sys::napi_set_element(env, out, 0, records))?;
+            napi::check_status!(sys::napi_set_element(env, out, 1, errors))?;
+        }
+        Ok(out)
+    }
+}
+
+/// The records of a batch's outcomes, in call order.
+fn encode(outcomes: Vec<CoreResult<throttlegate::Decision>>, names: &[throttlegate::RuleName]) -> BatchOut {
+    let size = outcomes
+        .iter()
+        .map(|o| o.as_ref().map_or(1, record::len))
+        .sum();
+    let mut records = vec![0.0; size];
+    let mut errors = Vec::new();
+    let mut at = 0;
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(d) => {
+                let n = record::len(&d);
+                record::write(&mut records[at..at + n], &d, names);
+                at += n;
+            }
+            Err(e) => {
+                records[at] = -1.0;
+                at += 1;
+                errors.push((i as u32, e));
+            }
+        }
+    }
+    BatchOut { records, errors }
+}
+
+/// The record layout index.js reads: numbers before the per-rule results, numbers per rule.
+#[napi(js_name = "_recordLayout", skip_typescript)]
+pub fn record_layout() -> Vec<u32> {
+    vec![record::HEAD as u32, record::PER_RULE as u32]
 }
 
 #[napi]
@@ -387,8 +505,16 @@ impl Limiter {
                     b = b.tls_client_cert(cert, key);
                 }
             }
+            let inner = b.build()?;
+            let names = inner
+                .policy()
+                .rules()
+                .iter()
+                .map(|r| throttlegate::RuleName::new(&r.name))
+                .collect();
             Ok(Limiter {
-                inner: b.build()?,
+                hot: Rc::new(fast::Hot::new(inner.clone(), names)),
+                inner,
                 legacy: opts.legacy_headers,
             })
         })
@@ -396,6 +522,12 @@ impl Limiter {
 
     /// Check a request: consume `cost` (default 1) from every applicable
     /// rule if all of them admit it, nothing otherwise.
+    //
+    // index.js replaces this method with one that answers embedded checks
+    // in place and batches Redis checks (`_checkNow`, `_enqueue`, `_flush`),
+    // with decisions that build their headers on demand. This one, one
+    // Promise and one eager decision per call, stays as the reference the
+    // tests compare those with (`_checkEager`).
     #[napi(
         ts_args_type = "attributes: Record<string, string | null | undefined>, options?: CheckOptions"
     )]
@@ -421,6 +553,8 @@ impl Limiter {
     }
 
     /// The decision a check of this cost would get now, without consuming anything.
+    //
+    // Replaced by index.js like `check` (the reference is `_peekEager`).
     #[napi(
         ts_args_type = "attributes: Record<string, string | null | undefined>, options?: PeekOptions"
     )]
@@ -443,6 +577,67 @@ impl Limiter {
             },
             move |d| decision(d, legacy),
         )
+    }
+
+    /// This limiter's handle for the fast paths (`_hotPaths`).
+    #[napi(js_name = "_handle", skip_typescript, enumerable = false)]
+    pub fn handle(&self) -> HotHandle {
+        HotHandle(self.hot.clone())
+    }
+
+    /// Run every queued check and peek concurrently on the runtime (their
+    /// Redis commands pipelined on the multiplexed connection) and settle
+    /// them all at once: the Promise resolves to `[records, errors]` (see
+    /// `BatchOut`), one outcome per queued call, in order.
+    #[napi(js_name = "_flush", skip_typescript, enumerable = false)]
+    pub fn flush<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, BatchOut>> {
+        let jobs = std::mem::take(&mut *self.hot.pending.borrow_mut());
+        let limiter = self.inner.clone();
+        let names = self.hot.names.clone();
+        errors::spawn(
+            env,
+            false,
+            async move {
+                let calls = jobs.into_iter().map(|job| {
+                    let limiter = limiter.clone();
+                    errors::CatchUnwind::new(async move {
+                        if job.peek {
+                            limiter.peek(&job.attrs, job.opts.cost).await
+                        } else {
+                            limiter.check_with(&job.attrs, &job.opts).await
+                        }
+                    })
+                });
+                let outcomes = batch::JoinOrdered::new(calls).await;
+                Ok(encode(outcomes, &names))
+            },
+            |out| out,
+        )
+    }
+
+    /// The decision whose record starts at `offset` of `records`, as the core built it.
+    fn rebuilt(&self, records: &[f64], offset: u32) -> CoreResult<throttlegate::Decision> {
+        let rec = records.get(offset as usize..).unwrap_or(&[]);
+        record::rebuild(rec, &self.hot.names)
+    }
+
+    /// The per-rule results of a decision record (a decision's `results`, on first use).
+    #[napi(js_name = "_results", skip_typescript, enumerable = false)]
+    pub fn results_of(&self, records: Float64ArraySlice<'_>, offset: u32) -> Result<Vec<RuleResult>, Code> {
+        guard(|| Ok(rule_results(&self.rebuilt(&records, offset)?)))
+    }
+
+    /// The core's headers for a decision record (a decision's `headers`, on first use).
+    #[napi(js_name = "_headers", skip_typescript, enumerable = false)]
+    pub fn headers_of(&self, records: Float64ArraySlice<'_>, offset: u32) -> Result<IndexMap<String, String>, Code> {
+        guard(|| Ok(headers(&self.rebuilt(&records, offset)?, self.legacy)))
+    }
+
+    /// The core's problem+json body for a decision record, `null` when
+    /// allowed (a decision's `problemJson`, on first use).
+    #[napi(js_name = "_problemJson", skip_typescript, enumerable = false)]
+    pub fn problem_json_of(&self, records: Float64ArraySlice<'_>, offset: u32) -> Result<Either<String, Null>, Code> {
+        guard(|| Ok(problem_json(&self.rebuilt(&records, offset)?)))
     }
 
     /// Forget the state of every rule that applies to these attributes (to

@@ -82,7 +82,8 @@ describe('decisions', () => {
   it('has camelCase fields, per-rule results and ordered headers', async () => {
     const limiter = new Limiter(RULES, { clock: new ManualClock(START) });
     const d = await limiter.check({ ip: '203.0.113.7' }, { cost: 2 });
-    assert.deepEqual(d, {
+    // A Decision instance: its toJSON() is every field as a plain object.
+    assert.deepEqual(d.toJSON(), {
       allowed: true,
       limit: 3,
       remaining: 1,

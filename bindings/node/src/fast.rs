@@ -1,0 +1,432 @@
+//! The per-call entry points of `check` and `peek`, as plain Node-API
+//! functions.
+//!
+//! A `#[napi]` method pays for napi-rs's general machinery on every call
+//! (receiver unwrapping and class checks, borrow tracking, argument
+//! conversion): several times the cost of an embedded check. These two
+//! functions take the limiter's state from an external handle that index.js
+//! fetches once per limiter (`Limiter._handle()`), and read the attributes
+//! from one string that index.js packs (`name \0 value \0` for each attribute
+//! with a string value). Whatever the packed form cannot carry (a value that
+//! is not a string, a `\0` inside a name or value, not an object at all) is
+//! read from the attributes object itself, by the same conversion as every
+//! other call, so errors and their messages do not change.
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::{sys, Env, Unknown};
+use throttlegate::{Attributes, CheckOptions, Error, ErrorKind};
+
+use crate::convert::{self, Attrs};
+use crate::errors::{js_error, panic_error};
+use crate::record;
+
+/// What the fast paths share with the `Limiter` class: the core limiter, the
+/// rule names that decision records refer to by index, the pool embedded
+/// decisions are written to, and the calls queued for the next `_flush`.
+pub(crate) struct Hot {
+    pub limiter: throttlegate::Limiter,
+    pub names: Arc<[throttlegate::RuleName]>,
+    pub pending: RefCell<Vec<Job>>,
+    pool: Cell<Pool>,
+}
+
+impl Hot {
+    pub(crate) fn new(limiter: throttlegate::Limiter, names: Arc<[throttlegate::RuleName]>) -> Hot {
+        Hot {
+            limiter,
+            names,
+            pending: RefCell::new(Vec::new()),
+            pool: Cell::new(Pool {
+                data: ptr::null_mut(),
+                len: 0,
+                used: 0,
+            }),
+        }
+    }
+}
+
+/// The Float64Array that embedded decision records are written to, one
+/// after the other: index.js holds it (and so keeps it alive) for as long as
+/// it is the current pool, and replaces it (`setPool`) when `checkNow` finds
+/// no room left.
+#[derive(Clone, Copy)]
+struct Pool {
+    data: *mut f64,
+    len: usize,
+    used: usize,
+}
+
+/// A check or peek waiting for the next `_flush`.
+pub(crate) struct Job {
+    pub attrs: OwnedAttrs,
+    pub opts: CheckOptions,
+    pub peek: bool,
+}
+
+/// A request's attributes, owned: packed by index.js, or read from the object.
+pub(crate) enum OwnedAttrs {
+    Packed(String),
+    Pairs(Attrs),
+}
+
+impl Attributes for OwnedAttrs {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        match self {
+            OwnedAttrs::Packed(text) => packed_get(text, name),
+            OwnedAttrs::Pairs(pairs) => pairs.get_attr(name),
+        }
+    }
+}
+
+/// Attributes packed as `name \0 value \0 ...`, with no `\0` inside a name or value.
+struct Packed<'a>(&'a str);
+
+impl Attributes for Packed<'_> {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        packed_get(self.0, name)
+    }
+}
+
+fn packed_get<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let mut fields = text.split('\0');
+    while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
+        if k == name {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Marks the externals made by [`handle`], so that no other value is taken for one.
+const TAG: sys::napi_type_tag = sys::napi_type_tag {
+    lower: 0x7e1c_55a0_93b4_d2f1,
+    upper: 0x2f6a_0c8e_b1d7_4a39,
+};
+
+fn internal(message: &str) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("internal error in throttlegate (please report it): {message}"),
+    )
+}
+
+macro_rules! check {
+    ($call:expr, $what:expr) => {
+        if unsafe { $call } != sys::Status::napi_ok {
+            return Err(internal($what));
+        }
+    };
+}
+
+unsafe extern "C" fn drop_hot(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    drop(unsafe { Box::from_raw(data.cast::<Rc<Hot>>()) });
+}
+
+/// An external holding `hot`, for index.js to pass to the fast paths.
+pub(crate) unsafe fn handle(env: sys::napi_env, hot: Rc<Hot>) -> napi::Result<sys::napi_value> {
+    let data = Box::into_raw(Box::new(hot));
+    let mut out = ptr::null_mut();
+    let status = unsafe {
+        sys::napi_create_external(env, data.cast(), Some(drop_hot), ptr::null_mut(), &mut out)
+    };
+    if status != sys::Status::napi_ok {
+        drop(unsafe { Box::from_raw(data) });
+        return Err(napi::Error::from_reason("cannot create the limiter handle"));
+    }
+    napi::check_status!(unsafe { sys::napi_type_tag_object(env, out, &TAG) })?;
+    Ok(out)
+}
+
+/// The state behind a handle made by [`handle`].
+unsafe fn hot_of<'a>(env: sys::napi_env, v: sys::napi_value) -> Result<&'a Hot, Error> {
+    let mut tagged = false;
+    let status = unsafe { sys::napi_check_object_type_tag(env, v, &TAG, &mut tagged) };
+    if status != sys::Status::napi_ok || !tagged {
+        return Err(internal("not a limiter handle"));
+    }
+    let mut data = ptr::null_mut();
+    check!(sys::napi_get_value_external(env, v, &mut data), "cannot read the limiter handle");
+    // SAFETY: tagged externals are made only by `handle`, and live while JavaScript holds them.
+    Ok(unsafe { &**data.cast::<Rc<Hot>>() })
+}
+
+fn value_type(env: sys::napi_env, v: sys::napi_value) -> Result<i32, Error> {
+    let mut t = 0;
+    check!(sys::napi_typeof(env, v, &mut t), "cannot read a value's type");
+    Ok(t)
+}
+
+fn u32_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Result<u32, Error> {
+    let mut n = 0;
+    check!(sys::napi_get_value_uint32(env, v, &mut n), what);
+    Ok(n)
+}
+
+fn bool_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Result<bool, Error> {
+    let mut b = false;
+    check!(sys::napi_get_value_bool(env, v, &mut b), what);
+    Ok(b)
+}
+
+/// Bytes of a packed string read without allocating.
+const STACK: usize = 512;
+
+/// The packed attributes, when index.js could pack them: a string with
+/// exactly `2 * pairs` separators. Read into `stack` when it fits, else into `heap`.
+fn packed<'a>(
+    env: sys::napi_env,
+    text: sys::napi_value,
+    pairs: sys::napi_value,
+    stack: &'a mut [u8; STACK],
+    heap: &'a mut Vec<u8>,
+) -> Result<Option<&'a str>, Error> {
+    if value_type(env, text)? != sys::ValueType::napi_string {
+        return Ok(None);
+    }
+    let pairs = u32_arg(env, pairs, "cannot read the attribute count")? as usize;
+    let mut len = 0;
+    check!(
+        sys::napi_get_value_string_utf8(env, text, stack.as_mut_ptr().cast(), STACK, &mut len),
+        "cannot read the attributes"
+    );
+    let bytes: &[u8] = if len + 1 < STACK {
+        &stack[..len]
+    } else {
+        check!(
+            sys::napi_get_value_string_utf8(env, text, ptr::null_mut(), 0, &mut len),
+            "cannot read the attributes"
+        );
+        heap.resize(len + 1, 0);
+        check!(
+            sys::napi_get_value_string_utf8(env, text, heap.as_mut_ptr().cast(), len + 1, &mut len),
+            "cannot read the attributes"
+        );
+        &heap[..len]
+    };
+    if bytes.iter().filter(|&&b| b == 0).count() != 2 * pairs {
+        // A name or value holds a `\0`: read the object instead.
+        return Ok(None);
+    }
+    // Node writes whole characters, replacing unpaired surrogates, as for every other string.
+    std::str::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| internal("the packed attributes are not UTF-8"))
+}
+
+/// The arguments both fast paths start with:
+/// `(handle, attributes, packed, pairs, options, peek, ...)`.
+struct Args<'a> {
+    hot: &'a Hot,
+    env: Env,
+    argv: [sys::napi_value; 8],
+}
+
+impl Args<'_> {
+    fn options(&self, peek: bool) -> Result<CheckOptions, Error> {
+        let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[4]) };
+        convert::check_options(&self.env, &options, !peek)
+    }
+
+    fn attributes_object(&self) -> Result<Attrs, Error> {
+        let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
+        convert::attributes(&self.env, &attrs)
+    }
+}
+
+unsafe fn args<'a>(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args<'a>, Error> {
+    let mut argc = 8;
+    let mut argv = [ptr::null_mut(); 8];
+    check!(
+        sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
+        "cannot read the arguments"
+    );
+    if argc < 6 {
+        return Err(internal("too few arguments"));
+    }
+    Ok(Args {
+        hot: unsafe { hot_of(env, argv[0]) }?,
+        env: Env::from_raw(env),
+        argv,
+    })
+}
+
+/// `checkNow(handle, attributes, packed, pairs, options, peek)`: answer a
+/// check (or a peek) of the embedded backend in place, write its decision
+/// record into the current pool, and return where in the pool it starts.
+/// -1 when the backend is not in process (queue the call instead); -2, before
+/// anything else is done, when the pool has no room for a record (give a new
+/// one to `setPool`, then call again). Bad arguments and core errors are
+/// thrown, with `code`.
+fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let a = unsafe { args(env, info) }?;
+    let mut pool = a.hot.pool.get();
+    let start = pool.used;
+    let status = if start + record::HEAD + record::PER_RULE * a.hot.names.len() > pool.len {
+        -2
+    } else {
+        let peek = bool_arg(env, a.argv[5], "cannot read the call kind")?;
+        let mut stack = [0u8; STACK];
+        let mut heap = Vec::new();
+        let text = packed(env, a.argv[2], a.argv[3], &mut stack, &mut heap)?;
+        let (from_text, from_object);
+        let attrs: &dyn Attributes = match text {
+            Some(t) => {
+                from_text = Packed(t);
+                &from_text
+            }
+            None => {
+                from_object = a.attributes_object()?;
+                &from_object
+            }
+        };
+        let opts = a.options(peek)?;
+        let answer = if peek {
+            a.hot.limiter.peek_in_process(attrs, opts.cost)
+        } else {
+            a.hot.limiter.check_in_process(attrs, &opts)
+        };
+        match answer {
+            None => -1,
+            Some(answer) => {
+                let d = answer?;
+                let end = start + record::len(&d);
+                // SAFETY: the current pool is a live Float64Array of `len`
+                // numbers (see `Pool`), not read by JavaScript while this runs;
+                // `end` is within it, as every decision of this limiter's
+                // policy fits in the room checked above.
+                let out = unsafe { std::slice::from_raw_parts_mut(pool.data.add(start), end - start) };
+                record::write(out, &d, &a.hot.names);
+                pool.used = end;
+                a.hot.pool.set(pool);
+                start as i32
+            }
+        }
+    };
+    let mut out = ptr::null_mut();
+    check!(sys::napi_create_int32(env, status, &mut out), "cannot return the record start");
+    Ok(out)
+}
+
+/// `setPool(handle, pool)`: make the Float64Array `pool` the one embedded
+/// decision records are written to, from its start.
+fn set_pool(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let mut argc = 2;
+    let mut argv = [ptr::null_mut(); 2];
+    check!(
+        sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
+        "cannot read the arguments"
+    );
+    let hot = unsafe { hot_of(env, argv[0]) }?;
+    let mut kind = 0;
+    let mut len = 0;
+    let mut data = ptr::null_mut();
+    check!(
+        sys::napi_get_typedarray_info(env, argv[1], &mut kind, &mut len, &mut data, ptr::null_mut(), ptr::null_mut()),
+        "cannot read the record pool"
+    );
+    if kind != sys::TypedarrayType::float64_array || data.is_null() {
+        return Err(internal("the record pool is not a Float64Array"));
+    }
+    hot.pool.set(Pool {
+        data: data.cast(),
+        len,
+        used: 0,
+    });
+    let mut out = ptr::null_mut();
+    check!(sys::napi_get_undefined(env, &mut out), "cannot return");
+    Ok(out)
+}
+
+/// `enqueue(handle, attributes, packed, pairs, options, peek)`: queue a check
+/// (or a peek) for the next `_flush`. Bad arguments are thrown at once, with
+/// `code`, and queue nothing.
+fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let a = unsafe { args(env, info) }?;
+    let peek = bool_arg(env, a.argv[5], "cannot read the call kind")?;
+    let mut stack = [0u8; STACK];
+    let mut heap = Vec::new();
+    let attrs = match packed(env, a.argv[2], a.argv[3], &mut stack, &mut heap)? {
+        Some(t) => OwnedAttrs::Packed(t.to_owned()),
+        None => OwnedAttrs::Pairs(a.attributes_object()?),
+    };
+    let opts = a.options(peek)?;
+    a.hot.pending.borrow_mut().push(Job { attrs, opts, peek });
+    let mut out = ptr::null_mut();
+    check!(sys::napi_get_undefined(env, &mut out), "cannot return");
+    Ok(out)
+}
+
+/// Run `f` as a Node-API callback: its errors and panics are thrown as
+/// JavaScript errors with `code`.
+unsafe fn callback(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    f: fn(sys::napi_env, sys::napi_callback_info) -> Result<sys::napi_value, Error>,
+) -> sys::napi_value {
+    let err = match catch_unwind(AssertUnwindSafe(|| f(env, info))) {
+        Ok(Ok(v)) => return v,
+        Ok(Err(e)) => e,
+        Err(payload) => panic_error(payload as Box<dyn Any + Send>),
+    };
+    if let Ok(js) = unsafe { js_error(env, &err) } {
+        unsafe { sys::napi_throw(env, js) };
+    }
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn check_now_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { callback(env, info, check_now) }
+}
+
+unsafe extern "C" fn set_pool_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { callback(env, info, set_pool) }
+}
+
+unsafe extern "C" fn enqueue_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { callback(env, info, enqueue) }
+}
+
+/// `{ checkNow, setPool, enqueue }`, the fast paths as JavaScript functions.
+pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
+    let mut out = ptr::null_mut();
+    napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 3] = [
+        (c"checkNow", Some(check_now_cb)),
+        (c"setPool", Some(set_pool_cb)),
+        (c"enqueue", Some(enqueue_cb)),
+    ];
+    for (name, cb) in entries {
+        let mut f = ptr::null_mut();
+        napi::check_status!(unsafe {
+            sys::napi_create_function(env, name.as_ptr(), name.to_bytes().len() as isize, cb, ptr::null_mut(), &mut f)
+        })?;
+        napi::check_status!(unsafe { sys::napi_set_named_property(env, out, name.as_ptr(), f) })?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_attributes_read_like_pairs() {
+        let text = "ip\u{0}203.0.113.7\u{0}api_key\u{0}\u{0}route\u{0}/a:b\u{0}";
+        let p = Packed(text);
+        assert_eq!(p.get_attr("ip"), Some("203.0.113.7"));
+        assert_eq!(p.get_attr("api_key"), Some(""));
+        assert_eq!(p.get_attr("route"), Some("/a:b"));
+        assert_eq!(p.get_attr("203.0.113.7"), None);
+        assert_eq!(p.get_attr("tenant"), None);
+        assert_eq!(Packed("").get_attr("ip"), None);
+        let owned = OwnedAttrs::Packed(text.to_string());
+        assert_eq!(owned.get_attr("route"), Some("/a:b"));
+    }
+}

@@ -1,0 +1,213 @@
+//! A decision as a run of numbers, the form in which decisions cross into
+//! JavaScript: index.js reads the headline figures straight from a
+//! `Float64Array`, and hands the numbers back to [`rebuild`] only when the
+//! per-rule results, headers or problem body are asked for. Every duration
+//! travels in microseconds, so the rebuilt decision is the core's own,
+//! field for field.
+//!
+//! Layout (index.js reads the same offsets):
+//!
+//! | offset | headline |
+//! |---|---|
+//! | 0 | number of rule results `n` |
+//! | 1 | flags: 1 allowed, 2 degraded |
+//! | 2, 3 | limit, remaining |
+//! | 4, 5 | retry-after and reset-after in milliseconds, rounded up |
+//! | 6 | index of the headline rule in the policy, -1 for none |
+//! | 7, 8 | retry-after and reset-after in microseconds |
+//!
+//! then `n` times 7 numbers: rule index, flags (1 allowed, 2 shadow), limit,
+//! remaining, retry-after, reset-after and window in microseconds.
+
+use std::time::Duration;
+
+use throttlegate::{ceil_millis, Decision, Error, ErrorKind, RuleName, RuleResult};
+
+/// Numbers before the per-rule results.
+pub(crate) const HEAD: usize = 9;
+/// Numbers per rule result.
+pub(crate) const PER_RULE: usize = 7;
+
+/// Numbers this decision takes.
+pub(crate) fn len(d: &Decision) -> usize {
+    HEAD + PER_RULE * d.results.len()
+}
+
+fn us(d: Duration) -> f64 {
+    // Through u64: a u128 conversion is a slow library call.
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX) as f64
+}
+
+/// The position of `name` in the policy's rule names, looking from `from` on
+/// first (results come in policy order).
+fn index_of(names: &[RuleName], name: RuleName, from: usize) -> f64 {
+    let tail = names.get(from..).unwrap_or(&[]);
+    tail.iter()
+        .position(|&n| n == name)
+        .map(|i| i + from)
+        .or_else(|| names.iter().position(|&n| n == name))
+        .map_or(-1.0, |i| i as f64)
+}
+
+/// Write `d` at the start of `out`, which holds at least [`len`]`(d)` numbers.
+pub(crate) fn write(out: &mut [f64], d: &Decision, names: &[RuleName]) {
+    let flags = u8::from(d.allowed) | (u8::from(d.degraded) << 1);
+    let head = [
+        d.results.len() as f64,
+        f64::from(flags),
+        d.limit as f64,
+        d.remaining as f64,
+        ceil_millis(d.retry_after) as f64,
+        ceil_millis(d.reset_after) as f64,
+        d.rule.map_or(-1.0, |r| index_of(names, r, 0)),
+        us(d.retry_after),
+        us(d.reset_after),
+    ];
+    out[..HEAD].copy_from_slice(&head);
+    let mut from = 0;
+    for (chunk, r) in out[HEAD..].chunks_exact_mut(PER_RULE).zip(&d.results) {
+        let index = index_of(names, r.rule, from);
+        from = index.max(0.0) as usize + 1;
+        let flags = u8::from(r.allowed) | (u8::from(r.shadow) << 1);
+        chunk.copy_from_slice(&[
+            index,
+            f64::from(flags),
+            r.limit as f64,
+            r.remaining as f64,
+            us(r.retry_after),
+            us(r.reset_after),
+            us(r.window),
+        ]);
+    }
+}
+
+fn bad(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Internal,
+        format!("internal error in throttlegate (please report it): malformed decision record ({what})"),
+    )
+}
+
+fn count(x: f64, what: &str) -> Result<u64, Error> {
+    if x.is_finite() && x >= 0.0 && x.fract() == 0.0 {
+        Ok(x as u64)
+    } else {
+        Err(bad(what))
+    }
+}
+
+fn micros(x: f64, what: &str) -> Result<Duration, Error> {
+    count(x, what).map(Duration::from_micros)
+}
+
+fn name(names: &[RuleName], x: f64) -> Result<RuleName, Error> {
+    let i = count(x, "rule index")? as usize;
+    names.get(i).copied().ok_or_else(|| bad("rule index"))
+}
+
+/// The decision written by [`write`] at the start of `rec`.
+pub(crate) fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error> {
+    let head = rec.get(..HEAD).ok_or_else(|| bad("too short"))?;
+    let n = count(head[0], "result count")? as usize;
+    if n > names.len() {
+        return Err(bad("result count"));
+    }
+    let rules = rec.get(HEAD..HEAD + n * PER_RULE).ok_or_else(|| bad("too short"))?;
+    let flags = count(head[1], "flags")?;
+    let results = rules
+        .chunks_exact(PER_RULE)
+        .map(|r| {
+            let flags = count(r[1], "rule flags")?;
+            Ok(RuleResult {
+                rule: name(names, r[0])?,
+                allowed: flags & 1 != 0,
+                shadow: flags & 2 != 0,
+                limit: count(r[2], "limit")?,
+                remaining: count(r[3], "remaining")?,
+                retry_after: micros(r[4], "retry-after")?,
+                reset_after: micros(r[5], "reset-after")?,
+                window: micros(r[6], "window")?,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Decision {
+        allowed: flags & 1 != 0,
+        limit: count(head[2], "limit")?,
+        remaining: count(head[3], "remaining")?,
+        retry_after: micros(head[7], "retry-after")?,
+        reset_after: micros(head[8], "reset-after")?,
+        rule: if head[6] < 0.0 {
+            None
+        } else {
+            Some(name(names, head[6])?)
+        },
+        results,
+        degraded: flags & 2 != 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> Vec<RuleName> {
+        vec!["a".into(), "b".into(), "c".into()]
+    }
+
+    fn rule(name: &str, allowed: bool, shadow: bool, remaining: u64, retry_us: u64) -> RuleResult {
+        RuleResult {
+            rule: name.into(),
+            allowed,
+            shadow,
+            limit: 10,
+            remaining,
+            retry_after: Duration::from_micros(retry_us),
+            reset_after: Duration::from_micros(59_999_001),
+            window: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn decisions_survive_the_round_trip_exactly() {
+        let names = names();
+        let cases = vec![
+            Decision::from_results(vec![rule("a", true, false, 3, 0)], false),
+            Decision::from_results(
+                vec![rule("a", true, false, 3, 0), rule("c", false, false, 0, 1_500_001)],
+                false,
+            ),
+            Decision::from_results(vec![rule("b", false, true, 0, 7)], true),
+            Decision::unlimited(),
+        ];
+        for d in cases {
+            let mut buf = vec![f64::NAN; len(&d) + 3];
+            write(&mut buf, &d, &names);
+            assert_eq!(rebuild(&buf, &names).unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn headline_figures_are_in_milliseconds_rounded_up() {
+        let names = names();
+        let d = Decision::from_results(vec![rule("b", false, false, 0, 1_500_001)], false);
+        let mut buf = vec![0.0; len(&d)];
+        write(&mut buf, &d, &names);
+        assert_eq!(&buf[..HEAD], &[1.0, 0.0, 10.0, 0.0, 1501.0, 60_000.0, 1.0, 1_500_001.0, 59_999_001.0]);
+    }
+
+    #[test]
+    fn malformed_records_are_internal_errors() {
+        let names = names();
+        for rec in [
+            vec![],
+            vec![1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            vec![9.0; HEAD],
+            vec![0.0, 1.0, -1.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0],
+            vec![0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0],
+            vec![0.0, 1.0, 1.5, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0],
+        ] {
+            let err = rebuild(&rec, &names).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Internal, "{rec:?}");
+        }
+    }
+}
