@@ -5,7 +5,11 @@ same Redis in the same run, and the cost of an embedded-backend check.
     .venv/bin/pip install . limits redis hiredis
     .venv/bin/python benches/python/bench.py [--url redis://127.0.0.1:6379/0] [--calls 10000] [--json FILE]
 
-Without --url a private redis-server is started on a free loopback port.
+Without --url a private redis-server is started on a free loopback port;
+on a machine with 2 or more cores it is pinned to core 0 and this process
+(the clients of both libraries) to core 1, as in the performance issue's
+method (--no-pin leaves both unpinned). With --url nothing is pinned here:
+the caller decides (`taskset -c 1 .venv/bin/python ...`).
 
 The setup is the one of the performance issue: 10,000 distinct clients, a
 limit of 1000 per 60 s for both libraries, 1 rule or 4 stacked rules (each
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import shutil
 import socket
@@ -59,16 +64,25 @@ TASKS = "64 asyncio tasks"
 EMBEDDED = "embedded"
 
 
-def start_redis() -> tuple[subprocess.Popen[bytes], str, str]:
+def can_pin() -> bool:
+    return hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2 and shutil.which("taskset") is not None
+
+
+def start_redis(pin: bool) -> tuple[subprocess.Popen[bytes], str, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     workdir = tempfile.mkdtemp(prefix="throttlegate-bench-")
     exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+    cores = sorted(os.sched_getaffinity(0)) if pin else []
+    prefix = ["taskset", "-c", str(cores[0])] if pin else []
     proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        [*prefix, exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", workdir],
         stdout=subprocess.DEVNULL,
     )
+    if pin:
+        os.sched_setaffinity(0, {cores[1]})
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -255,12 +269,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every scenario this many times, alternating libraries, and keep the best")
     parser.add_argument("--json", metavar="FILE", help="also write the rows to FILE as a JSON array")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the private redis-server and the clients")
     args = parser.parse_args()
     proc = None
     workdir = None
     url = args.url
+    pinned = url is None and not args.no_pin and can_pin()
     if url is None:
-        proc, url, workdir = start_redis()
+        proc, url, workdir = start_redis(pinned)
     try:
         rows = redis_rows(url, args.calls, args.repeat)
     finally:
@@ -274,7 +290,8 @@ def main() -> None:
     hiredis = "with hiredis" if redis.utils.HIREDIS_AVAILABLE else "WITHOUT hiredis"
     print(f"throttlegate {throttlegate.__version__} vs limits {limits.__version__} (MovingWindowRateLimiter, "
           f"redis-py {redis.__version__} {hiredis}), Python {platform.python_version()}, "
-          f"{'Redis at ' + args.url if args.url else 'private redis-server'}, {KEYS:,} keys, limit {LIMIT}/60 s, "
+          f"{'Redis at ' + args.url if args.url else 'private redis-server'}"
+          f"{' (pinned to one core, clients to another)' if pinned else ''}, {KEYS:,} keys, limit {LIMIT}/60 s, "
           f"{args.calls:,} checks per row, best of {args.repeat}\n")
     print("| scenario | rules | throttlegate (checks/s) | limits (checks/s) | ratio |")
     print("| --- | ---: | ---: | ---: | ---: |")

@@ -1,7 +1,5 @@
 //! Python values to core types. Every failure names the argument at fault.
 
-use std::borrow::Cow;
-
 use pyo3::exceptions::PyUnicodeError;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
@@ -47,67 +45,127 @@ pub fn opt_text(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<S
     }
 }
 
-/// A `str` as UTF-8, borrowed from the string object where the Python
-/// version allows; lone surrogates are refused with a message naming `what`
-/// (only formatted on failure).
-fn utf8<'a>(s: &'a Bound<'_, PyString>, what: impl FnOnce() -> String) -> PyResult<Cow<'a, str>> {
-    let py = s.py();
-    match s.to_cow() {
-        Ok(t) => Ok(t),
-        Err(e) if e.is_instance_of::<PyUnicodeError>(py) => Err(invalid_argument(
-            py,
-            format!("{}: not valid Unicode text (it contains a lone surrogate)", what()),
-        )),
-        Err(e) => Err(e),
+/// A vector that keeps its first `N` items inline (no allocation for the
+/// usual handful of request attributes).
+pub struct Small<T, const N: usize> {
+    len: usize,
+    inline: [Option<T>; N],
+    spill: Vec<T>,
+}
+
+impl<T, const N: usize> Small<T, N> {
+    fn new() -> Self {
+        Small { len: 0, inline: std::array::from_fn(|_| None), spill: Vec::new() }
     }
+
+    fn push(&mut self, item: T) {
+        if self.len < N {
+            self.inline[self.len] = Some(item);
+        } else {
+            self.spill.push(item);
+        }
+        self.len += 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.inline.iter().map_while(Option::as_ref).chain(self.spill.iter())
+    }
+
+    fn take(&self, n: usize) -> impl Iterator<Item = &T> {
+        self.iter().take(n)
+    }
+}
+
+/// Append the text of `s` to `out` as UTF-8. `Ok(false)` when it holds a
+/// lone surrogate (`out` then holds part of it). The characters are copied
+/// straight into a buffer of ours (`PyUnicode_AsUCS4`, in the stable ABI):
+/// no Python object is made on the way.
+fn push_utf8(s: &Bound<'_, PyString>, out: &mut String) -> PyResult<bool> {
+    const STACK: usize = 64;
+    let py = s.py();
+    // SAFETY: `s` is a live str.
+    let len = unsafe { pyo3::ffi::PyUnicode_GetLength(s.as_ptr()) };
+    if len < 0 {
+        return Err(PyErr::fetch(py));
+    }
+    let len = len as usize;
+    if len == 0 {
+        return Ok(true);
+    }
+    let mut stack = [0u32; STACK];
+    let mut heap = Vec::new();
+    let chars: &mut [u32] = if len <= STACK {
+        &mut stack[..len]
+    } else {
+        heap.resize(len, 0);
+        &mut heap[..]
+    };
+    // SAFETY: the buffer holds `len` code points; `copy_null` is 0, so
+    // exactly `len` are written.
+    let copied = unsafe { pyo3::ffi::PyUnicode_AsUCS4(s.as_ptr(), chars.as_mut_ptr(), len as pyo3::ffi::Py_ssize_t, 0) };
+    if copied.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // The usual case, short ASCII text: narrowed and appended in one go.
+    if len <= STACK && chars.iter().all(|&c| c < 0x80) {
+        let mut bytes = [0u8; STACK];
+        for (b, &c) in bytes.iter_mut().zip(chars.iter()) {
+            *b = c as u8;
+        }
+        // SAFETY: every byte is below 0x80, so this is ASCII, valid UTF-8.
+        out.push_str(unsafe { std::str::from_utf8_unchecked(&bytes[..len]) });
+        return Ok(true);
+    }
+    out.reserve(len);
+    for &c in chars.iter() {
+        match char::from_u32(c) {
+            Some(ch) => out.push(ch),
+            None => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+fn surrogate(py: Python<'_>, what: &str) -> PyErr {
+    invalid_argument(py, format!("{what}: not valid Unicode text (it contains a lone surrogate)"))
 }
 
 /// Request attributes as given: the mapping's own name and value objects,
-/// in mapping order, type-checked but not yet converted. Holding them keeps
-/// the strings alive while an [`AttrView`] borrows their text.
+/// in mapping order, type-checked but not yet converted.
 pub struct PyAttrs<'py> {
-    items: Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
+    items: Small<(Bound<'py, PyString>, Bound<'py, PyAny>), 4>,
 }
 
-/// Request attributes as text, borrowed from a [`PyAttrs`] where possible.
-pub struct AttrView<'a> {
-    items: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-}
-
-impl throttlegate::Attributes for AttrView<'_> {
-    fn get_attr(&self, name: &str) -> Option<&str> {
-        self.items.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_ref())
-    }
-}
-
-impl AttrView<'_> {
-    /// A copy that owns its text, for a call that outlives the GIL.
-    pub fn to_owned(&self) -> OwnedAttrs {
-        let mut buf = String::with_capacity(self.items.iter().map(|(k, v)| k.len() + v.len()).sum());
-        let mut spans = Vec::with_capacity(self.items.len());
-        for (k, v) in &self.items {
-            let start = buf.len();
-            buf.push_str(k);
-            let mid = buf.len();
-            buf.push_str(v);
-            spans.push((start, mid, buf.len()));
-        }
-        OwnedAttrs { buf, spans }
-    }
-}
-
-/// Request attributes owned in one buffer (name and value spans).
+/// Request attributes as text: every name and value in one buffer.
 pub struct OwnedAttrs {
     buf: String,
-    spans: Vec<(usize, usize, usize)>,
+    spans: Small<(u32, u32, u32), 4>,
 }
 
 impl throttlegate::Attributes for OwnedAttrs {
     fn get_attr(&self, name: &str) -> Option<&str> {
+        let bytes = self.buf.as_bytes();
         self.spans
             .iter()
-            .find(|(s, m, _)| &self.buf[*s..*m] == name)
-            .map(|(_, m, e)| &self.buf[*m..*e])
+            .find(|(s, m, _)| &bytes[*s as usize..*m as usize] == name.as_bytes())
+            .map(|(_, m, e)| &self.buf[*m as usize..*e as usize])
+    }
+}
+
+thread_local! {
+    // The text buffer of the last in-process call, reused by the next one.
+    static SPARE: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+}
+
+impl OwnedAttrs {
+    /// Give the buffer back for the next call on this thread (after a call
+    /// answered in place).
+    pub fn recycle(self) {
+        let mut buf = self.buf;
+        if buf.capacity() <= 4096 {
+            buf.clear();
+            SPARE.with(|s| s.set(buf));
+        }
     }
 }
 
@@ -117,20 +175,19 @@ impl<'py> PyAttrs<'py> {
     /// code runs while the mapping is walked.
     pub fn read(obj: &Bound<'py, PyAny>) -> PyResult<PyAttrs<'py>> {
         let py = obj.py();
+        let mut attrs = PyAttrs { items: Small::new() };
         if let Ok(d) = obj.cast::<PyDict>() {
-            let mut items = Vec::with_capacity(d.len());
             for (k, v) in d.iter() {
-                PyAttrs::push(&mut items, k, v)?;
+                attrs.push(k, v)?;
             }
-            return Ok(PyAttrs { items });
+            return Ok(attrs);
         }
         if let Ok(m) = obj.cast::<PyMapping>() {
-            let mut items = Vec::new();
             for item in m.items()?.iter() {
                 let pair = item.cast_into::<PyTuple>()?;
-                PyAttrs::push(&mut items, pair.get_item(0)?, pair.get_item(1)?)?;
+                attrs.push(pair.get_item(0)?, pair.get_item(1)?)?;
             }
-            return Ok(PyAttrs { items });
+            return Ok(attrs);
         }
         Err(invalid_type(
             py,
@@ -138,18 +195,14 @@ impl<'py> PyAttrs<'py> {
         ))
     }
 
-    fn push(
-        items: &mut Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>,
-        k: Bound<'py, PyAny>,
-        v: Bound<'py, PyAny>,
-    ) -> PyResult<()> {
+    fn push(&mut self, k: Bound<'py, PyAny>, v: Bound<'py, PyAny>) -> PyResult<()> {
         let py = k.py();
         let name = match k.cast_into::<PyString>() {
             Ok(name) => name,
             Err(e) => {
                 let k = e.into_inner();
                 let err = invalid_type(py, format!("attributes: names must be str, got {}", type_name(&k)));
-                return Err(first_error(items, err));
+                return Err(self.first_error(err));
             }
         };
         let ok = v.is_none()
@@ -157,50 +210,68 @@ impl<'py> PyAttrs<'py> {
             || (v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>());
         if !ok {
             // The name comes first: a bad name is reported before a bad value.
-            let err = match utf8(&name, || "attributes: a name".to_string()) {
-                Ok(text) => invalid_type(
+            let mut text = String::new();
+            let err = match push_utf8(&name, &mut text) {
+                Ok(true) => invalid_type(
                     py,
                     format!("attributes[{text:?}]: expected str, int or None, got {}", type_name(&v)),
                 ),
+                Ok(false) => surrogate(py, "attributes: a name"),
                 Err(e) => e,
             };
-            return Err(first_error(items, err));
+            return Err(self.first_error(err));
         }
-        items.push((name, v));
+        self.items.push((name, v));
         Ok(())
     }
 
+    /// The error to report when the next item is wrong with `err`: an
+    /// earlier item's text error comes first, as a one-pass check finds it.
+    fn first_error(&self, err: PyErr) -> PyErr {
+        match self.convert(self.items.len, String::new()) {
+            Err(earlier) => earlier,
+            Ok(_) => err,
+        }
+    }
+
     /// The attributes as text, checked in mapping order.
-    pub fn view(&self) -> PyResult<AttrView<'_>> {
-        let mut items = Vec::with_capacity(self.items.len());
-        for (k, v) in &self.items {
-            let name = utf8(k, || "attributes: a name".to_string())?;
+    pub fn text(&self) -> PyResult<OwnedAttrs> {
+        self.convert(self.items.len, SPARE.with(|s| s.take()))
+    }
+
+    fn convert(&self, n: usize, mut buf: String) -> PyResult<OwnedAttrs> {
+        buf.clear();
+        let mut spans = Small::new();
+        for (k, v) in self.items.take(n) {
+            let start = buf.len();
+            let py = k.py();
+            if !push_utf8(k, &mut buf)? {
+                return Err(surrogate(py, "attributes: a name"));
+            }
+            let mid = buf.len();
             if v.is_none() {
+                buf.truncate(start);
                 continue;
             }
-            let value = if let Ok(s) = v.cast::<PyString>() {
-                utf8(s, || format!("attributes[{name:?}]"))?
+            let valid = if let Ok(s) = v.cast::<PyString>() {
+                push_utf8(s, &mut buf)?
             } else {
-                Cow::Owned(v.str()?.to_cow()?.into_owned())
+                push_utf8(&v.str()?, &mut buf)?
             };
-            items.push((name, value));
+            if !valid {
+                let name = &buf[start..mid];
+                return Err(surrogate(py, &format!("attributes[{name:?}]")));
+            }
+            let span = |x: usize| u32::try_from(x).map_err(|_| invalid_argument(py, "attributes: too long"));
+            spans.push((span(start)?, span(mid)?, span(buf.len())?));
         }
-        Ok(AttrView { items })
+        Ok(OwnedAttrs { buf, spans })
     }
 }
 
-/// The error to report when the item after `items` is wrong with `err`:
-/// an earlier item's text error comes first, as a one-pass check would find.
-fn first_error(items: &[(Bound<'_, PyString>, Bound<'_, PyAny>)], err: PyErr) -> PyErr {
-    match (PyAttrs { items: items.to_vec() }).view() {
-        Err(earlier) => earlier,
-        Ok(_) => err,
-    }
-}
-
-/// Request attributes from a mapping of `str` to `str` (or `int`), owned.
+/// Request attributes from a mapping of `str` to `str` (or `int`).
 pub fn attributes(obj: &Bound<'_, PyAny>) -> PyResult<OwnedAttrs> {
-    Ok(PyAttrs::read(obj)?.view()?.to_owned())
+    PyAttrs::read(obj)?.text()
 }
 
 /// The optional `cost` argument: 1 when absent.

@@ -8,7 +8,7 @@ use pyo3::IntoPyObjectExt;
 use pyo3::types::{PyDict, PyString};
 use throttlegate as core;
 
-use crate::convert::{self, PyAttrs};
+use crate::convert;
 use crate::errors::{core_to_py, guard, invalid_type, make};
 use crate::runtime::{self, Value};
 use crate::types::{Decision, ManualClock, Policy};
@@ -160,16 +160,15 @@ impl Limiter {
         call_id: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Decision> {
         guard(py, || {
-            let attrs = PyAttrs::read(attributes)?;
-            let view = attrs.view()?;
+            let attrs = convert::attributes(attributes)?;
             let opts = options(convert::opt_cost(cost)?, convert::opt_text(call_id, "call_id")?);
             let limiter = self.core(py)?;
             // The embedded backend answers at once: no runtime, no GIL release.
-            if let Some(answer) = limiter.check_in_process(&view, &opts) {
+            if let Some(answer) = limiter.check_in_process(&attrs, &opts) {
+                attrs.recycle();
                 return Limiter::answer(py, answer);
             }
-            let owned = view.to_owned();
-            self.block_on(py, async move { limiter.check_with(&owned, &opts).await })
+            self.block_on(py, async move { limiter.check_with(&attrs, &opts).await })
                 .map(Decision::from)
         })
     }
@@ -184,18 +183,17 @@ impl Limiter {
         call_id: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
-            let attrs = PyAttrs::read(attributes)?;
-            let view = attrs.view()?;
+            let attrs = convert::attributes(attributes)?;
             let opts = options(convert::opt_cost(cost)?, convert::opt_text(call_id, "call_id")?);
             let limiter = self.core(py)?;
             let ctx = runtime::LoopCtx::current(py)?;
             let fut = ctx.create_future(py)?;
-            if let Some(answer) = limiter.check_in_process(&view, &opts) {
+            if let Some(answer) = limiter.check_in_process(&attrs, &opts) {
+                attrs.recycle();
                 runtime::settle(py, &fut, answer.map(Value::Decision).into());
                 return Ok(fut);
             }
-            let owned = view.to_owned();
-            ctx.spawn(py, &fut, async move { limiter.check_with(&owned, &opts).await.map(Value::Decision) })?;
+            ctx.spawn(py, &fut, async move { limiter.check_with(&attrs, &opts).await.map(Value::Decision) })?;
             Ok(fut)
         })
     }
@@ -204,15 +202,14 @@ impl Limiter {
     #[pyo3(signature = (attributes, cost = None))]
     fn peek(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, cost: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
         guard(py, || {
-            let attrs = PyAttrs::read(attributes)?;
-            let view = attrs.view()?;
+            let attrs = convert::attributes(attributes)?;
             let cost = convert::opt_cost(cost)?;
             let limiter = self.core(py)?;
-            if let Some(answer) = limiter.peek_in_process(&view, cost) {
+            if let Some(answer) = limiter.peek_in_process(&attrs, cost) {
+                attrs.recycle();
                 return Limiter::answer(py, answer);
             }
-            let owned = view.to_owned();
-            self.block_on(py, async move { limiter.peek(&owned, cost).await }).map(Decision::from)
+            self.block_on(py, async move { limiter.peek(&attrs, cost).await }).map(Decision::from)
         })
     }
 
@@ -225,18 +222,17 @@ impl Limiter {
         cost: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
-            let attrs = PyAttrs::read(attributes)?;
-            let view = attrs.view()?;
+            let attrs = convert::attributes(attributes)?;
             let cost = convert::opt_cost(cost)?;
             let limiter = self.core(py)?;
             let ctx = runtime::LoopCtx::current(py)?;
             let fut = ctx.create_future(py)?;
-            if let Some(answer) = limiter.peek_in_process(&view, cost) {
+            if let Some(answer) = limiter.peek_in_process(&attrs, cost) {
+                attrs.recycle();
                 runtime::settle(py, &fut, answer.map(Value::Decision).into());
                 return Ok(fut);
             }
-            let owned = view.to_owned();
-            ctx.spawn(py, &fut, async move { limiter.peek(&owned, cost).await.map(Value::Decision) })?;
+            ctx.spawn(py, &fut, async move { limiter.peek(&attrs, cost).await.map(Value::Decision) })?;
             Ok(fut)
         })
     }
@@ -263,9 +259,8 @@ impl Limiter {
     /// The backend keys this request touches, one per applicable rule.
     fn keys(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         guard(py, || {
-            let attrs = PyAttrs::read(attributes)?;
-            let view = attrs.view()?;
-            Ok(self.core(py)?.keys(&view))
+            let attrs = convert::attributes(attributes)?;
+            Ok(self.core(py)?.keys(&attrs))
         })
     }
 

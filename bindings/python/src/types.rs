@@ -287,7 +287,7 @@ fn py_bool(b: bool) -> &'static str {
 }
 
 /// The answer to one check.
-#[pyclass(module = "throttlegate._native", frozen)]
+#[pyclass(module = "throttlegate._native", frozen, freelist = 256)]
 pub struct Decision {
     inner: core::Decision,
 }
