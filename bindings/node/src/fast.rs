@@ -14,7 +14,7 @@
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
-use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
@@ -95,20 +95,21 @@ impl Attributes for Packed<'_> {
 }
 
 fn packed_get<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let mut fields = text.split('\0');
-    while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
-        if k == name {
-            return Some(v);
+    let bytes = text.as_bytes();
+    let field_end = |from: usize| from + bytes[from..].iter().position(|&b| b == 0).unwrap_or(bytes.len() - from);
+    let mut at = 0;
+    while at < bytes.len() {
+        let name_end = field_end(at);
+        let value_start = (name_end + 1).min(bytes.len());
+        let value_end = field_end(value_start);
+        if &bytes[at..name_end] == name.as_bytes() {
+            // Both ends are at a `\0` or the end of the text: character boundaries.
+            return Some(&text[value_start..value_end]);
         }
+        at = value_end + 1;
     }
     None
 }
-
-/// Marks the externals made by [`handle`], so that no other value is taken for one.
-const TAG: sys::napi_type_tag = sys::napi_type_tag {
-    lower: 0x7e1c_55a0_93b4_d2f1,
-    upper: 0x2f6a_0c8e_b1d7_4a39,
-};
 
 fn internal(message: &str) -> Error {
     Error::new(
@@ -125,36 +126,70 @@ macro_rules! check {
     };
 }
 
-unsafe extern "C" fn drop_hot(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    drop(unsafe { Box::from_raw(data.cast::<Rc<Hot>>()) });
+/// The limiters of this thread, by handle: a handle is a number that
+/// index.js passes to the fast paths (cheaper to look up than a tagged
+/// external is to check). A slot's generation changes when its limiter is
+/// dropped, so a stale handle never reaches another limiter.
+#[derive(Default)]
+struct Handles {
+    slots: Vec<(u32, Option<Rc<Hot>>)>,
+    free: Vec<u32>,
 }
 
-/// An external holding `hot`, for index.js to pass to the fast paths.
-pub(crate) unsafe fn handle(env: sys::napi_env, hot: Rc<Hot>) -> napi::Result<sys::napi_value> {
-    let data = Box::into_raw(Box::new(hot));
-    let mut out = ptr::null_mut();
-    let status = unsafe {
-        sys::napi_create_external(env, data.cast(), Some(drop_hot), ptr::null_mut(), &mut out)
-    };
-    if status != sys::Status::napi_ok {
-        drop(unsafe { Box::from_raw(data) });
-        return Err(napi::Error::from_reason("cannot create the limiter handle"));
-    }
-    napi::check_status!(unsafe { sys::napi_type_tag_object(env, out, &TAG) })?;
-    Ok(out)
+thread_local! {
+    static HANDLES: RefCell<Handles> = RefCell::new(Handles::default());
 }
 
-/// The state behind a handle made by [`handle`].
-unsafe fn hot_of<'a>(env: sys::napi_env, v: sys::napi_value) -> Result<&'a Hot, Error> {
-    let mut tagged = false;
-    let status = unsafe { sys::napi_check_object_type_tag(env, v, &TAG, &mut tagged) };
-    if status != sys::Status::napi_ok || !tagged {
-        return Err(internal("not a limiter handle"));
-    }
-    let mut data = ptr::null_mut();
-    check!(sys::napi_get_value_external(env, v, &mut data), "cannot read the limiter handle");
-    // SAFETY: tagged externals are made only by `handle`, and live while JavaScript holds them.
-    Ok(unsafe { &**data.cast::<Rc<Hot>>() })
+/// Slots a handle can name (the generation is above them).
+const SLOT_BITS: u32 = 24;
+/// Generations, kept small enough for every handle to be an exact JavaScript number.
+const GENERATIONS: u32 = 1 << 28;
+
+/// A handle for `hot` (see [`Handles`]); [`unregister`] it when its limiter is dropped.
+pub(crate) fn register(hot: Rc<Hot>) -> f64 {
+    HANDLES.with(|h| {
+        let mut h = h.borrow_mut();
+        let index = match h.free.pop() {
+            Some(i) => i,
+            None => {
+                h.slots.push((0, None));
+                (h.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut h.slots[index as usize];
+        slot.1 = Some(hot);
+        f64::from(index) + f64::from(slot.0) * f64::from(1u32 << SLOT_BITS)
+    })
+}
+
+/// Forget the limiter behind `handle`.
+pub(crate) fn unregister(handle: f64) {
+    let index = (handle as u64 & ((1 << SLOT_BITS) - 1)) as usize;
+    // During thread teardown the table may be gone already: nothing to forget then.
+    let _ = HANDLES.try_with(|h| {
+        let mut h = h.borrow_mut();
+        if let Some(slot) = h.slots.get_mut(index) {
+            if slot.1.take().is_some() {
+                slot.0 = (slot.0 + 1) % GENERATIONS;
+                h.free.push(index as u32);
+            }
+        }
+    });
+}
+
+/// The state behind a handle made by [`register`].
+fn hot_of(env: sys::napi_env, v: sys::napi_value) -> Result<Rc<Hot>, Error> {
+    let mut handle = -1i64;
+    check!(sys::napi_get_value_int64(env, v, &mut handle), "not a limiter handle");
+    let handle = u64::try_from(handle).map_err(|_| internal("not a limiter handle"))?;
+    let index = (handle & ((1 << SLOT_BITS) - 1)) as usize;
+    let generation = (handle >> SLOT_BITS) as u32;
+    HANDLES
+        .with(|h| match h.borrow().slots.get(index) {
+            Some((g, Some(hot))) if *g == generation => Some(hot.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| internal("not a limiter handle"))
 }
 
 fn value_type(env: sys::napi_env, v: sys::napi_value) -> Result<i32, Error> {
@@ -184,7 +219,7 @@ fn packed<'a>(
     env: sys::napi_env,
     text: sys::napi_value,
     pairs: sys::napi_value,
-    stack: &'a mut [u8; STACK],
+    stack: &'a mut [MaybeUninit<u8>; STACK],
     heap: &'a mut Vec<u8>,
 ) -> Result<Option<&'a str>, Error> {
     if value_type(env, text)? != sys::ValueType::napi_string {
@@ -197,7 +232,8 @@ fn packed<'a>(
         "cannot read the attributes"
     );
     let bytes: &[u8] = if len + 1 < STACK {
-        &stack[..len]
+        // SAFETY: Node wrote `len` bytes (and a NUL) at the start of `stack`.
+        unsafe { std::slice::from_raw_parts(stack.as_ptr().cast::<u8>(), len) }
     } else {
         check!(
             sys::napi_get_value_string_utf8(env, text, ptr::null_mut(), 0, &mut len),
@@ -222,13 +258,13 @@ fn packed<'a>(
 
 /// The arguments both fast paths start with:
 /// `(handle, attributes, packed, pairs, options, peek, ...)`.
-struct Args<'a> {
-    hot: &'a Hot,
+struct Args {
+    hot: Rc<Hot>,
     env: Env,
     argv: [sys::napi_value; 8],
 }
 
-impl Args<'_> {
+impl Args {
     fn options(&self, peek: bool) -> Result<CheckOptions, Error> {
         let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[4]) };
         convert::check_options(&self.env, &options, !peek)
@@ -240,7 +276,7 @@ impl Args<'_> {
     }
 }
 
-unsafe fn args<'a>(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args<'a>, Error> {
+unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
     let mut argc = 8;
     let mut argv = [ptr::null_mut(); 8];
     check!(
@@ -251,7 +287,7 @@ unsafe fn args<'a>(env: sys::napi_env, info: sys::napi_callback_info) -> Result<
         return Err(internal("too few arguments"));
     }
     Ok(Args {
-        hot: unsafe { hot_of(env, argv[0]) }?,
+        hot: hot_of(env, argv[0])?,
         env: Env::from_raw(env),
         argv,
     })
@@ -272,7 +308,7 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
         -2
     } else {
         let peek = bool_arg(env, a.argv[5], "cannot read the call kind")?;
-        let mut stack = [0u8; STACK];
+        let mut stack = [MaybeUninit::uninit(); STACK];
         let mut heap = Vec::new();
         let text = packed(env, a.argv[2], a.argv[3], &mut stack, &mut heap)?;
         let (from_text, from_object);
@@ -323,7 +359,7 @@ fn set_pool(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::na
         sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
         "cannot read the arguments"
     );
-    let hot = unsafe { hot_of(env, argv[0]) }?;
+    let hot = hot_of(env, argv[0])?;
     let mut kind = 0;
     let mut len = 0;
     let mut data = ptr::null_mut();
@@ -350,7 +386,7 @@ fn set_pool(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::na
 fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
     let peek = bool_arg(env, a.argv[5], "cannot read the call kind")?;
-    let mut stack = [0u8; STACK];
+    let mut stack = [MaybeUninit::uninit(); STACK];
     let mut heap = Vec::new();
     let attrs = match packed(env, a.argv[2], a.argv[3], &mut stack, &mut heap)? {
         Some(t) => OwnedAttrs::Packed(t.to_owned()),

@@ -365,14 +365,13 @@ pub struct Limiter {
     legacy: bool,
     /// What the fast paths of `check` and `peek` use (see `fast`).
     hot: Rc<fast::Hot>,
+    /// The number that names `hot` to the fast paths.
+    handle: f64,
 }
 
-/// A limiter's external handle for the fast paths (see `fast::handle`).
-pub struct HotHandle(Rc<fast::Hot>);
-
-impl ToNapiValue for HotHandle {
-    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
-        unsafe { fast::handle(env, val.0) }
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        fast::unregister(self.handle);
     }
 }
 
@@ -512,8 +511,10 @@ impl Limiter {
                 .iter()
                 .map(|r| throttlegate::RuleName::new(&r.name))
                 .collect();
+            let hot = Rc::new(fast::Hot::new(inner.clone(), names));
             Ok(Limiter {
-                hot: Rc::new(fast::Hot::new(inner.clone(), names)),
+                handle: fast::register(hot.clone()),
+                hot,
                 inner,
                 legacy: opts.legacy_headers,
             })
@@ -581,8 +582,8 @@ impl Limiter {
 
     /// This limiter's handle for the fast paths (`_hotPaths`).
     #[napi(js_name = "_handle", skip_typescript, enumerable = false)]
-    pub fn handle(&self) -> HotHandle {
-        HotHandle(self.hot.clone())
+    pub fn handle(&self) -> f64 {
+        self.handle
     }
 
     /// Run every queued check and peek concurrently on the runtime (their
