@@ -40,6 +40,11 @@ const [HEAD, PER_RULE] = native._recordLayout();
 
 /** Numbers per pool of embedded decision records (many records each). */
 const POOL_SIZE = 8192;
+// A tick's queued calls go to Rust in about CHUNKS chunks of MIN_CHUNK to
+// MAX_CHUNK calls (see `flush`).
+const CHUNKS = 4;
+const MIN_CHUNK = 8;
+const MAX_CHUNK = 64;
 // What `checkNow` returns instead of a record's start.
 const NOT_IN_PROCESS = -1;
 const NO_ROOM = -2;
@@ -222,17 +227,32 @@ function queue(limiter, calls, attributes, options, peek) {
   return promise;
 }
 
+/**
+ * Send the calls queued in this tick to Rust, in a few chunks that settle
+ * on their own: the first chunk's answers come back while Redis still works
+ * on the others, so JavaScript issues the next checks while Redis is busy
+ * (one batch settled at once leaves Redis idle while JavaScript works; per
+ * call, the thread hops cost more than the checks).
+ */
 function flush(limiter, calls) {
-  const { resolves, rejects } = calls;
+  const all = calls.resolves.length;
+  const chunk = Math.min(MAX_CHUNK, Math.max(MIN_CHUNK, Math.ceil(all / CHUNKS)));
+  for (let from = 0; from < all; from += chunk) {
+    const to = Math.min(all, from + chunk);
+    flushChunk(limiter, calls, calls.resolves.slice(from, to), calls.rejects.slice(from, to));
+  }
   calls.resolves = [];
   calls.rejects = [];
   calls.scheduled = false;
+}
+
+function flushChunk(limiter, calls, resolves, rejects) {
   const failAll = (err) => {
     for (const reject of rejects) reject(err);
   };
   let batch;
   try {
-    batch = flushQueued.call(limiter);
+    batch = flushQueued.call(limiter, resolves.length);
   } catch (err) {
     failAll(err);
     return;
