@@ -10,14 +10,16 @@ use crate::algo::Outcome;
 use crate::error::{Error, ErrorKind, Result};
 use crate::limiter::CompiledRule;
 
-/// The one script behind every check: the arguments, both algorithms, the
-/// replay and give-back helpers and the stacked driver from `lua/`, composed
-/// at build time. `#!lua` (Redis >= 7)
+/// The one script behind every check: the arguments, the single-rule fast
+/// path, both algorithms, the replay and give-back helpers and the stacked
+/// driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
 /// makes Redis refuse the whole script up front when it is out of memory,
 /// instead of failing half-way through the writes.
 pub const CHECK_SCRIPT: &str = concat!(
     "#!lua\n",
     include_str!("../lua/args.lua"),
+    "\n",
+    include_str!("../lua/single_rule.lua"),
     "\n",
     include_str!("../lua/sliding_window_log.lua"),
     "\n",

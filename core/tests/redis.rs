@@ -468,3 +468,39 @@ async fn client_time_setting_uses_the_host_clock() {
         .as_micros() as i64;
     assert!((host_now - score).abs() < 60_000_000, "score {score} is not the host's time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_clock_single_rule_agrees_with_the_general_path() {
+    // One sliding-window rule, cost 1, Redis's own clock: the script's
+    // straight-line path (lua/single_rule.lua). Peeks and cost-2 checks take
+    // the general one; both must read the same state the same way.
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("one", "ip:{ip}", 3, ms(60_000))]).unwrap())
+        .url(server.url())
+        .on_backend_error(FailureMode::Error)
+        .timeout(ms(2000))
+        .build()
+        .unwrap();
+    let a = ip("7.7.7.7");
+    for left in [2u64, 1, 0] {
+        let d = l.check(&a, 1).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!((d.remaining, d.retry_after, d.reset_after), (left, Duration::ZERO, ms(60_000)));
+        let p = l.peek(&a, 1).await.unwrap();
+        assert_eq!(p.allowed, left > 0);
+    }
+    let key = &l.keys(&a)[0];
+    let ttl: i64 = server.command(&["PTTL", key]).unwrap().parse().unwrap();
+    assert!(ttl > 55_000 && ttl <= 60_000, "TTL {ttl}");
+    let d = l.check(&a, 1).await.unwrap();
+    let p = l.peek(&a, 1).await.unwrap();
+    assert!(!d.allowed && !p.allowed);
+    assert_eq!((d.remaining, p.remaining), (0, 0));
+    assert!(d.retry_after <= ms(60_000) && d.retry_after > ms(50_000), "{:?}", d.retry_after);
+    let close = |x: Duration, y: Duration| x.abs_diff(y) < ms(5_000);
+    assert!(close(d.retry_after, p.retry_after), "{:?} vs {:?}", d.retry_after, p.retry_after);
+    assert!(close(d.reset_after, p.reset_after) && d.reset_after >= d.retry_after);
+    assert!(!l.check(&a, 2).await.unwrap().allowed);
+    // Denials consumed nothing.
+    assert_eq!(server.command(&["ZCARD", key]).unwrap(), "3");
+}
