@@ -17,6 +17,10 @@ fn one_rule() -> Policy {
     Policy::new(vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, Duration::from_secs(60))]).unwrap()
 }
 
+fn one_bucket() -> Policy {
+    Policy::new(vec![Rule::token_bucket("per-ip", "ip:{ip}", 1_000_000, 100_000.0)]).unwrap()
+}
+
 fn four_rules() -> Policy {
     Policy::new(vec![
         Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, Duration::from_secs(60)),
@@ -60,7 +64,7 @@ fn memory(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for keys in [1usize, 100_000] {
         let names = key_names(keys);
-        for (rules, policy) in [("1 rule", one_rule()), ("4 rules", four_rules())] {
+        for (rules, policy) in [("1 rule", one_rule()), ("1 bucket", one_bucket()), ("4 rules", four_rules())] {
             let l = Limiter::in_memory(policy);
             let mut i = 0usize;
             g.bench_function(BenchmarkId::new(format!("throttlegate {rules}, 1 thread"), keys), |b| {

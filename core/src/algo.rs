@@ -23,8 +23,9 @@ pub(crate) struct Outcome {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Log {
     times: VecDeque<i64>,
-    /// Empty, or one id per entry of `times`.
-    ids: VecDeque<u64>,
+    /// `None`, or one id per entry of `times` (boxed: most logs never have
+    /// one, and the log sits in the hash table's entry, which stays small).
+    ids: Option<Box<VecDeque<u64>>>,
     /// The oldest entry's time (meaningless while the log is empty).
     first: i64,
     /// The newest entry's time (meaningless while the log is empty).
@@ -76,7 +77,7 @@ impl Log {
 
     /// Mirror of the replay lookup for logs (`seen` in `lua/replay.lua`).
     pub fn seen(&self, id: u64) -> bool {
-        self.ids.contains(&id)
+        self.ids.as_ref().is_some_and(|ids| ids.contains(&id))
     }
 
     /// Mirror of `swl_commit` (with the pruning `swl_decide` does first);
@@ -86,7 +87,9 @@ impl Log {
         if !self.times.is_empty() && self.first <= floor {
             while matches!(self.times.front(), Some(&ts) if ts <= floor) {
                 self.times.pop_front();
-                self.ids.pop_front();
+                if let Some(ids) = &mut self.ids {
+                    ids.pop_front();
+                }
             }
             if let Some(&ts) = self.times.front() {
                 self.first = ts;
@@ -95,9 +98,8 @@ impl Log {
         if cost == 0 {
             return;
         }
-        let keep_ids = id != 0 || !self.ids.is_empty();
-        if keep_ids && self.ids.len() < self.times.len() {
-            self.ids.resize(self.times.len(), 0);
+        if id != 0 && self.ids.is_none() {
+            self.ids = Some(Box::new(std::iter::repeat_n(0, self.times.len()).collect()));
         }
         if self.times.is_empty() {
             self.first = now;
@@ -107,8 +109,8 @@ impl Log {
         if now >= self.newest {
             // The usual case: the newest admission so far goes at the end.
             self.times.extend(std::iter::repeat_n(now, n));
-            if keep_ids {
-                self.ids.extend(std::iter::repeat_n(id, n));
+            if let Some(ids) = &mut self.ids {
+                ids.extend(std::iter::repeat_n(id, n));
             }
             self.newest = now;
         } else {
@@ -116,8 +118,8 @@ impl Log {
             let at = self.times.partition_point(|&ts| ts <= now);
             for _ in 0..n {
                 self.times.insert(at, now);
-                if keep_ids {
-                    self.ids.insert(at, id);
+                if let Some(ids) = &mut self.ids {
+                    ids.insert(at, id);
                 }
             }
             self.first = self.first.min(now);
@@ -239,14 +241,14 @@ mod tests {
         log.commit(150, 1, w, 9);
         assert!(log.seen(9));
         assert_eq!(log.times, [100, 100, 150, 200]);
-        assert_eq!(log.ids, [0, 0, 9, 7]);
+        assert_eq!(*log.ids.as_deref().unwrap(), [0, 0, 9, 7]);
         assert_eq!((log.first, log.newest), (100, 200));
         // The two oldest leave the window; the decision sees the other two.
         let o = log.decide(1_100, 1, 3, w);
         assert_eq!((o.allowed, o.remaining, o.reset_after_us), (true, 0, w));
         log.commit(1_100, 1, w, 0);
         assert_eq!(log.times, [150, 200, 1_100]);
-        assert_eq!(log.ids, [9, 7, 0]);
+        assert_eq!(*log.ids.as_deref().unwrap(), [9, 7, 0]);
         assert_eq!((log.first, log.newest), (150, 1_100));
         let o = log.decide(1_100, 1, 3, w);
         assert_eq!((o.allowed, o.retry_after_us, o.reset_after_us), (false, 50, w));
