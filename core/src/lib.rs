@@ -33,6 +33,7 @@ mod client_ip;
 mod clock;
 mod cluster;
 mod decision;
+mod deny_cache;
 pub mod duration;
 mod error;
 mod key;

@@ -504,3 +504,82 @@ async fn server_clock_single_rule_agrees_with_the_general_path() {
     // Denials consumed nothing.
     assert_eq!(server.command(&["ZCARD", key]).unwrap(), "3");
 }
+
+/// `evalsha` calls Redis has served so far.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info = server.command(&["INFO", "commandstats"]).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_answers_denials_locally_and_exactly() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rules = || {
+        vec![
+            Rule::sliding_window_log("per-ip", "ip:{ip}", 2, ms(1000)),
+            Rule::token_bucket("per-ip-burst", "b:{ip}", 100, 1.0),
+        ]
+    };
+    let build = |cache: bool| {
+        Limiter::builder(Policy::new(rules()).unwrap())
+            .url(server.url())
+            .timeout(ms(2000))
+            .on_backend_error(FailureMode::Error)
+            .clock(Clock::Manual(clock.clone()))
+            .deny_cache(cache)
+            .build()
+            .unwrap()
+    };
+    let cached = build(true);
+    // The reference: no cache, the same Redis and clock, asked with peeks.
+    let plain = build(false);
+    let a = ip("9.9.9.9");
+    assert!(cached.check(&a, 1).await.unwrap().allowed);
+    assert!(cached.check(&a, 1).await.unwrap().allowed);
+    let first = cached.check(&a, 1).await.unwrap();
+    assert!(!first.allowed);
+    assert_eq!(first.retry_after, ms(1000));
+
+    // While the log is full: denied here, with no call to Redis, exactly as
+    // Redis itself answers; the wait counts down.
+    let calls = evalsha_calls(&server);
+    for step in 1..=4u64 {
+        clock.advance(ms(200));
+        let d = cached.check(&a, 1).await.unwrap();
+        let p = cached.peek(&a, 1).await.unwrap();
+        let truth = plain.peek(&a, 1).await.unwrap();
+        assert!(!d.allowed && !p.allowed && !truth.allowed, "step {step}");
+        assert_eq!(d.retry_after, truth.retry_after, "step {step}");
+        assert_eq!(d.retry_after, ms(1000 - 200 * step));
+        assert_eq!(d.rule.as_deref(), Some("per-ip"));
+        assert_eq!((d.remaining, d.reset_after), (truth.remaining, truth.reset_after), "step {step}");
+        let retry_header = |d: &throttlegate::Decision| d.headers().into_iter().find(|(k, _)| *k == "Retry-After");
+        assert_eq!(retry_header(&d), retry_header(&truth), "step {step}");
+    }
+    // Only the reference's peeks reached Redis.
+    assert_eq!(evalsha_calls(&server), calls + 4);
+    assert_eq!(cached.stats().denied, 9);
+
+    // The wait is over: Redis is asked again, and admits.
+    clock.advance(ms(200));
+    assert!(cached.check(&a, 1).await.unwrap().allowed);
+    assert_eq!(evalsha_calls(&server), calls + 5);
+
+    // A reset through this limiter forgets the remembered denial at once.
+    assert!(cached.check(&a, 1).await.unwrap().allowed);
+    assert!(!cached.check(&a, 1).await.unwrap().allowed);
+    cached.reset(&a).await.unwrap();
+    assert!(cached.check(&a, 1).await.unwrap().allowed);
+
+    // A call id always goes to Redis (a retry of an admitted call is not a denial).
+    assert!(cached.check(&a, 1).await.unwrap().allowed);
+    assert!(!cached.check(&a, 1).await.unwrap().allowed);
+    let calls = evalsha_calls(&server);
+    let opts = CheckOptions { cost: 1, call_id: Some("retry-1".into()) };
+    assert!(!cached.check_with(&a, &opts).await.unwrap().allowed);
+    assert_eq!(evalsha_calls(&server), calls + 1);
+}
