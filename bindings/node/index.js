@@ -2,8 +2,8 @@
 // build.js), with `Limiter.check` and `Limiter.peek` made fast here.
 //
 // - The embedded backend answers in place: one synchronous native call
-//   writes the decision as numbers into a shared Float64Array, and the
-//   Promise returned is already resolved.
+//   writes the decision as numbers into a Float64Array, and the Promise
+//   returned is already resolved.
 // - For Redis, the checks and peeks issued in the same tick are queued on
 //   the native side and run together as one batch (their commands pipelined
 //   on the multiplexed connection); the whole batch is settled by one
@@ -28,7 +28,7 @@ try {
 }
 
 const proto = native.Limiter.prototype;
-const { checkNow, setPool, enqueue } = native._hotPaths();
+const { checkNow, setScratch, enqueue } = native._hotPaths();
 const handleOf = proto._handle;
 const flushQueued = proto._flush;
 const resultsOf = proto._results;
@@ -38,16 +38,13 @@ const problemJsonOf = proto._problemJson;
 // (the layout is documented in src/record.rs).
 const [HEAD, PER_RULE] = native._recordLayout();
 
-/** Numbers per pool of embedded decision records (many records each). */
-const POOL_SIZE = 8192;
 // A tick's queued calls go to Rust in about CHUNKS chunks of MIN_CHUNK to
 // MAX_CHUNK calls (see `flush`).
 const CHUNKS = 4;
 const MIN_CHUNK = 8;
 const MAX_CHUNK = 64;
-// What `checkNow` returns instead of a record's start.
+// What `checkNow` returns when the backend is not in process.
 const NOT_IN_PROCESS = -1;
-const NO_ROOM = -2;
 
 /**
  * The answer to one check: the most restrictive rule's figures as the
@@ -58,8 +55,7 @@ const NO_ROOM = -2;
  */
 class Decision {
   #limiter;
-  #records;
-  #offset;
+  #record;
   #results;
   #headers;
   #problemJson;
@@ -75,13 +71,17 @@ class Decision {
     this.rule = rule < 0 ? null : names[rule];
     this.degraded = (flags & 2) !== 0;
     this.#limiter = limiter;
-    this.#records = records;
-    this.#offset = offset;
+    // A copy: a decision kept for long holds its own few numbers, not a
+    // buffer that others share.
+    const length = HEAD + PER_RULE * records[offset];
+    const record = new Array(length);
+    for (let i = 0; i < length; i++) record[i] = records[offset + i];
+    this.#record = record;
   }
 
   /** One result per applied rule, in policy order (shadow rules included). */
   get results() {
-    if (this.#results === undefined) this.#results = resultsOf.call(this.#limiter, this.#records, this.#offset);
+    if (this.#results === undefined) this.#results = resultsOf.call(this.#limiter, this.#record);
     return this.#results;
   }
 
@@ -91,7 +91,7 @@ class Decision {
 
   /** The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial). */
   get headers() {
-    if (this.#headers === undefined) this.#headers = headersOf.call(this.#limiter, this.#records, this.#offset);
+    if (this.#headers === undefined) this.#headers = headersOf.call(this.#limiter, this.#record);
     return this.#headers;
   }
 
@@ -102,7 +102,7 @@ class Decision {
   /** On a denial, an `application/problem+json` body naming the violated rules; `null` when allowed. */
   get problemJson() {
     if (this.#problemJson === undefined) {
-      this.#problemJson = problemJsonOf.call(this.#limiter, this.#records, this.#offset);
+      this.#problemJson = problemJsonOf.call(this.#limiter, this.#record);
     }
     return this.#problemJson;
   }
@@ -132,7 +132,7 @@ class Decision {
   }
 }
 
-/** A limiter's calls in progress: its pool of embedded records, or its queued Redis calls. */
+/** A limiter's calls in progress: its buffer for embedded records, or its queued Redis calls. */
 class Calls {
   constructor(limiter) {
     const backend = limiter.backend;
@@ -140,9 +140,9 @@ class Calls {
     this.names = limiter.policy.ruleNames;
     // A limiter closed before its first call answers in place too (with the error).
     this.inProcess = backend === 'memory' || backend === 'closed';
-    this.maxRecord = HEAD + PER_RULE * this.names.length;
-    // The pool embedded decision records go to; kept here, so alive, while current.
-    this.pool = null;
+    // Where embedded decisions are written (kept here, so alive, for the limiter's life).
+    this.scratch = new Float64Array(HEAD + PER_RULE * this.names.length);
+    setScratch(this.handle, this.scratch);
     this.resolves = [];
     this.rejects = [];
     this.scheduled = false;
@@ -189,30 +189,30 @@ function pack(attributes) {
   return text;
 }
 
+/** The `flags` argument of the fast paths: how many attributes `pack` packed, options given, peek. */
+function flagsOf(options, peek) {
+  return packedPairs * 4 + (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
+}
+
 function answerNow(limiter, calls, attributes, options, peek) {
   const text = pack(attributes);
-  const pairs = packedPairs;
-  let start;
+  let status;
   try {
-    start = checkNow(calls.handle, attributes, text, pairs, options, peek);
-    if (start === NO_ROOM) {
-      calls.pool = new Float64Array(Math.max(POOL_SIZE, calls.maxRecord));
-      setPool(calls.handle, calls.pool);
-      start = checkNow(calls.handle, attributes, text, pairs, options, peek);
-    }
+    status = checkNow(calls.handle, attributes, text, flagsOf(options, peek), options);
   } catch (err) {
     return Promise.reject(err);
   }
-  if (start === NOT_IN_PROCESS) {
+  if (status === NOT_IN_PROCESS) {
     calls.inProcess = false;
     return queue(limiter, calls, attributes, options, peek);
   }
-  return Promise.resolve(new Decision(limiter, calls.pool, start, calls.names));
+  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls.names));
 }
 
 function queue(limiter, calls, attributes, options, peek) {
   try {
-    enqueue(calls.handle, attributes, pack(attributes), packedPairs, options, peek);
+    const text = pack(attributes);
+    enqueue(calls.handle, attributes, text, flagsOf(options, peek), options);
   } catch (err) {
     return Promise.reject(err);
   }

@@ -28,13 +28,13 @@ use crate::errors::{js_error, panic_error};
 use crate::record;
 
 /// What the fast paths share with the `Limiter` class: the core limiter, the
-/// rule names that decision records refer to by index, the pool embedded
+/// rule names that decision records refer to by index, the buffer embedded
 /// decisions are written to, and the calls queued for the next `_flush`.
 pub(crate) struct Hot {
     pub limiter: throttlegate::Limiter,
     pub names: Arc<[throttlegate::RuleName]>,
     pub pending: RefCell<Vec<Job>>,
-    pool: Cell<Pool>,
+    scratch: Cell<Scratch>,
 }
 
 impl Hot {
@@ -43,24 +43,23 @@ impl Hot {
             limiter,
             names,
             pending: RefCell::new(Vec::new()),
-            pool: Cell::new(Pool {
+            scratch: Cell::new(Scratch {
                 data: ptr::null_mut(),
                 len: 0,
-                used: 0,
             }),
         }
     }
 }
 
-/// The Float64Array that embedded decision records are written to, one
-/// after the other: index.js holds it (and so keeps it alive) for as long as
-/// it is the current pool, and replaces it (`setPool`) when `checkNow` finds
-/// no room left.
+/// The Float64Array that an embedded decision record is written to (from
+/// its start; index.js copies it out at once). index.js holds it for the
+/// limiter's life, so it stays alive, and it is off the V8 heap (Node-API
+/// moves a typed array's data off the heap when asked for it), so it stays
+/// put.
 #[derive(Clone, Copy)]
-struct Pool {
+struct Scratch {
     data: *mut f64,
     len: usize,
-    used: usize,
 }
 
 /// A check or peek waiting for the next `_flush`.
@@ -204,12 +203,6 @@ fn u32_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Result<u32, Er
     Ok(n)
 }
 
-fn bool_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Result<bool, Error> {
-    let mut b = false;
-    check!(sys::napi_get_value_bool(env, v, &mut b), what);
-    Ok(b)
-}
-
 /// Bytes of a packed string read without allocating.
 const STACK: usize = 512;
 
@@ -218,14 +211,13 @@ const STACK: usize = 512;
 fn packed<'a>(
     env: sys::napi_env,
     text: sys::napi_value,
-    pairs: sys::napi_value,
+    pairs: usize,
     stack: &'a mut [MaybeUninit<u8>; STACK],
     heap: &'a mut Vec<u8>,
 ) -> Result<Option<&'a str>, Error> {
     if value_type(env, text)? != sys::ValueType::napi_string {
         return Ok(None);
     }
-    let pairs = u32_arg(env, pairs, "cannot read the attribute count")? as usize;
     let mut len = 0;
     check!(
         sys::napi_get_value_string_utf8(env, text, stack.as_mut_ptr().cast(), STACK, &mut len),
@@ -256,18 +248,30 @@ fn packed<'a>(
         .map_err(|_| internal("the packed attributes are not UTF-8"))
 }
 
-/// The arguments both fast paths start with:
-/// `(handle, attributes, packed, pairs, options, peek, ...)`.
+/// The arguments of both fast paths: `(handle, attributes, packed, flags,
+/// options)`, where `flags` is `4 * pairs + 2 * (options given) + (peek)`:
+/// one number, so one Node-API call, for what would be three arguments.
 struct Args {
     hot: Rc<Hot>,
     env: Env,
-    argv: [sys::napi_value; 8],
+    argv: [sys::napi_value; 5],
+    peek: bool,
+    has_options: bool,
+    pairs: usize,
 }
 
 impl Args {
-    fn options(&self, peek: bool) -> Result<CheckOptions, Error> {
+    /// The packed attributes, if index.js could pack them (see [`packed`]).
+    fn packed<'a>(&self, stack: &'a mut [MaybeUninit<u8>; STACK], heap: &'a mut Vec<u8>) -> Result<Option<&'a str>, Error> {
+        packed(self.env.raw(), self.argv[2], self.pairs, stack, heap)
+    }
+
+    fn options(&self) -> Result<CheckOptions, Error> {
+        if !self.has_options {
+            return Ok(CheckOptions::default());
+        }
         let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[4]) };
-        convert::check_options(&self.env, &options, !peek)
+        convert::check_options(&self.env, &options, !self.peek)
     }
 
     fn attributes_object(&self) -> Result<Attrs, Error> {
@@ -277,82 +281,77 @@ impl Args {
 }
 
 unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
-    let mut argc = 8;
-    let mut argv = [ptr::null_mut(); 8];
+    let mut argc = 5;
+    let mut argv = [ptr::null_mut(); 5];
     check!(
         sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
         "cannot read the arguments"
     );
-    if argc < 6 {
+    if argc < 4 {
         return Err(internal("too few arguments"));
     }
+    let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
     Ok(Args {
         hot: hot_of(env, argv[0])?,
         env: Env::from_raw(env),
         argv,
+        peek: flags & 1 != 0,
+        has_options: flags & 2 != 0,
+        pairs: (flags >> 2) as usize,
     })
 }
 
-/// `checkNow(handle, attributes, packed, pairs, options, peek)`: answer a
-/// check (or a peek) of the embedded backend in place, write its decision
-/// record into the current pool, and return where in the pool it starts.
-/// -1 when the backend is not in process (queue the call instead); -2, before
-/// anything else is done, when the pool has no room for a record (give a new
-/// one to `setPool`, then call again). Bad arguments and core errors are
-/// thrown, with `code`.
+/// `checkNow(handle, attributes, packed, flags, options)`: answer a check
+/// (or a peek) of the embedded backend in place, write its decision record
+/// at the start of the scratch buffer (see `setScratch`) and return 0; -1
+/// when the backend is not in process (queue the call instead). Bad
+/// arguments and core errors are thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let mut pool = a.hot.pool.get();
-    let start = pool.used;
-    let status = if start + record::HEAD + record::PER_RULE * a.hot.names.len() > pool.len {
-        -2
+    let mut stack = [MaybeUninit::uninit(); STACK];
+    let mut heap = Vec::new();
+    let text = a.packed(&mut stack, &mut heap)?;
+    let (from_text, from_object);
+    let attrs: &dyn Attributes = match text {
+        Some(t) => {
+            from_text = Packed(t);
+            &from_text
+        }
+        None => {
+            from_object = a.attributes_object()?;
+            &from_object
+        }
+    };
+    let opts = a.options()?;
+    let answer = if a.peek {
+        a.hot.limiter.peek_in_process(attrs, opts.cost)
     } else {
-        let peek = bool_arg(env, a.argv[5], "cannot read the call kind")?;
-        let mut stack = [MaybeUninit::uninit(); STACK];
-        let mut heap = Vec::new();
-        let text = packed(env, a.argv[2], a.argv[3], &mut stack, &mut heap)?;
-        let (from_text, from_object);
-        let attrs: &dyn Attributes = match text {
-            Some(t) => {
-                from_text = Packed(t);
-                &from_text
+        a.hot.limiter.check_in_process(attrs, &opts)
+    };
+    let status = match answer {
+        None => -1,
+        Some(answer) => {
+            let d = answer?;
+            let scratch = a.hot.scratch.get();
+            let len = record::len(&d);
+            if len > scratch.len {
+                return Err(internal("no room for the decision record"));
             }
-            None => {
-                from_object = a.attributes_object()?;
-                &from_object
-            }
-        };
-        let opts = a.options(peek)?;
-        let answer = if peek {
-            a.hot.limiter.peek_in_process(attrs, opts.cost)
-        } else {
-            a.hot.limiter.check_in_process(attrs, &opts)
-        };
-        match answer {
-            None => -1,
-            Some(answer) => {
-                let d = answer?;
-                let end = start + record::len(&d);
-                // SAFETY: the current pool is a live Float64Array of `len`
-                // numbers (see `Pool`), not read by JavaScript while this runs;
-                // `end` is within it, as every decision of this limiter's
-                // policy fits in the room checked above.
-                let out = unsafe { std::slice::from_raw_parts_mut(pool.data.add(start), end - start) };
-                record::write(out, &d, &a.hot.names);
-                pool.used = end;
-                a.hot.pool.set(pool);
-                start as i32
-            }
+            // SAFETY: a live Float64Array of `scratch.len` numbers (see
+            // `Scratch`), not read by JavaScript while this runs.
+            let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, len) };
+            record::write(out, &d, &a.hot.names);
+            0
         }
     };
     let mut out = ptr::null_mut();
-    check!(sys::napi_create_int32(env, status, &mut out), "cannot return the record start");
+    check!(sys::napi_create_int32(env, status, &mut out), "cannot return the status");
     Ok(out)
 }
 
-/// `setPool(handle, pool)`: make the Float64Array `pool` the one embedded
-/// decision records are written to, from its start.
-fn set_pool(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+/// `setScratch(handle, scratch)`: the Float64Array, with room for any
+/// decision of the limiter's policy, that `checkNow` writes to.
+fn set_scratch(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let mut argc = 2;
     let mut argv = [ptr::null_mut(); 2];
     check!(
@@ -365,35 +364,33 @@ fn set_pool(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::na
     let mut data = ptr::null_mut();
     check!(
         sys::napi_get_typedarray_info(env, argv[1], &mut kind, &mut len, &mut data, ptr::null_mut(), ptr::null_mut()),
-        "cannot read the record pool"
+        "cannot read the scratch buffer"
     );
     if kind != sys::TypedarrayType::float64_array || data.is_null() {
-        return Err(internal("the record pool is not a Float64Array"));
+        return Err(internal("the scratch buffer is not a Float64Array"));
     }
-    hot.pool.set(Pool {
+    hot.scratch.set(Scratch {
         data: data.cast(),
         len,
-        used: 0,
     });
     let mut out = ptr::null_mut();
     check!(sys::napi_get_undefined(env, &mut out), "cannot return");
     Ok(out)
 }
 
-/// `enqueue(handle, attributes, packed, pairs, options, peek)`: queue a check
+/// `enqueue(handle, attributes, packed, flags, options)`: queue a check
 /// (or a peek) for the next `_flush`. Bad arguments are thrown at once, with
 /// `code`, and queue nothing.
 fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let peek = bool_arg(env, a.argv[5], "cannot read the call kind")?;
     let mut stack = [MaybeUninit::uninit(); STACK];
     let mut heap = Vec::new();
-    let attrs = match packed(env, a.argv[2], a.argv[3], &mut stack, &mut heap)? {
+    let attrs = match a.packed(&mut stack, &mut heap)? {
         Some(t) => OwnedAttrs::Packed(t.to_owned()),
         None => OwnedAttrs::Pairs(a.attributes_object()?),
     };
-    let opts = a.options(peek)?;
-    a.hot.pending.borrow_mut().push(Job { attrs, opts, peek });
+    let opts = a.options()?;
+    a.hot.pending.borrow_mut().push(Job { attrs, opts, peek: a.peek });
     let mut out = ptr::null_mut();
     check!(sys::napi_get_undefined(env, &mut out), "cannot return");
     Ok(out)
@@ -421,21 +418,21 @@ unsafe extern "C" fn check_now_cb(env: sys::napi_env, info: sys::napi_callback_i
     unsafe { callback(env, info, check_now) }
 }
 
-unsafe extern "C" fn set_pool_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    unsafe { callback(env, info, set_pool) }
+unsafe extern "C" fn set_scratch_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    unsafe { callback(env, info, set_scratch) }
 }
 
 unsafe extern "C" fn enqueue_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     unsafe { callback(env, info, enqueue) }
 }
 
-/// `{ checkNow, setPool, enqueue }`, the fast paths as JavaScript functions.
+/// `{ checkNow, setScratch, enqueue }`, the fast paths as JavaScript functions.
 pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
     let entries: [(&std::ffi::CStr, sys::napi_callback); 3] = [
         (c"checkNow", Some(check_now_cb)),
-        (c"setPool", Some(set_pool_cb)),
+        (c"setScratch", Some(set_scratch_cb)),
         (c"enqueue", Some(enqueue_cb)),
     ];
     for (name, cb) in entries {

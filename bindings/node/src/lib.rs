@@ -375,7 +375,7 @@ impl Drop for Limiter {
     }
 }
 
-/// `{ checkNow, setPool, enqueue }`: the per-call entry points of `check` and `peek`
+/// `{ checkNow, setScratch, enqueue }`: the per-call entry points of `check` and `peek`
 /// (see `fast`), as plain functions.
 #[napi(js_name = "_hotPaths", skip_typescript)]
 pub fn hot_paths(env: &Env) -> Result<Unknown<'_>> {
@@ -620,29 +620,29 @@ impl Limiter {
         )
     }
 
-    /// The decision whose record starts at `offset` of `records`, as the core built it.
-    fn rebuilt(&self, records: &[f64], offset: u32) -> CoreResult<throttlegate::Decision> {
-        let rec = records.get(offset as usize..).unwrap_or(&[]);
-        record::rebuild(rec, &self.hot.names)
+    /// The decision of a record, as the core built it.
+    fn rebuilt(&self, record: &[f64]) -> CoreResult<throttlegate::Decision> {
+        record::rebuild(record, &self.hot.names)
     }
 
-    /// The per-rule results of a decision record (a decision's `results`, on first use).
+    /// The per-rule results of a decision record, given as an array of
+    /// numbers (a decision's `results`, on first use).
     #[napi(js_name = "_results", skip_typescript, enumerable = false)]
-    pub fn results_of(&self, records: Float64ArraySlice<'_>, offset: u32) -> Result<Vec<RuleResult>, Code> {
-        guard(|| Ok(rule_results(&self.rebuilt(&records, offset)?)))
+    pub fn results_of(&self, record: Vec<f64>) -> Result<Vec<RuleResult>, Code> {
+        guard(|| Ok(rule_results(&self.rebuilt(&record)?)))
     }
 
     /// The core's headers for a decision record (a decision's `headers`, on first use).
     #[napi(js_name = "_headers", skip_typescript, enumerable = false)]
-    pub fn headers_of(&self, records: Float64ArraySlice<'_>, offset: u32) -> Result<IndexMap<String, String>, Code> {
-        guard(|| Ok(headers(&self.rebuilt(&records, offset)?, self.legacy)))
+    pub fn headers_of(&self, record: Vec<f64>) -> Result<IndexMap<String, String>, Code> {
+        guard(|| Ok(headers(&self.rebuilt(&record)?, self.legacy)))
     }
 
     /// The core's problem+json body for a decision record, `null` when
     /// allowed (a decision's `problemJson`, on first use).
     #[napi(js_name = "_problemJson", skip_typescript, enumerable = false)]
-    pub fn problem_json_of(&self, records: Float64ArraySlice<'_>, offset: u32) -> Result<Either<String, Null>, Code> {
-        guard(|| Ok(problem_json(&self.rebuilt(&records, offset)?)))
+    pub fn problem_json_of(&self, record: Vec<f64>) -> Result<Either<String, Null>, Code> {
+        guard(|| Ok(problem_json(&self.rebuilt(&record)?)))
     }
 
     /// Forget the state of every rule that applies to these attributes (to
