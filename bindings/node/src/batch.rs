@@ -128,7 +128,9 @@ impl<F: Future> Future for JoinOrdered<F> {
             .map(|s| match std::mem::replace(s, Slot::Taken) {
                 Slot::Done(v) => v,
                 // `left` reached 0: every slot is done, and taken only here, once.
-                Slot::Running(..) | Slot::Taken => unreachable!("a finished batch has every output"),
+                Slot::Running(..) | Slot::Taken => {
+                    unreachable!("a finished batch has every output")
+                }
             })
             .collect();
         Poll::Ready(out)
@@ -165,15 +167,17 @@ mod tests {
             .enable_time()
             .build()
             .unwrap();
-        let futs = (0..64u64).map(|i| {
-            let polls = polls.clone();
-            let mut sleep = Box::pin(tokio::time::sleep(Duration::from_millis(1 + i % 5)));
-            std::future::poll_fn(move |cx| {
-                polls.fetch_add(1, Ordering::Relaxed);
-                sleep.as_mut().poll(cx)
-            })
+        rt.block_on(async {
+            let futs = (0..64u64).map(|i| {
+                let polls = polls.clone();
+                let mut sleep = Box::pin(tokio::time::sleep(Duration::from_millis(1 + i % 5)));
+                std::future::poll_fn(move |cx| {
+                    polls.fetch_add(1, Ordering::Relaxed);
+                    sleep.as_mut().poll(cx)
+                })
+            });
+            JoinOrdered::new(futs).await
         });
-        rt.block_on(JoinOrdered::new(futs));
         // Once to start, once when its timer fires (a spurious wake-up at most).
         assert!(polls.load(Ordering::Relaxed) <= 64 * 3, "{polls:?}");
     }

@@ -95,7 +95,12 @@ impl Attributes for Packed<'_> {
 
 fn packed_get<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let bytes = text.as_bytes();
-    let field_end = |from: usize| from + bytes[from..].iter().position(|&b| b == 0).unwrap_or(bytes.len() - from);
+    let field_end = |from: usize| {
+        from + bytes[from..]
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(bytes.len() - from)
+    };
     let mut at = 0;
     while at < bytes.len() {
         let name_end = field_end(at);
@@ -179,21 +184,31 @@ pub(crate) fn unregister(handle: f64) {
 /// The state behind a handle made by [`register`].
 fn hot_of(env: sys::napi_env, v: sys::napi_value) -> Result<Rc<Hot>, Error> {
     let mut handle = -1i64;
-    check!(sys::napi_get_value_int64(env, v, &mut handle), "not a limiter handle");
-    let handle = u64::try_from(handle).map_err(|_| internal("not a limiter handle"))?;
+    check!(
+        sys::napi_get_value_int64(env, v, &mut handle),
+        "not a limiter handle"
+    );
+    u64::try_from(handle)
+        .ok()
+        .and_then(lookup)
+        .ok_or_else(|| internal("not a limiter handle"))
+}
+
+fn lookup(handle: u64) -> Option<Rc<Hot>> {
     let index = (handle & ((1 << SLOT_BITS) - 1)) as usize;
     let generation = (handle >> SLOT_BITS) as u32;
-    HANDLES
-        .with(|h| match h.borrow().slots.get(index) {
-            Some((g, Some(hot))) if *g == generation => Some(hot.clone()),
-            _ => None,
-        })
-        .ok_or_else(|| internal("not a limiter handle"))
+    HANDLES.with(|h| match h.borrow().slots.get(index) {
+        Some((g, Some(hot))) if *g == generation => Some(hot.clone()),
+        _ => None,
+    })
 }
 
 fn value_type(env: sys::napi_env, v: sys::napi_value) -> Result<i32, Error> {
     let mut t = 0;
-    check!(sys::napi_typeof(env, v, &mut t), "cannot read a value's type");
+    check!(
+        sys::napi_typeof(env, v, &mut t),
+        "cannot read a value's type"
+    );
     Ok(t)
 }
 
@@ -262,7 +277,11 @@ struct Args {
 
 impl Args {
     /// The packed attributes, if index.js could pack them (see [`packed`]).
-    fn packed<'a>(&self, stack: &'a mut [MaybeUninit<u8>; STACK], heap: &'a mut Vec<u8>) -> Result<Option<&'a str>, Error> {
+    fn packed<'a>(
+        &self,
+        stack: &'a mut [MaybeUninit<u8>; STACK],
+        heap: &'a mut Vec<u8>,
+    ) -> Result<Option<&'a str>, Error> {
         packed(self.env.raw(), self.argv[2], self.pairs, stack, heap)
     }
 
@@ -284,7 +303,14 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
     let mut argc = 5;
     let mut argv = [ptr::null_mut(); 5];
     check!(
-        sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
+        sys::napi_get_cb_info(
+            env,
+            info,
+            &mut argc,
+            argv.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut()
+        ),
         "cannot read the arguments"
     );
     if argc < 4 {
@@ -345,17 +371,30 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
         }
     };
     let mut out = ptr::null_mut();
-    check!(sys::napi_create_int32(env, status, &mut out), "cannot return the status");
+    check!(
+        sys::napi_create_int32(env, status, &mut out),
+        "cannot return the status"
+    );
     Ok(out)
 }
 
 /// `setScratch(handle, scratch)`: the Float64Array, with room for any
 /// decision of the limiter's policy, that `checkNow` writes to.
-fn set_scratch(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+fn set_scratch(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<sys::napi_value, Error> {
     let mut argc = 2;
     let mut argv = [ptr::null_mut(); 2];
     check!(
-        sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), ptr::null_mut()),
+        sys::napi_get_cb_info(
+            env,
+            info,
+            &mut argc,
+            argv.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut()
+        ),
         "cannot read the arguments"
     );
     let hot = hot_of(env, argv[0])?;
@@ -363,7 +402,15 @@ fn set_scratch(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys:
     let mut len = 0;
     let mut data = ptr::null_mut();
     check!(
-        sys::napi_get_typedarray_info(env, argv[1], &mut kind, &mut len, &mut data, ptr::null_mut(), ptr::null_mut()),
+        sys::napi_get_typedarray_info(
+            env,
+            argv[1],
+            &mut kind,
+            &mut len,
+            &mut data,
+            ptr::null_mut(),
+            ptr::null_mut()
+        ),
         "cannot read the scratch buffer"
     );
     if kind != sys::TypedarrayType::float64_array || data.is_null() {
@@ -390,7 +437,11 @@ fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::nap
         None => OwnedAttrs::Pairs(a.attributes_object()?),
     };
     let opts = a.options()?;
-    a.hot.pending.borrow_mut().push(Job { attrs, opts, peek: a.peek });
+    a.hot.pending.borrow_mut().push(Job {
+        attrs,
+        opts,
+        peek: a.peek,
+    });
     let mut out = ptr::null_mut();
     check!(sys::napi_get_undefined(env, &mut out), "cannot return");
     Ok(out)
@@ -414,15 +465,24 @@ unsafe fn callback(
     ptr::null_mut()
 }
 
-unsafe extern "C" fn check_now_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+unsafe extern "C" fn check_now_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
     unsafe { callback(env, info, check_now) }
 }
 
-unsafe extern "C" fn set_scratch_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+unsafe extern "C" fn set_scratch_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
     unsafe { callback(env, info, set_scratch) }
 }
 
-unsafe extern "C" fn enqueue_cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+unsafe extern "C" fn enqueue_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
     unsafe { callback(env, info, enqueue) }
 }
 
@@ -438,7 +498,14 @@ pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_val
     for (name, cb) in entries {
         let mut f = ptr::null_mut();
         napi::check_status!(unsafe {
-            sys::napi_create_function(env, name.as_ptr(), name.to_bytes().len() as isize, cb, ptr::null_mut(), &mut f)
+            sys::napi_create_function(
+                env,
+                name.as_ptr(),
+                name.to_bytes().len() as isize,
+                cb,
+                ptr::null_mut(),
+                &mut f,
+            )
         })?;
         napi::check_status!(unsafe { sys::napi_set_named_property(env, out, name.as_ptr(), f) })?;
     }
@@ -448,6 +515,41 @@ pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_val
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hot() -> Rc<Hot> {
+        let policy = throttlegate::Policy::from_str_any(
+            r#"{"rules": [{"name": "a", "key": "ip:{ip}", "limit": 1, "window": "1m"}]}"#,
+        )
+        .unwrap();
+        let names: Arc<[throttlegate::RuleName]> = vec![throttlegate::RuleName::new("a")].into();
+        Rc::new(Hot::new(throttlegate::Limiter::in_memory(policy), names))
+    }
+
+    #[test]
+    fn handles_name_their_limiter_until_it_is_dropped_and_never_after() {
+        let (a, b) = (hot(), hot());
+        let ha = register(a.clone());
+        let hb = register(b.clone());
+        assert!(Rc::ptr_eq(&lookup(ha as u64).unwrap(), &a));
+        assert!(Rc::ptr_eq(&lookup(hb as u64).unwrap(), &b));
+        unregister(ha);
+        assert!(lookup(ha as u64).is_none());
+        // the slot is reused, under a new generation: the stale handle stays dead
+        let c = hot();
+        let hc = register(c.clone());
+        assert_ne!(hc, ha);
+        assert_eq!(
+            hc as u64 & ((1 << SLOT_BITS) - 1),
+            ha as u64 & ((1 << SLOT_BITS) - 1)
+        );
+        assert!(lookup(ha as u64).is_none());
+        assert!(Rc::ptr_eq(&lookup(hc as u64).unwrap(), &c));
+        assert!(lookup(u64::MAX).is_none());
+        unregister(hb);
+        unregister(hc);
+        unregister(hc);
+        assert!(lookup(hb as u64).is_none());
+    }
 
     #[test]
     fn packed_attributes_read_like_pairs() {

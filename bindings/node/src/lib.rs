@@ -399,9 +399,18 @@ impl ToNapiValue for BatchOut {
         let mut buffer = ptr::null_mut();
         let mut records = ptr::null_mut();
         unsafe {
-            napi::check_status!(sys::napi_create_arraybuffer(env, bytes, &mut data, &mut buffer))?;
+            napi::check_status!(sys::napi_create_arraybuffer(
+                env,
+                bytes,
+                &mut data,
+                &mut buffer
+            ))?;
             if bytes > 0 {
-                ptr::copy_nonoverlapping(val.records.as_ptr().cast::<u8>(), data.cast::<u8>(), bytes);
+                ptr::copy_nonoverlapping(
+                    val.records.as_ptr().cast::<u8>(),
+                    data.cast::<u8>(),
+                    bytes,
+                );
             }
             napi::check_status!(sys::napi_create_typedarray(
                 env,
@@ -433,7 +442,10 @@ impl ToNapiValue for BatchOut {
 }
 
 /// The records of a batch's outcomes, in call order.
-fn encode(outcomes: Vec<CoreResult<throttlegate::Decision>>, names: &[throttlegate::RuleName]) -> BatchOut {
+fn encode(
+    outcomes: Vec<CoreResult<throttlegate::Decision>>,
+    names: &[throttlegate::RuleName],
+) -> BatchOut {
     let size = outcomes
         .iter()
         .map(|o| o.as_ref().map_or(1, record::len))

@@ -84,7 +84,9 @@ pub(crate) fn write(out: &mut [f64], d: &Decision, names: &[RuleName]) {
 fn bad(what: &str) -> Error {
     Error::new(
         ErrorKind::Internal,
-        format!("internal error in throttlegate (please report it): malformed decision record ({what})"),
+        format!(
+            "internal error in throttlegate (please report it): malformed decision record ({what})"
+        ),
     )
 }
 
@@ -112,7 +114,9 @@ pub(crate) fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error
     if n > names.len() {
         return Err(bad("result count"));
     }
-    let rules = rec.get(HEAD..HEAD + n * PER_RULE).ok_or_else(|| bad("too short"))?;
+    let rules = rec
+        .get(HEAD..HEAD + n * PER_RULE)
+        .ok_or_else(|| bad("too short"))?;
     let flags = count(head[1], "flags")?;
     let results = rules
         .chunks_exact(PER_RULE)
@@ -173,7 +177,10 @@ mod tests {
         let cases = vec![
             Decision::from_results(vec![rule("a", true, false, 3, 0)], false),
             Decision::from_results(
-                vec![rule("a", true, false, 3, 0), rule("c", false, false, 0, 1_500_001)],
+                vec![
+                    rule("a", true, false, 3, 0),
+                    rule("c", false, false, 0, 1_500_001),
+                ],
                 false,
             ),
             Decision::from_results(vec![rule("b", false, true, 0, 7)], true),
@@ -192,7 +199,20 @@ mod tests {
         let d = Decision::from_results(vec![rule("b", false, false, 0, 1_500_001)], false);
         let mut buf = vec![0.0; len(&d)];
         write(&mut buf, &d, &names);
-        assert_eq!(&buf[..HEAD], &[1.0, 0.0, 10.0, 0.0, 1501.0, 60_000.0, 1.0, 1_500_001.0, 59_999_001.0]);
+        assert_eq!(
+            &buf[..HEAD],
+            &[
+                1.0,
+                0.0,
+                10.0,
+                0.0,
+                1501.0,
+                60_000.0,
+                1.0,
+                1_500_001.0,
+                59_999_001.0
+            ]
+        );
     }
 
     #[test]

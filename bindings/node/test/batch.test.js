@@ -1,0 +1,332 @@
+// The fast paths of check and peek: calls of one tick batched for Redis and
+// settled each on its own, embedded calls answered in place, attributes
+// packed into one string, and decisions whose results, headers and problem
+// body are built by the core when first read. Every decision is compared
+// with the one the per-call reference path (`_checkEager`, one eager object
+// per call) gives for the same state, on the embedded backend and on a real
+// Redis.
+'use strict';
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { Limiter, ManualClock } = require('throttlegate');
+const { startRedis, freePort, freshPrefix } = require('./helpers.js');
+
+const START = 1_000_000_000_000;
+const POLICY = {
+  rules: [
+    { name: 'per-ip', key: 'ip:{ip}', limit: 3, window: '1m' },
+    { name: 'per-key', key: 'key:{api_key}', algorithm: 'token_bucket', capacity: 2, refill_rate: 0.5 },
+    { name: 'watch', key: 'ip:{ip}', limit: 2, window: '10s', shadow: true },
+    { name: 'admin', key: 'route:{route}', limit: 2, window: '1s', match: { route: ['/admin'] } },
+  ],
+};
+const FIELDS = [
+  'allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'results', 'degraded', 'headers', 'problemJson',
+];
+
+/** The outcome of a settled call, comparable across paths: the decision's fields, or the error's code and message. */
+function outcome(settled) {
+  if (settled.status === 'rejected') {
+    const e = settled.reason;
+    assert.ok(e instanceof Error, `not an Error: ${e}`);
+    return { code: e.code, message: e.message };
+  }
+  const d = settled.value;
+  return typeof d.toJSON === 'function' ? d.toJSON() : d;
+}
+
+/** Every operation of `steps` against `limiter`, issued one tick at a time or all in one tick. */
+async function play(limiter, steps, clock, { eager = false, oneTick = false } = {}) {
+  const call = (s) => {
+    if (s.advance) {
+      clock.advance(s.advance);
+      return null;
+    }
+    const fn = eager ? (s.peek ? limiter._peekEager : limiter._checkEager) : s.peek ? limiter.peek : limiter.check;
+    return fn.call(limiter, s.attrs, s.options);
+  };
+  if (oneTick) return (await Promise.allSettled(steps.map(call).filter((p) => p !== null))).map(outcome);
+  const out = [];
+  for (const s of steps) {
+    const p = call(s);
+    if (p !== null) out.push(outcome((await Promise.allSettled([p]))[0]));
+  }
+  return out;
+}
+
+const STEPS = [
+  { attrs: { ip: '203.0.113.7', api_key: 'k1' } },
+  { attrs: { ip: '203.0.113.7', api_key: 'k1' }, peek: true },
+  { attrs: { ip: '203.0.113.7', api_key: 'k1' } },
+  { attrs: { ip: '203.0.113.7', api_key: 'k1' }, options: { cost: 2 } },
+  { attrs: { ip: '203.0.113.7' } },
+  { attrs: { ip: '203.0.113.7' } },
+  { advance: 1500.25 },
+  { attrs: { ip: '203.0.113.7', api_key: 'k1', route: '/admin' } },
+  { attrs: { ip: '198.51.100.1', route: '/admin' }, options: { cost: 2, callId: 'req-1' } },
+  { attrs: { ip: '198.51.100.1', route: '/admin' }, options: { cost: 2, callId: 'req-1' } },
+  { attrs: { ip: '198.51.100.1', route: '/admin' } },
+  { attrs: { route: '/' } },
+  { attrs: {} },
+  { attrs: { ip: '203.0.113.7', api_key: null, tenant: undefined } },
+  { attrs: { ip: 7 } },
+  { attrs: 'ip' },
+  { attrs: ['ip'] },
+  { attrs: null },
+  { attrs: { ip: 'x' }, options: { cost: 0 } },
+  { attrs: { ip: 'x' }, options: { cost: 4 } },
+  { attrs: { ip: 'x' }, options: { cost: '1' } },
+  { attrs: { ip: 'x' }, options: { callId: 'has space' } },
+  { attrs: { ip: 'x' }, options: { colour: 'red' } },
+  { attrs: { ip: 'x' }, options: { callId: 'x' }, peek: true },
+  { attrs: { ip: 'x' }, options: 5 },
+  { advance: 60_000 },
+  { attrs: { ip: '203.0.113.7', api_key: 'k1' }, options: { cost: 3 } },
+  { attrs: { ip: '203.0.113.7', api_key: 'k1' } },
+];
+
+function limiterPair(url, extra = {}) {
+  const clock = new ManualClock(START);
+  const make = () => new Limiter(POLICY, { url, clock, keyPrefix: freshPrefix('b'), timeout: 5000, ...extra });
+  return { clock, fast: make(), eager: make() };
+}
+
+async function sameAsEager(url, extra) {
+  const { clock, fast, eager } = limiterPair(url, extra);
+  try {
+    // one clock drives both: play the fast limiter, rewind, play the reference
+    const got = await play(fast, STEPS, clock);
+    clock.set(START);
+    const want = await play(eager, STEPS, clock, { eager: true });
+    assert.equal(got.length, want.length);
+    for (let i = 0; i < got.length; i++) assert.deepEqual(got[i], want[i], `call ${i}`);
+    // denials, shadow rules, buckets, unlimited decisions and errors all came up
+    assert.ok(got.some((o) => o.allowed === false && o.problemJson));
+    assert.ok(got.some((o) => o.results && o.results.some((r) => r.shadow && !r.allowed)));
+    assert.ok(got.some((o) => o.rule === null && o.allowed));
+    assert.ok(got.some((o) => o.code === 'invalid_argument'));
+  } finally {
+    await Promise.all([fast.close(), eager.close()]);
+  }
+}
+
+/** Attributes that the packed form cannot carry as they are, or that read oddly. */
+function oddAttributes() {
+  const withGetter = {};
+  Object.defineProperty(withGetter, 'ip', { enumerable: true, get: () => 'from-getter' });
+  const inherited = Object.create({ ip: 'inherited' });
+  inherited.api_key = 'own';
+  return [
+    { ip: 'a\u0000b' },
+    { 'i\u0000p': 'x', ip: 'nul-in-a-name' },
+    { ip: 'é✓😀' },
+    { ip: '\ud800lone' },
+    { ip: '' },
+    { ip: 'x'.repeat(5000) },
+    { 7: 'seven', ip: 'numeric-name' },
+    withGetter,
+    inherited,
+    Object.assign(Object.create(null), { ip: 'no-prototype' }),
+    new Map([['ip', 'a-map']]),
+  ];
+}
+
+async function oddAttributesKeepTheirKeys(url) {
+  const limiter = new Limiter(
+    { rules: [{ name: 'one', key: 'ip:{ip}', limit: 1, window: '1h' }, { name: 'k', key: 'key:{api_key}', limit: 1, window: '1h' }] },
+    { url, keyPrefix: freshPrefix('o'), timeout: 5000 },
+  );
+  try {
+    for (const attrs of oddAttributes()) {
+      const first = await limiter.check(attrs);
+      // the reference path reads the object itself: it must find the same keys
+      const again = await limiter._checkEager(attrs);
+      if (first.rule === null) {
+        assert.equal(again.rule, null, JSON.stringify(attrs));
+        continue;
+      }
+      assert.equal(first.allowed, true, JSON.stringify(attrs));
+      assert.equal(again.allowed, false, JSON.stringify(attrs));
+      assert.equal(await limiter.reset(attrs), limiter.keys(attrs).length);
+    }
+  } finally {
+    await limiter.close();
+  }
+}
+
+describe('decisions', () => {
+  it('serialise every field, in order, with JSON.stringify and toJSON', async () => {
+    const limiter = new Limiter(POLICY, { clock: new ManualClock(START), legacyHeaders: true });
+    const d = await limiter.check({ ip: '192.0.2.1', api_key: 'k' }, { cost: 2 });
+    const json = JSON.parse(JSON.stringify(d));
+    assert.deepEqual(Object.keys(json), FIELDS);
+    assert.deepEqual(json, d.toJSON());
+    assert.deepEqual(json.headers, {
+      'RateLimit-Limit': '2',
+      'RateLimit-Remaining': '0',
+      'RateLimit-Reset': '4',
+      'RateLimit-Policy': '"per-ip";q=3;w=60, "per-key";q=2;w=4',
+      RateLimit: '"per-ip";r=1;t=60, "per-key";r=0;t=4',
+      'X-RateLimit-Limit': '2',
+      'X-RateLimit-Remaining': '0',
+      'X-RateLimit-Reset': '4',
+    });
+    assert.deepEqual(json.results.map((r) => r.rule), ['per-ip', 'per-key', 'watch']);
+    assert.equal(json.problemJson, null);
+    // the headline fields are plain properties; the lazy ones are made once and kept
+    assert.deepEqual(Object.keys(d), ['allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'degraded']);
+    assert.equal(d.headers, d.headers);
+    assert.equal(d.results, d.results);
+    for (const field of FIELDS) assert.ok(field in d, field);
+    assert.match(require('node:util').inspect(d), /RateLimit-Policy/);
+    // and can be replaced, as plain properties could
+    d.headers = { 'X-Own': '1' };
+    assert.deepEqual(d.toJSON().headers, { 'X-Own': '1' });
+  });
+
+  it('keep their own numbers while many more decisions are made', async () => {
+    const limiter = new Limiter(POLICY, { clock: new ManualClock(START) });
+    const first = await limiter.check({ ip: '192.0.2.9', api_key: 'k' });
+    const want = await new Limiter(POLICY, { clock: new ManualClock(START) })._checkEager({ ip: '192.0.2.9', api_key: 'k' });
+    for (let i = 0; i < 5000; i++) await limiter.check({ ip: `10.0.${i >> 8}.${i & 255}` });
+    // nothing lazy was read before: the numbers behind it were its own
+    assert.deepEqual(first.toJSON(), want);
+  });
+});
+
+describe('embedded backend, answered in place', () => {
+  it('gives the decisions and errors of the per-call path', async () => {
+    await sameAsEager(undefined);
+    await sameAsEager(undefined, { legacyHeaders: true, keySecret: 's3cret' });
+  });
+
+  it('gives the same outcomes when every call is issued in one tick', async () => {
+    const { clock, fast, eager } = limiterPair(undefined);
+    const steps = STEPS.filter((s) => !s.advance);
+    const got = await play(fast, steps, clock, { oneTick: true });
+    const want = await play(eager, steps, clock, { eager: true });
+    assert.deepEqual(got, want);
+  });
+
+  it('reads attributes the packed form cannot carry from the object itself', async () => {
+    await oddAttributesKeepTheirKeys(undefined);
+  });
+
+  it('answers a limiter closed before its first call with code closed', async () => {
+    const limiter = new Limiter(POLICY);
+    await limiter.close();
+    await assert.rejects(limiter.check({ ip: 'a' }), { code: 'closed', message: 'the limiter is closed' });
+    await assert.rejects(limiter.peek({ ip: 'a' }), { code: 'closed' });
+  });
+});
+
+describe('redis backend, calls of one tick batched', () => {
+  let redis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    if (redis) await redis.stop();
+  });
+
+  it('gives the decisions and errors of the per-call path', async () => {
+    await sameAsEager(redis.url);
+    await sameAsEager(redis.url, { legacyHeaders: true });
+  });
+
+  it('settles each call of a tick on its own: mixed arguments, kinds and outcomes', async () => {
+    const limiter = new Limiter(POLICY, { url: redis.url, keyPrefix: freshPrefix('t'), timeout: 5000 });
+    const reference = new Limiter(POLICY); // error messages are the same on every backend
+    try {
+      const mixed = [
+        ['check', { ip: 'a' }],
+        ['check', { ip: 7 }],
+        ['check', { ip: 'a' }, { cost: 0 }],
+        ['check', { ip: 'a' }, { cost: 50 }],
+        ['check', { ip: 'a' }, { callId: 'bad id!' }],
+        ['peek', { ip: 'a' }],
+        ['check', { ip: 'a' }],
+        ['peek', { ip: 'a' }, { callId: 'x' }],
+        ['check', { ip: 'a' }],
+        ['check', undefined],
+        ['check', { route: '/' }],
+        ['check', { ip: 'a' }],
+        ['check', { ip: 'b' }, { cost: 2 }],
+        ['check', { ip: 'b' }, { cost: 2 }],
+      ];
+      const issue = (l, eager) =>
+        mixed.map(([op, attrs, options]) => {
+          const fn = eager ? (op === 'peek' ? l._peekEager : l._checkEager) : l[op];
+          return fn.call(l, attrs, options);
+        });
+      const got = (await Promise.allSettled(issue(limiter, false))).map(outcome);
+      const errors = (await Promise.allSettled(issue(reference, true))).map(outcome);
+      for (const i of [1, 2, 3, 4, 7, 9]) {
+        assert.ok(got[i].code, `call ${i} should fail`);
+        assert.deepEqual(got[i], errors[i], `call ${i}`);
+      }
+      // four checks of cost 1 on `a` against a limit of 3: three admitted, one denied
+      const onA = [0, 6, 8, 11].map((i) => got[i]);
+      assert.equal(onA.filter((d) => d.allowed).length, 3);
+      const denied = onA.find((d) => !d.allowed);
+      assert.equal(denied.rule, 'per-ip');
+      assert.ok(denied.headers['Retry-After']);
+      assert.deepEqual(JSON.parse(denied.problemJson).violated_rules, ['per-ip']);
+      assert.equal(typeof got[5].allowed, 'boolean');
+      assert.equal(got[10].rule, null);
+      // twice cost 2 on `b` against 3: whichever ran first took what the other needed
+      assert.equal([got[12], got[13]].filter((d) => d.allowed).length, 1);
+      // the failed calls consumed nothing: `a` is full, `b` too
+      assert.equal((await limiter.peek({ ip: 'a' })).allowed, false);
+      assert.equal(await limiter.reset({ ip: 'a' }), limiter.keys({ ip: 'a' }).length);
+      assert.equal((await limiter.check({ ip: 'a' }, { cost: 2 })).remaining, 1);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('admits exactly the limit from hundreds of calls issued in one tick', async () => {
+    const limiter = new Limiter(POLICY, { url: redis.url, keyPrefix: freshPrefix('h'), timeout: 10000 });
+    try {
+      const all = await Promise.all(Array.from({ length: 300 }, (_, i) => limiter.check({ ip: `c${i % 10}` })));
+      assert.equal(all.filter((d) => d.allowed).length, 30);
+      const stats = limiter.stats();
+      assert.equal(stats.calls, 300);
+      assert.equal(stats.allowed, 30);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('reads attributes the packed form cannot carry from the object itself', async () => {
+    await oddAttributesKeepTheirKeys(redis.url);
+  });
+
+  it('rejects with code closed the calls queued when the limiter closes', async () => {
+    const limiter = new Limiter(POLICY, { url: redis.url, keyPrefix: freshPrefix('c'), timeout: 5000 });
+    await limiter.ping();
+    const queued = [limiter.check({ ip: 'a' }), limiter.peek({ ip: 'a' })];
+    const closing = limiter.close();
+    for (const r of await Promise.allSettled(queued)) {
+      assert.equal(r.status, 'rejected');
+      assert.equal(r.reason.code, 'closed');
+    }
+    await closing;
+  });
+
+  it('fails or degrades each call of a tick when Redis cannot be reached', async () => {
+    const url = `redis://127.0.0.1:${await freePort()}`;
+    const error = new Limiter(POLICY, { url, timeout: 2000, onBackendError: 'error' });
+    const calls = await Promise.allSettled(Array.from({ length: 5 }, () => error.check({ ip: 'a' })));
+    assert.deepEqual(calls.map((r) => r.reason && r.reason.code), Array(5).fill('backend_unavailable'));
+    const deny = new Limiter(POLICY, { url, timeout: 2000, onBackendError: 'deny', clock: new ManualClock(START) });
+    const denials = await Promise.all(Array.from({ length: 5 }, () => deny.check({ ip: 'a', api_key: 'k' })));
+    const reference = await deny._checkEager({ ip: 'a', api_key: 'k' });
+    for (const d of denials) {
+      assert.equal(d.degraded, true);
+      assert.deepEqual(d.toJSON(), reference);
+    }
+    await Promise.all([error.close(), deny.close()]);
+  });
+});
