@@ -514,6 +514,19 @@ tg_result tg_limiter_options_set_clock(struct tg_limiter_options *options,
                                        const struct tg_clock *clock);
 
 /**
+ * Remember denials in process (`on` non-zero; default off): after Redis
+ * denies a check, the same keys are denied here without a round trip for
+ * exactly as long as Redis would deny them, for checks of at least the
+ * denied cost. Spares Redis the traffic of refused clients. A reset made by
+ * another process is not seen until the wait ends; such a denial reports
+ * only the remembered rules; checks with a call id always go to Redis. No
+ * effect on the embedded backend.
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_options_set_deny_cache(struct tg_limiter_options *options, int32_t on);
+
+/**
  * Hash attribute values with this secret (HMAC-SHA-256) before they go into
  * keys, so raw values such as API keys never reach the backend. `secret` is
  * `len` bytes (any bytes; copied). Every process sharing the backend must

@@ -50,6 +50,7 @@ pub struct tg_limiter_options {
     key_secret: Option<Vec<u8>>,
     tls_root_cert: Option<Vec<u8>>,
     tls_client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    deny_cache: bool,
 }
 
 /// A policy bound to a backend (Redis, or the embedded in-memory backend).
@@ -198,6 +199,24 @@ pub unsafe extern "C" fn tg_limiter_options_set_clock(
     })
 }
 
+/// Remember denials in process (`on` non-zero; default off): after Redis
+/// denies a check, the same keys are denied here without a round trip for
+/// exactly as long as Redis would deny them, for checks of at least the
+/// denied cost. Spares Redis the traffic of refused clients. A reset made by
+/// another process is not seen until the wait ends; such a denial reports
+/// only the remembered rules; checks with a call id always go to Redis. No
+/// effect on the embedded backend.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_deny_cache(options: *mut tg_limiter_options, on: i32) -> tg_result {
+    ffi(|| {
+        let options = out_ptr(options, "options")?;
+        options.deny_cache = on != 0;
+        Ok(())
+    })
+}
+
 /// Hash attribute values with this secret (HMAC-SHA-256) before they go into
 /// keys, so raw values such as API keys never reach the backend. `secret` is
 /// `len` bytes (any bytes; copied). Every process sharing the backend must
@@ -315,6 +334,7 @@ fn build(policy: &tg_policy, options: &tg_limiter_options) -> Result<tg_limiter,
     if let Some((cert, key)) = &options.tls_client_cert {
         builder = builder.tls_client_cert(cert.clone(), key.clone());
     }
+    builder = builder.deny_cache(options.deny_cache);
     Ok(tg_limiter { limiter: builder.build()? })
 }
 

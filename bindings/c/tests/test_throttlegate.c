@@ -493,6 +493,44 @@ static tg_limiter *failing_limiter(const tg_policy *policy, const char *url, uin
 }
 
 /* Backend failures: unavailable, timeout, an error answer; degraded modes. */
+static void test_deny_cache(void) {
+    tg_policy *policy = policy_from("[[rules]]\nname = \"once\"\nkey = \"ip:{ip}\"\nlimit = 1\nwindow = \"1s\"\n");
+    tg_clock *clock = NULL;
+    OK(tg_clock_manual_new(1000000000000, &clock));
+    tg_limiter_options *o = NULL;
+    tg_limiter *cached = NULL, *other = NULL;
+    char prefix[64];
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_url(o, redis_url));
+    OK(tg_limiter_options_set_prefix(o, fresh_prefix(prefix, sizeof prefix)));
+    OK(tg_limiter_options_set_clock(o, clock));
+    OK(tg_limiter_options_set_timeout_ms(o, 60000));
+    OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
+    OK(tg_limiter_options_set_deny_cache(o, 1));
+    OK(tg_limiter_new_with_options(policy, o, &cached));
+    OK(tg_limiter_options_set_deny_cache(o, 0));
+    OK(tg_limiter_new_with_options(policy, o, &other));
+    EXPECT_RC(tg_limiter_options_set_deny_cache(NULL, 1), TG_NULL_POINTER, "options");
+    tg_limiter_options_free(o);
+    tg_attribute a[] = {{"ip", "192.0.2.7"}};
+    CHECK(check_info(cached, a, 1, 1).allowed, "first check admitted");
+    tg_decision_info d = check_info(cached, a, 1, 1);
+    CHECK(!d.allowed && d.retry_after_ms == 1000, "denied, retry %" PRIu64, d.retry_after_ms);
+    /* Another process resets the key: the remembered denial holds until its wait ends. */
+    uint64_t existed = 0;
+    OK(tg_limiter_reset(other, a, 1, &existed));
+    CHECK(existed == 1, "reset found %" PRIu64 " keys", existed);
+    OK(tg_clock_advance_ms(clock, 400));
+    d = check_info(cached, a, 1, 1);
+    CHECK(!d.allowed && d.retry_after_ms == 600, "remembered denial, retry %" PRIu64, d.retry_after_ms);
+    OK(tg_clock_advance_ms(clock, 600));
+    CHECK(check_info(cached, a, 1, 1).allowed, "admitted once the wait is over");
+    tg_limiter_free(cached);
+    tg_limiter_free(other);
+    tg_clock_free(clock);
+    tg_policy_free(policy);
+}
+
 static void test_backend_failures(void) {
     tg_policy *policy = policy_from(POLICY_TOML);
     tg_attribute attrs[] = {{"ip", "198.51.100.1"}};
@@ -1044,6 +1082,7 @@ int main(void) {
         {"policies", test_policies},
         {"options", test_options},
         {"backend failures", test_backend_failures},
+        {"deny cache", test_deny_cache},
         {"TLS with a private CA", test_tls},
         {"internal errors", test_internal},
         {"NULL pointers", test_null_pointers},
