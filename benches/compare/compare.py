@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
 import secrets
 import shlex
+import signal
 import socket
 import statistics
 import subprocess
@@ -139,6 +141,42 @@ def run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, text=True, capture_output=True, cwd=ROOT, **kw)
 
 
+def run_part(cmd: list[str], timeout: float, merge_stderr: bool = False,
+             env: dict[str, str] | None = None) -> tuple[int | str, str]:
+    """Run one part's benchmark in its own process group; on timeout the whole
+    group is killed. Returns the exit status (or "timed out") and the output."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merge_stderr else sys.stderr, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return f"no answer after {timeout:.0f} s (killed)", out
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+
+
+def built_artifacts(part: str) -> dict[str, str]:
+    """sha256 of the native library a part loads (the shared checkout lets
+    another build replace it while this run measures)."""
+    if part == "node":
+        paths = [ROOT / "bindings/node/throttlegate.node"]
+    elif part == "python":
+        paths = sorted(ROOT.glob(".venv/lib/python*/site-packages/throttlegate/_native*.so"))
+    else:
+        return {}
+    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
+
+
+def part_timeout(seconds: float) -> float:
+    """The most a Node, Python or Criterion run may take before it counts as hung."""
+    return 300 + 60 * seconds
+
+
 def commandstats_evalsha(r: Resp) -> dict[str, float]:
     info = r.call("INFO", "commandstats")
     for line in info.splitlines():
@@ -168,7 +206,7 @@ def script_cases(sha_min: str, sha_tg: str) -> list[tuple[str, str, list[str]]]:
 def redis_benchmark(port: int, pin: list[str], clients: int, pipeline: int, n: int, args: list[str]) -> float:
     cmd = [*pin, "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients), "-P", str(pipeline),
            "-n", str(n), "-r", str(KEYS), "--csv", "EVALSHA", *args]
-    p = run(cmd)
+    p = run(cmd, timeout=60 + 20 * n / 1000)  # far beyond any plausible run: a hang, not a slow machine
     if p.returncode != 0:
         raise RuntimeError(f"redis-benchmark failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
     rows = [line for line in p.stdout.splitlines() if line.startswith('"EVALSHA')]
@@ -312,12 +350,12 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path,
     result = work / "node.json"
     cmd = [*pin, "node", str(script), f"{seconds:g}", "--redis-url", f"redis://127.0.0.1:{port}/0",
            "--json", str(result)]
-    p = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=sys.stderr)
-    if p.returncode != 0 or not result.exists():
-        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}` exited with {p.returncode}."
+    status, stdout = run_part(cmd, part_timeout(seconds))
+    if status != 0 or not result.exists():
+        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}`: exit status {status}."
         progress("  " + msg)
         GOALS.append(("Node (all goals)", "failed", "**failed**"))
-        return out + [msg, "", "```", p.stdout.strip()[-2000:], "```", ""], False
+        return out + [msg, "", "```", stdout.strip()[-2000:], "```", ""], False
     data = json.loads(result.read_text())
     rows = data["rows"] if isinstance(data, dict) else data
     out += [f"`node benches/node/bench.js {seconds:g} --redis-url URL --json FILE`, checks per second "
@@ -371,12 +409,12 @@ def bench_python(r: Resp, port: int, pin: list[str], seconds: float, work: Path)
            "--calls", str(calls), "--json", str(result)]
     if "--repeat" in script.read_text():
         cmd += ["--repeat", str(REPEATS)]
-    p = subprocess.run(cmd, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=sys.stderr)
-    if p.returncode != 0 or not result.exists():
-        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}` exited with {p.returncode}."
+    status, stdout = run_part(cmd, part_timeout(seconds))
+    if status != 0 or not result.exists():
+        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}`: exit status {status}."
         progress("  " + msg)
         GOALS.append(("Python (all goals)", "failed", "**failed**"))
-        return out + [msg, "", "```", p.stdout.strip()[-2000:], "```", ""], False
+        return out + [msg, "", "```", stdout.strip()[-2000:], "```", ""], False
     data = json.loads(result.read_text())
     rows = data["rows"] if isinstance(data, dict) else data
     redis_rows = [row for row in rows if row.get("scenario") != "embedded"]
@@ -427,10 +465,10 @@ def bench_criterion(pin: list[str], seconds: float, work: Path) -> tuple[list[st
            "--warm-up-time", "1", "--measurement-time", f"{seconds:g}", "--noplot"]
     out = ["## 6. Embedded backend from Rust next to `governor`", ""]
     # Criterion's progress lines go to stderr: shown only when the run fails.
-    p = subprocess.run(cmd, cwd=ROOT, text=True, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if p.returncode != 0:
-        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}` exited with {p.returncode}."
-        progress(p.stdout[-4000:])
+    status, stdout = run_part(cmd, part_timeout(seconds), merge_stderr=True, env=env)
+    if status != 0:
+        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}`: exit status {status}."
+        progress(stdout[-4000:])
         progress("  " + msg)
         GOALS.append(("Rust embedded vs governor", "failed", "**failed**"))
         return out + [msg, ""], False
@@ -506,6 +544,8 @@ def main() -> int:
     ap.add_argument("--port", type=int, required=True, help="the redis-server run.sh started")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per case")
     ap.add_argument("--work", type=Path, required=True, help="a scratch folder")
+    ap.add_argument("--script", type=Path, required=True,
+                    help="throttlegate's Lua script (`cargo run -q --release -p throttlegate-cli -- script`)")
     ap.add_argument("--out", type=Path, required=True, help="the markdown report to write")
     ap.add_argument("--pin-client", default="", help="command prefix pinning the clients (taskset -c 1)")
     ap.add_argument("--pin-redis", default="", help="how the server was pinned (for the report)")
@@ -514,6 +554,8 @@ def main() -> int:
     ap.add_argument("--broken", action="append", default=[], metavar="PART=REASON",
                     help="a part that cannot run (its build failed): reported as not run")
     args = ap.parse_args()
+    # run.sh stops this process with SIGTERM: unwind, so that a running part's process group is killed too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -521,14 +563,12 @@ def main() -> int:
     pin = shlex.split(args.pin_client)
     started = time.monotonic()
 
+    artifacts = {part: built_artifacts(part) for part in PARTS}
     r = Resp(args.port)
     redis_version = next(line.split(":", 1)[1] for line in r.call("INFO", "server").splitlines()
                          if line.startswith("redis_version:"))
     sha_min = r.call("SCRIPT", "LOAD", (HERE / "minimal.lua").read_text())
-    tg = run(["cargo", "run", "-q", "--release", "-p", "throttlegate-cli", "--", "script"])
-    if tg.returncode != 0:
-        raise RuntimeError(f"`throttlegate script` failed: {tg.stderr.strip()}")
-    sha_tg = r.call("SCRIPT", "LOAD", tg.stdout)
+    sha_tg = r.call("SCRIPT", "LOAD", args.script.read_text())
 
     ok = True
     sections: list[str] = []
@@ -560,6 +600,13 @@ def main() -> int:
                 lines, good = bench_python(r, args.port, pin, args.seconds, args.work)
             else:
                 lines, good = bench_criterion(pin, args.seconds, args.work)
+            if built_artifacts(part) != artifacts[part]:
+                note = (f"WARNING: {', '.join(artifacts[part]) or 'the native library'} changed between this run's "
+                        "build and the end of this part (another build in the same checkout): the figures above "
+                        "may not be of the build this run made.")
+                progress("  " + note)
+                lines += [note, ""]
+                ok = False
             sections += lines
             ok &= good
     r.close()

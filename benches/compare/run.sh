@@ -47,6 +47,25 @@ if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
   PIN_CLIENT=(taskset -c 1)
 fi
 
+# A scratch folder, and everything this run starts stopped on exit.
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-compare.XXXXXX")"
+REDIS_PID=""
+COMPARE_PID=""
+cleanup() {
+  if [ -n "$COMPARE_PID" ] && kill -0 "$COMPARE_PID" 2>/dev/null; then
+    kill "$COMPARE_PID" 2>/dev/null || true
+    wait "$COMPARE_PID" 2>/dev/null || true
+  fi
+  if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
+    kill "$REDIS_PID" 2>/dev/null || true
+    wait "$REDIS_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 # ---- peers and builds (release) -------------------------------------------
@@ -73,30 +92,14 @@ fi
 
 echo "== Rust: the CLI and the Criterion benchmark, release" >&2
 cargo build -q --release -p throttlegate-cli >&2
+# The exact script every check runs, as the CLI prints it.
+cargo run -q --release -p throttlegate-cli -- script >"$WORK/throttlegate.lua"
 if ! cargo bench -q -p throttlegate --bench check --no-run >&2; then
   echo "run.sh: the Criterion benchmark did not build; the Rust part will not run" >&2
   BROKEN+=(--broken "rust=the Criterion benchmark did not build")
 fi
 
 # ---- a private redis-server ------------------------------------------------
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-compare.XXXXXX")"
-REDIS_PID=""
-COMPARE_PID=""
-cleanup() {
-  if [ -n "$COMPARE_PID" ] && kill -0 "$COMPARE_PID" 2>/dev/null; then
-    kill "$COMPARE_PID" 2>/dev/null || true
-    wait "$COMPARE_PID" 2>/dev/null || true
-  fi
-  if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
-    kill "$REDIS_PID" 2>/dev/null || true
-    wait "$REDIS_PID" 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -132,6 +135,7 @@ python3 "$HERE/compare.py" \
   --port "$PORT" \
   --seconds "$SECS" \
   --work "$WORK" \
+  --script "$WORK/throttlegate.lua" \
   --out "$HERE/RESULTS.md" \
   ${PIN_CLIENT[@]:+--pin-client "${PIN_CLIENT[*]}"} \
   ${PIN_REDIS[@]:+--pin-redis "${PIN_REDIS[*]}"} \
