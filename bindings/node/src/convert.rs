@@ -245,6 +245,7 @@ pub(crate) struct LimiterOpts {
     pub clock: Option<Clock>,
     pub key_secret: Option<Vec<u8>>,
     pub legacy_headers: bool,
+    pub deny_cache: bool,
     pub tls: Option<TlsOpts>,
 }
 
@@ -332,6 +333,17 @@ fn duration(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Duration, Error> {
     }
 }
 
+fn boolean(env: &Env, v: &Unknown<'_>, what: &str) -> Result<bool, Error> {
+    let t = type_of(v)?;
+    if t != ValueType::Boolean {
+        return Err(invalid_argument(format!(
+            "{what}: expected a boolean, got {}",
+            type_name(t)
+        )));
+    }
+    unsafe { bool::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))
+}
+
 pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<LimiterOpts, Error> {
     let mut opts = LimiterOpts::default();
     let Some(v) = v else { return Ok(opts) };
@@ -383,14 +395,8 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
                     },
                 })
             }
-            "legacyHeaders" => {
-                let t = type_of(&value)?;
-                if t != ValueType::Boolean {
-                    return Err(invalid_argument(format!("{what}: expected a boolean, got {}", type_name(t))));
-                }
-                opts.legacy_headers =
-                    unsafe { bool::from_napi_value(env.raw(), value.raw()) }.map_err(|e| napi_failed(&what, e))?;
-            }
+            "legacyHeaders" => opts.legacy_headers = boolean(env, &value, &what)?,
+            "denyCache" => opts.deny_cache = boolean(env, &value, &what)?,
             "tls" => {
                 if !matches!(type_of(&value)?, ValueType::Null) {
                     opts.tls = Some(tls_options(env, &value, &what)?);
@@ -398,7 +404,7 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
             }
             _ => {
                 return Err(invalid_argument(format!(
-                    "options: unknown option {name:?} (known: url, timeout, onBackendError, keyPrefix, clock, keySecret, legacyHeaders, tls)"
+                    "options: unknown option {name:?} (known: url, timeout, onBackendError, keyPrefix, clock, keySecret, legacyHeaders, denyCache, tls)"
                 )))
             }
         }

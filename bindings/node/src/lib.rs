@@ -508,6 +508,9 @@ impl Limiter {
             if let Some(s) = opts.key_secret {
                 b = b.key_secret(s);
             }
+            if opts.deny_cache {
+                b = b.deny_cache(true);
+            }
             if let Some(tls) = opts.tls {
                 if let Some(ca) = tls.ca {
                     b = b.tls_root_cert(ca);

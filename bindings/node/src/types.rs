@@ -33,6 +33,16 @@ pub struct LimiterOptions {
     pub key_secret: Option<String>,
     /// Also emit `X-RateLimit-Limit`, `-Remaining` and `-Reset` in `headers`.
     pub legacy_headers: Option<bool>,
+    /// Remember Redis's denials in this process (default off): while a
+    /// denial lasts (each denying rule's `retryAfterMs`), checks of the same
+    /// keys with at least the denied cost are denied here, without a round
+    /// trip, sparing Redis the traffic of clients that keep calling while
+    /// refused. Exact but for two cases that only ever deny: a `reset` made
+    /// by another process, or state lost on the server, is seen only when
+    /// the wait ends. Such a denial reports only the remembered rules.
+    /// Checks with a `callId` always go to Redis; `reset()` through this
+    /// limiter forgets what it remembered. No effect on the embedded backend.
+    pub deny_cache: Option<bool>,
     /// Certificates for `rediss://` and `rediss+cluster://` URLs, when the
     /// system's trust store is not enough (a private CA, mutual TLS).
     pub tls: Option<TlsOptions>,

@@ -315,6 +315,27 @@ describe('redis backend, calls of one tick batched', () => {
     await closing;
   });
 
+  it('remembers denials with denyCache: no round trip while they last, forgotten by reset', async () => {
+    const evalCalls = async () => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.command(['INFO', 'commandstats']))[1]);
+    const rules = { rules: [{ name: 'per-ip', key: 'ip:{ip}', limit: 2, window: '1h' }] };
+    const limiter = new Limiter(rules, { url: redis.url, keyPrefix: freshPrefix('d'), timeout: 5000, denyCache: true });
+    try {
+      const who = { ip: '203.0.113.50' };
+      assert.deepEqual([(await limiter.check(who)).allowed, (await limiter.check(who)).allowed], [true, true]);
+      const denied = await limiter.check(who);
+      assert.equal(denied.allowed, false);
+      const sent = await evalCalls();
+      const again = await Promise.all(Array.from({ length: 20 }, () => limiter.check(who)));
+      assert.ok(again.every((d) => !d.allowed && d.rule === 'per-ip' && d.headers['Retry-After']));
+      assert.equal(await evalCalls(), sent);
+      assert.equal(await limiter.reset(who), 1);
+      assert.equal((await limiter.check(who)).allowed, true);
+      assert.equal(await evalCalls(), sent + 1);
+    } finally {
+      await limiter.close();
+    }
+  });
+
   it('fails or degrades each call of a tick when Redis cannot be reached', async () => {
     const url = `redis://127.0.0.1:${await freePort()}`;
     const error = new Limiter(POLICY, { url, timeout: 2000, onBackendError: 'error' });

@@ -86,6 +86,7 @@ describe('limiter options', () => {
     throwsCode(() => new Limiter(RULES, { keySecret: '' }), 'invalid_argument', /key_secret/);
     throwsCode(() => new Limiter(RULES, { keySecret: 5 }), 'invalid_argument', /keySecret/);
     throwsCode(() => new Limiter(RULES, { legacyHeaders: 'yes' }), 'invalid_argument', /legacyHeaders/);
+    throwsCode(() => new Limiter(RULES, { denyCache: 1 }), 'invalid_argument', /options\.denyCache: expected a boolean, got a number/);
     throwsCode(() => new Limiter(RULES, { prefix: 'x:' }), 'invalid_argument', /unknown option "prefix"/);
     // undefined options and undefined values are "not given"
     assert.equal(new Limiter(RULES, undefined).backend, 'memory');

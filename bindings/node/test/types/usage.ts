@@ -25,6 +25,7 @@ const options: LimiterOptions = {
   clock: new ManualClock(1_000_000),
   keySecret: Buffer.from('secret'),
   legacyHeaders: true,
+  denyCache: false,
 };
 
 const tls: TlsOptions = { ca: [Buffer.from('-----BEGIN CERTIFICATE-----'), 'pem'], cert: 'pem', key: Buffer.from('pem') };
