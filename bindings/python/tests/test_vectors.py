@@ -1,9 +1,11 @@
 """The conformance vectors (tests/vectors/*.json, plus this package's own)
 replayed against the embedded backend, a real Redis and a real local Redis
-Cluster, through the Python API."""
+Cluster, through the Python API: the blocking calls, and the awaitables
+(whose decisions are completed on the event loop, headers included)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import uuid
@@ -63,27 +65,40 @@ def decision_view(d: tg.Decision, wanted: dict[str, Any]) -> dict[str, Any]:
     return {k: got[k] for k in wanted}
 
 
-def replay(path: Path, url: str | None) -> None:
+def replay(path: Path, url: str | None, api: str = "sync") -> None:
     case = json.loads(path.read_text())
     clock = tg.ManualClock(case["start_us"])
     prefix = f"v-{uuid.uuid4().hex[:12]}:"
     limiter = tg.Limiter(case["policy"], url=url, prefix=prefix, clock=clock, timeout=10.0, on_backend_error="error")
+
+    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+        if op == "check":
+            return await limiter.check_async(attrs, cost, call_id=call_id)
+        if op == "peek":
+            return await limiter.peek_async(attrs, cost)
+        if op == "reset":
+            return await limiter.reset_async(attrs)
+        raise AssertionError(f"unknown op {op!r}")
+
+    def run(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+        if api == "async":
+            return loop.run_until_complete(run_async(op, attrs, cost, call_id))
+        if op == "check":
+            return limiter.check(attrs, cost, call_id=call_id)
+        if op == "peek":
+            return limiter.peek(attrs, cost)
+        if op == "reset":
+            return limiter.reset(attrs)
+        raise AssertionError(f"unknown op {op!r}")
+
+    loop = asyncio.new_event_loop()
     try:
         for i, step in enumerate(case["steps"]):
-            where = f"{path.name} step {i}"
+            where = f"{path.name} step {i} ({api})"
             clock.advance(ms=step.get("advance_ms", 0))
             op = step.get("op", "check")
-            attrs = step.get("attributes", {})
-            cost = step.get("cost", 1)
             try:
-                if op == "check":
-                    out: Any = limiter.check(attrs, cost, call_id=step.get("call_id"))
-                elif op == "peek":
-                    out = limiter.peek(attrs, cost)
-                elif op == "reset":
-                    out = limiter.reset(attrs)
-                else:
-                    raise AssertionError(f"{where}: unknown op {op!r}")
+                out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"))
             except tg.ThrottlegateError as e:
                 assert "expect_error" in step, f"{where}: unexpected {type(e).__name__}: {e}"
                 assert e.kind == step["expect_error"], f"{where}: {e.kind} ({e}) instead of {step['expect_error']}"
@@ -95,17 +110,20 @@ def replay(path: Path, url: str | None) -> None:
             else:
                 assert decision_view(out, want) == want, where
     finally:
+        loop.close()
         limiter.close()
 
 
+@pytest.mark.parametrize("api", ["sync", "async"])
 @pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
-def test_vector_embedded(path: Path) -> None:
-    replay(path, None)
+def test_vector_embedded(path: Path, api: str) -> None:
+    replay(path, None, api)
 
 
+@pytest.mark.parametrize("api", ["sync", "async"])
 @pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
-def test_vector_redis(path: Path, redis_server: Any) -> None:
-    replay(path, redis_server.url)
+def test_vector_redis(path: Path, redis_server: Any, api: str) -> None:
+    replay(path, redis_server.url, api)
 
 
 @pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])
