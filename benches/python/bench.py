@@ -13,11 +13,14 @@ the caller decides (`taskset -c 1 .venv/bin/python ...`).
 
 The setup is the one of the performance issue: 10,000 distinct clients, a
 limit of 1000 per 60 s for both libraries, 1 rule or 4 stacked rules (each
-keyed by its own attribute, so every rule has 10,000 keys). Every scenario
+keyed by its own attribute, so every rule has 10,000 keys). Every round
 starts on fresh keys and stays under the limit, so every call is admitted and
 both libraries do the same work: one log entry per rule per call. `limits`
 has no stacked check, so it makes one `hit` per rule, as an application
-would. Attribute dicts are built before timing.
+would. Attribute dicts are built before timing. Each scenario runs --repeat
+rounds (default 3), the two libraries taking turns to go first, and reports
+the median round of each, so that the ratio compares like with like on a
+machine whose load changes.
 
 Rows: `check` sequential and from 8 threads, `check_async` from 64 asyncio
 tasks, and the embedded backend (microseconds per `check`, next to `limits`'
@@ -35,6 +38,7 @@ import os
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,81 +154,101 @@ def run_tasks(total: int, tasks: int, make: Callable[[], Any], call: Callable[[A
     return asyncio.run(main())
 
 
-class Pair:
-    """Best-of-N throughput of one scenario for both libraries."""
+class Row:
+    """One scenario's throughput for both libraries (median of the rounds)."""
 
-    def __init__(self, scenario: str, rules: int) -> None:
+    def __init__(self, scenario: str, rules: int, ours: list[float], theirs: list[float]) -> None:
         self.scenario = scenario
         self.rules = rules
-        self.ours = 0.0
-        self.theirs = 0.0
+        self.ours = statistics.median(ours)
+        self.theirs = statistics.median(theirs)
 
 
-def redis_rows(url: str, calls: int, repeat: int) -> list[Pair]:
-    rows = []
+def ours_round(url: str, rules: int, attrs: list[dict[str, str]], calls: int, scenario: str) -> float:
+    """throttlegate's checks/s in one round, on fresh keys."""
+    lim = tg_limiter(url, rules)
+    for i in range(300):  # connect and warm up
+        lim.check(attrs[(calls + i) % KEYS])
+    denied = 0
+    if scenario == TASKS:
+
+        async def call(ctx: throttlegate.Limiter, i: int) -> None:
+            nonlocal denied
+            if not (await ctx.check_async(attrs[i % KEYS])).allowed:
+                denied += 1
+
+        rate = run_tasks(calls, 64, lambda: lim, call)
+    else:
+
+        def check(i: int) -> None:
+            nonlocal denied
+            if not lim.check(attrs[i % KEYS]).allowed:
+                denied += 1
+
+        rate = run_threads(calls, 1 if scenario == SEQUENTIAL else 8, check)
+    lim.close()
+    assert denied == 0, f"throttlegate denied {denied} checks: the bench would not compare like with like"
+    return rate
+
+
+def theirs_round(url: str, rules: int, attrs: list[dict[str, str]], calls: int, scenario: str) -> float:
+    """limits' checks/s in one round (one `hit` per rule), on fresh keys."""
     item = limits.RateLimitItemPerMinute(LIMIT)
+    names = [name for name, _ in RULE_ATTRS[:rules]]
+    ns = f"bench-{uuid.uuid4().hex[:8]}"
+    denied = 0
+    if scenario == TASKS:
+
+        def make() -> Any:
+            st = limits.aio.storage.RedisStorage("async+" + url, implementation="redispy")
+            return limits.aio.strategies.MovingWindowRateLimiter(st)
+
+        async def call(ctx: Any, i: int) -> None:
+            nonlocal denied
+            a = attrs[i % KEYS]
+            for name in names:
+                if not await ctx.hit(item, ns, name, a[name]):
+                    denied += 1
+                    return
+
+        rate = run_tasks(calls, 64, make, call)
+    else:
+        moving = limits.strategies.MovingWindowRateLimiter(limits.storage.RedisStorage(url))
+
+        def hit(i: int) -> None:
+            nonlocal denied
+            a = attrs[i % KEYS]
+            for name in names:
+                if not moving.hit(item, ns, name, a[name]):
+                    denied += 1
+                    return
+
+        for i in range(300):
+            hit(calls + i)
+        rate = run_threads(calls, 1 if scenario == SEQUENTIAL else 8, hit)
+    assert denied == 0, f"limits denied {denied} hits"
+    return rate
+
+
+def redis_rows(url: str, calls: int, repeat: int) -> list[Row]:
+    rows = []
     for rules in (1, 4):
         attrs = client_attrs(rules)
-        names = [name for name, _ in RULE_ATTRS[:rules]]
-        seq, thr, tsk = Pair(SEQUENTIAL, rules), Pair(THREADS, rules), Pair(TASKS, rules)
-        for _ in range(repeat):
-            # Fresh keys for every scenario and library: every call is admitted.
-            for pair, threads in ((seq, 1), (thr, 8)):
-                lim = tg_limiter(url, rules)
-                for i in range(300):
-                    lim.check(attrs[(calls + i) % KEYS])
-                denied = 0
-
-                def ours(i: int) -> None:
-                    nonlocal denied
-                    if not lim.check(attrs[i % KEYS]).allowed:
-                        denied += 1
-
-                pair.ours = max(pair.ours, run_threads(calls, threads, ours))
-                lim.close()
-                assert denied == 0, f"throttlegate denied {denied} checks: the bench would not compare like with like"
-
-                storage = limits.storage.RedisStorage(url)
-                moving = limits.strategies.MovingWindowRateLimiter(storage)
-                ns = f"bench-{uuid.uuid4().hex[:8]}"
-
-                def theirs(i: int) -> None:
-                    nonlocal denied
-                    a = attrs[i % KEYS]
-                    for name in names:
-                        if not moving.hit(item, ns, name, a[name]):
-                            denied += 1
-                            return
-
-                for i in range(300):
-                    theirs(calls + i)
-                pair.theirs = max(pair.theirs, run_threads(calls, threads, theirs))
-                assert denied == 0, f"limits denied {denied} hits"
-
-            lim = tg_limiter(url, rules)
-
-            def tg_make() -> throttlegate.Limiter:
-                return lim
-
-            async def tg_call(ctx: throttlegate.Limiter, i: int) -> None:
-                d = await ctx.check_async(attrs[i % KEYS])
-                assert d.allowed
-
-            tsk.ours = max(tsk.ours, run_tasks(calls, 64, tg_make, tg_call))
-            lim.close()
-            ns = f"bench-{uuid.uuid4().hex[:8]}"
-
-            def lim_make() -> Any:
-                st = limits.aio.storage.RedisStorage("async+" + url, implementation="redispy")
-                return limits.aio.strategies.MovingWindowRateLimiter(st)
-
-            async def lim_call(ctx: Any, i: int) -> None:
-                a = attrs[i % KEYS]
-                for name in names:
-                    assert await ctx.hit(item, ns, name, a[name])
-
-            tsk.theirs = max(tsk.theirs, run_tasks(calls, 64, lim_make, lim_call))
-        rows += [seq, thr, tsk]
+        for scenario in (SEQUENTIAL, THREADS, TASKS):
+            ours: list[float] = []
+            theirs: list[float] = []
+            for r in range(repeat):
+                # Alternate who goes first, so that a change of load on the
+                # machine falls on both sides.
+                if r % 2 == 0:
+                    ours.append(ours_round(url, rules, attrs, calls, scenario))
+                    theirs.append(theirs_round(url, rules, attrs, calls, scenario))
+                else:
+                    theirs.append(theirs_round(url, rules, attrs, calls, scenario))
+                    ours.append(ours_round(url, rules, attrs, calls, scenario))
+            rows.append(Row(scenario, rules, ours, theirs))
+            print(f"  {scenario}, {rules} rule{'s' if rules > 1 else ''}: "
+                  f"{rows[-1].ours:,.0f} vs {rows[-1].theirs:,.0f} checks/s", file=sys.stderr, flush=True)
     return rows
 
 
@@ -234,7 +258,8 @@ def embedded_rows(checks: int, repeat: int) -> list[dict[str, Any]]:
     for rules in (1, 4):
         attrs = client_attrs(rules)
         names = [name for name, _ in RULE_ATTRS[:rules]]
-        ours = theirs = float("inf")
+        ours_us: list[float] = []
+        theirs_us: list[float] = []
         for _ in range(repeat):
             lim = tg_limiter(None, rules)
             check = lim.check
@@ -243,7 +268,7 @@ def embedded_rows(checks: int, repeat: int) -> list[dict[str, Any]]:
             start = time.perf_counter()
             for i in range(checks):
                 check(attrs[i % KEYS])
-            ours = min(ours, (time.perf_counter() - start) / checks * 1e6)
+            ours_us.append((time.perf_counter() - start) / checks * 1e6)
             lim.close()
 
             moving = limits.strategies.MovingWindowRateLimiter(limits.storage.MemoryStorage())
@@ -254,9 +279,9 @@ def embedded_rows(checks: int, repeat: int) -> list[dict[str, Any]]:
                 a = attrs[i % KEYS]
                 for name in names:
                     hit(item, "bench", name, a[name])
-            theirs = min(theirs, (time.perf_counter() - start) / theirs_checks * 1e6)
-        rows.append({"scenario": EMBEDDED, "rules": rules, "us_per_check": round(ours, 3),
-                     "theirs_us_per_check": round(theirs, 3)})
+            theirs_us.append((time.perf_counter() - start) / theirs_checks * 1e6)
+        rows.append({"scenario": EMBEDDED, "rules": rules, "us_per_check": round(statistics.median(ours_us), 3),
+                     "theirs_us_per_check": round(statistics.median(theirs_us), 3)})
     return rows
 
 
@@ -266,8 +291,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10_000, help="checks per Redis scenario (default 10000)")
     parser.add_argument("--embedded-checks", type=int, default=200_000,
                         help="checks timed on the embedded backend (default 200000)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="run every scenario this many times, alternating libraries, and keep the best")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds per scenario, alternating which library goes first; the median is kept "
+                             "(default 3)")
     parser.add_argument("--json", metavar="FILE", help="also write the rows to FILE as a JSON array")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the private redis-server and the clients")
     args = parser.parse_args()
@@ -292,7 +318,7 @@ def main() -> None:
           f"redis-py {redis.__version__} {hiredis}), Python {platform.python_version()}, "
           f"{'Redis at ' + args.url if args.url else 'private redis-server'}"
           f"{' (pinned to one core, clients to another)' if pinned else ''}, {KEYS:,} keys, limit {LIMIT}/60 s, "
-          f"{args.calls:,} checks per row, best of {args.repeat}\n")
+          f"{args.calls:,} checks per round, median of {args.repeat} rounds\n")
     print("| scenario | rules | throttlegate (checks/s) | limits (checks/s) | ratio |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for r in rows:

@@ -175,8 +175,10 @@ enum Signal {
         tx: std::os::unix::net::UnixStream,
         rx: std::os::unix::net::UnixStream,
     },
-    /// `loop.call_soon_threadsafe(drain)`, from a blocking-pool thread.
-    Threadsafe { call_soon_threadsafe: Py<PyAny> },
+    /// `loop.call_soon_threadsafe(drain)`, from a blocking-pool thread. The
+    /// loop is held weakly when it can be (the registry's entry must not keep
+    /// its key alive): `weak` says `event_loop` is a `weakref.ref`.
+    Threadsafe { event_loop: Py<PyAny>, weak: bool },
 }
 
 struct Inbox {
@@ -216,10 +218,17 @@ impl LoopWaker {
                 let me = Arc::clone(self);
                 let wake = move || {
                     Python::attach(|py| {
-                        let Signal::Threadsafe { call_soon_threadsafe } = &me.signal else { return };
+                        let Signal::Threadsafe { event_loop, weak } = &me.signal else { return };
+                        let mut event_loop = event_loop.bind(py).clone();
+                        if *weak {
+                            match event_loop.call0() {
+                                Ok(lp) if !lp.is_none() => event_loop = lp,
+                                _ => return, // the loop is gone, and its futures with it
+                            }
+                        }
                         let drain = Drain { waker: Arc::clone(&me), generation: generation() };
                         // A closed loop refuses: its futures are gone with it.
-                        let _ = call_soon_threadsafe.bind(py).call1((drain,));
+                        let _ = event_loop.call_method1("call_soon_threadsafe", (drain,));
                     })
                 };
                 match tokio::runtime::Handle::try_current() {
@@ -367,11 +376,12 @@ impl LoopCtx {
     }
 
     fn threadsafe_waker(event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWaker>> {
-        let call_soon_threadsafe = event_loop.getattr("call_soon_threadsafe")?.unbind();
-        Ok(Arc::new(LoopWaker {
-            inbox: Mutex::new(Inbox { done: Vec::new(), armed: false }),
-            signal: Signal::Threadsafe { call_soon_threadsafe },
-        }))
+        let py = event_loop.py();
+        let signal = match py.import("weakref")?.getattr("ref")?.call1((event_loop,)) {
+            Ok(weak) => Signal::Threadsafe { event_loop: weak.unbind(), weak: true },
+            Err(_) => Signal::Threadsafe { event_loop: event_loop.clone().unbind(), weak: false },
+        };
+        Ok(Arc::new(LoopWaker { inbox: Mutex::new(Inbox { done: Vec::new(), armed: false }), signal }))
     }
 
     /// A new pending future of this loop.

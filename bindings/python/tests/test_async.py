@@ -306,3 +306,31 @@ def test_awaited_decisions_show_what_blocking_ones_show(backend_url: str | None,
     for (b, a), (vb, va) in zip(pairs, seen):
         assert vb == va
         assert views(b) == vb and views(a) == va
+
+
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch file descriptors, like Windows' proactor."""
+
+    def add_reader(self, *args: Any) -> None:
+        raise NotImplementedError
+
+
+def test_loop_without_add_reader(backend_url: str | None, prefix: str, leaks: Leaks) -> None:
+    """Answers reach such a loop through `call_soon_threadsafe`."""
+    limiter = tg.Limiter([HOT], url=backend_url, prefix=prefix, timeout=30.0, on_backend_error="error")
+
+    async def main() -> list[bool]:
+        leaks.install(asyncio.get_running_loop())
+        got = await asyncio.gather(*(awaited(limiter.check_async, {"k": "n"}) for _ in range(8)))
+        with pytest.raises(tg.InvalidArgumentError):
+            await limiter.check_async({"k": "n"}, 6)
+        return [d.allowed for d in got]
+
+    for admitted in (5, 0):  # a second loop of the same kind; the key is used up by then
+        loop = NoReaderLoop()
+        try:
+            answers = loop.run_until_complete(main())
+        finally:
+            loop.close()
+        assert sorted(answers) == [False] * (8 - admitted) + [True] * admitted
+    limiter.close()
