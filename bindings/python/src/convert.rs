@@ -236,7 +236,12 @@ impl<'py> PyAttrs<'py> {
 
     /// The attributes as text, checked in mapping order.
     pub fn text(&self) -> PyResult<OwnedAttrs> {
-        self.convert(self.items.len, SPARE.with(|s| s.take()))
+        let mut buf = SPARE.with(|s| s.take());
+        if buf.capacity() == 0 {
+            // Room for the usual handful of short attributes in one go.
+            buf.reserve(96);
+        }
+        self.convert(self.items.len, buf)
     }
 
     fn convert(&self, n: usize, mut buf: String) -> PyResult<OwnedAttrs> {
