@@ -334,3 +334,23 @@ def test_loop_without_add_reader(backend_url: str | None, prefix: str, leaks: Le
             loop.close()
         assert sorted(answers) == [False] * (8 - admitted) + [True] * admitted
     limiter.close()
+
+
+def test_uvloop(backend_url: str | None, prefix: str, leaks: Leaks) -> None:
+    """The same path on uvloop's loop (add_reader on a libuv poll handle)."""
+    uvloop = pytest.importorskip("uvloop")
+    limiter = tg.Limiter([{**HOT, "limit": 1000}], url=backend_url, prefix=prefix, timeout=30.0,
+                         on_backend_error="error")
+
+    async def main() -> list[Any]:
+        leaks.install(asyncio.get_running_loop())
+        tasks = [asyncio.create_task(awaited(limiter.check_async, {"k": "uv"})) for _ in range(12)]
+        await asyncio.sleep(0)
+        tasks[0].cancel()  # pending on Redis; already answered on the embedded backend
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    for _ in range(2):
+        got = uvloop.run(main())
+        assert all(isinstance(d, tg.Decision) and d.allowed for d in got[1:]), got
+        assert isinstance(got[0], (asyncio.CancelledError, tg.Decision))
+    limiter.close()
