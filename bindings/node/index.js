@@ -5,10 +5,10 @@
 //   writes the decision as numbers into a Float64Array, and the Promise
 //   returned is already resolved.
 // - For Redis, the checks and peeks issued in the same tick are queued on
-//   the native side and run together as one batch (their commands pipelined
-//   on the multiplexed connection); the whole batch is settled by one
-//   callback into JavaScript. Each call still gets its own outcome: its own
-//   decision, or its own error with `code`.
+//   the native side and run together (their commands pipelined on the
+//   multiplexed connection), in a few chunks each settled by one callback
+//   into JavaScript. Each call still gets its own outcome: its own decision,
+//   or its own error with `code`.
 // - A decision's headline figures are plain properties; `results`, `headers`
 //   and `problemJson` are made by the core from the decision's numbers the
 //   first time they are read. No decision logic lives here.
@@ -276,24 +276,27 @@ function hidden(name, value) {
   Object.defineProperty(proto, name, { value, writable: true, configurable: true, enumerable: false });
 }
 
-// The native one-call-one-Promise versions, with eager decisions: the
-// reference the tests compare the fast paths with.
-hidden('_checkEager', proto.check);
-hidden('_peekEager', proto.peek);
+// Once per addon, even if this file is evaluated again (a cleared require cache).
+if (!Object.prototype.hasOwnProperty.call(proto, '_checkEager')) {
+  // The native one-call-one-Promise versions, with eager decisions: the
+  // reference the tests compare the fast paths with.
+  hidden('_checkEager', proto.check);
+  hidden('_peekEager', proto.peek);
 
-proto.check = function check(attributes, options) {
-  const calls = callsOf(this);
-  return calls.inProcess
-    ? answerNow(this, calls, attributes, options, false)
-    : queue(this, calls, attributes, options, false);
-};
+  proto.check = function check(attributes, options) {
+    const calls = callsOf(this);
+    return calls.inProcess
+      ? answerNow(this, calls, attributes, options, false)
+      : queue(this, calls, attributes, options, false);
+  };
 
-proto.peek = function peek(attributes, options) {
-  const calls = callsOf(this);
-  return calls.inProcess
-    ? answerNow(this, calls, attributes, options, true)
-    : queue(this, calls, attributes, options, true);
-};
+  proto.peek = function peek(attributes, options) {
+    const calls = callsOf(this);
+    return calls.inProcess
+      ? answerNow(this, calls, attributes, options, true)
+      : queue(this, calls, attributes, options, true);
+  };
+}
 
 const api = {};
 for (const name of Object.keys(native)) {
