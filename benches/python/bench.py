@@ -301,6 +301,7 @@ def main() -> None:
     workdir = None
     url = args.url
     pinned = url is None and not args.no_pin and can_pin()
+    load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if url is None:
         proc, url, workdir = start_redis(pinned)
     try:
@@ -314,11 +315,13 @@ def main() -> None:
     embedded = embedded_rows(args.embedded_checks, args.repeat)
 
     hiredis = "with hiredis" if redis.utils.HIREDIS_AVAILABLE else "WITHOUT hiredis"
+    load = f", load average {load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end" \
+        if hasattr(os, "getloadavg") else ""
     print(f"throttlegate {throttlegate.__version__} vs limits {limits.__version__} (MovingWindowRateLimiter, "
           f"redis-py {redis.__version__} {hiredis}), Python {platform.python_version()}, "
           f"{'Redis at ' + args.url if args.url else 'private redis-server'}"
           f"{' (pinned to one core, clients to another)' if pinned else ''}, {KEYS:,} keys, limit {LIMIT}/60 s, "
-          f"{args.calls:,} checks per round, median of {args.repeat} rounds\n")
+          f"{args.calls:,} checks per round, median of {args.repeat} rounds{load}\n")
     print("| scenario | rules | throttlegate (checks/s) | limits (checks/s) | ratio |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for r in rows:
