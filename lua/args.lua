@@ -1,5 +1,6 @@
--- The arguments of the one script behind every check and peek (composed
--- first; check.lua, composed last, is the driver).
+-- The arguments of the one script behind every check and peek, in their
+-- general form (composed after single_rule.lua, which answers mode "s";
+-- check.lua, composed last, is the driver).
 --
 -- ARGV[1] mode: "c" check (consume on success); "C" the same, for a call
 --         that may be a re-send of one Redis already executed, so its call

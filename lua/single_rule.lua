@@ -1,15 +1,22 @@
--- The most common call, answered in straight-line code before anything else
--- is set up: a check of cost 1 against one sliding-window rule on the
--- server's clock. Step for step what swl_decide and swl_commit do for it
--- (see sliding_window_log.lua); any other call goes on to the general driver.
-if n == 1 and mode == 'c' and cost == 1 and monotonic and ARGV[5] == 'w' then
+-- Mode "s", the most common call, answered in straight-line code before
+-- anything else is set up: a check of cost 1, with no call id of the
+-- caller's, against one sliding-window rule that is not in shadow mode, on
+-- the server's clock. Its arguments are short:
+--
+-- ARGV = { "s", call id, limit, window_us }, KEYS = { the rule's key }
+--
+-- and its answer has the general form (see args.lua). Step for step what
+-- swl_decide and swl_commit do for it (see sliding_window_log.lua).
+if ARGV[1] == 's' then
   local key = KEYS[1]
-  local limit = tonumber(ARGV[6])
-  local window = tonumber(ARGV[7])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local limit = tonumber(ARGV[3])
+  local window = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   local count = redis.call('ZCARD', key)
   if count < limit then
-    redis.call('ZADD', key, now, call_id)
+    redis.call('ZADD', key, now, ARGV[2])
     redis.call('PEXPIRE', key, math.ceil(window / 1000))
     return { now, 0, 1, limit - count - 1, 0, window }
   end

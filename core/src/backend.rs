@@ -10,16 +10,16 @@ use crate::algo::Outcome;
 use crate::error::{Error, ErrorKind, Result};
 use crate::limiter::CompiledRule;
 
-/// The one script behind every check: the arguments, the single-rule fast
-/// path, both algorithms, the replay and give-back helpers and the stacked
+/// The one script behind every check: the single-rule fast path, the
+/// arguments of the general one, both algorithms, the replay and give-back helpers and the stacked
 /// driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
 /// makes Redis refuse the whole script up front when it is out of memory,
 /// instead of failing half-way through the writes.
 pub const CHECK_SCRIPT: &str = concat!(
     "#!lua\n",
-    include_str!("../lua/args.lua"),
-    "\n",
     include_str!("../lua/single_rule.lua"),
+    "\n",
+    include_str!("../lua/args.lua"),
     "\n",
     include_str!("../lua/sliding_window_log.lua"),
     "\n",
@@ -197,6 +197,13 @@ fn eval_cmd(plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> red
 
 /// The script arguments after the keys.
 fn push_args(cmd: &mut redis::Cmd, plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) {
+    // The most common check has a short form of its own (lua/single_rule.lua).
+    if let ([rule], Mode::Check, None, None, 1) = (&plan.compiled[..], mode, now, &plan.call_id, plan.cost) {
+        if let RuleArgs::Window { shadow: false, .. } = rule.args {
+            cmd.arg("s").arg(call_id).arg(&rule.script_args[1..]);
+            return;
+        }
+    }
     // A caller's own call id may come back in a retry: "C" looks it up first.
     cmd.arg(match mode {
         Mode::Check if plan.call_id.is_some() => "C",
