@@ -647,7 +647,8 @@ def main() -> int:
         f"- {versions()}",
         "- Method: 10,000 keys per rule, limit 1000 per 60 s (the Redis tables and the memory table); "
         f"each Redis measurement repeated {REPEATS} times, alternating scripts, medians reported; "
-        "the Node and Python scripts use their own policies (limits high enough that every check is admitted).",
+        "the Node and Python benchmarks run their own scenarios and policies (described in their headers) "
+        "against the same redis-server.",
         "",
         "## Goals",
         "",
