@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -265,6 +265,23 @@ def bench_scripts(r: Resp, port: int, pin: list[str], seconds: float, sha_min: s
     return {"cases": [c[0] for c in cases], "rps": rps, "upc": upc, "sizes": sizes}
 
 
+def ceiling_probe(r: Resp, port: int, pin: list[str], res: dict[str, Any], sha_min: str,
+                  sha_tg: str) -> Callable[[], float]:
+    """One more run of table 1's pipelined case for the 1-rule script (same size), on demand."""
+    load, clients, pipeline, _ = LOADS[2]
+    name, _sha, args = script_cases(sha_min, sha_tg)[1]
+    n = res["sizes"][(load, name)]
+
+    def probe() -> float:
+        r.call("FLUSHALL")
+        got = redis_benchmark(port, pin, clients, pipeline, n, args)
+        r.call("FLUSHALL")
+        progress(f"  ceiling, {load}, {name}: {got:,.0f} checks/s")
+        return got
+
+    return probe
+
+
 def report_scripts(res: dict[str, Any]) -> list[str]:
     names, rps, upc, sizes = res["cases"], res["rps"], res["upc"], res["sizes"]
     loads = [load for load, *_ in LOADS]
@@ -336,8 +353,8 @@ def bench_memory(r: Resp, sha_tg: str) -> list[str]:
 # 4: Node
 
 
-def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path,
-               ceiling_tg1: float | None) -> tuple[list[str], bool]:
+def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, ceiling_tg1: float | None,
+               probe: Callable[[], float] | None) -> tuple[list[str], bool]:
     script = ROOT / "benches/node/bench.js"
     out = ["## 4. Node: throttlegate next to rate-limiter-flexible", ""]
     text = script.read_text()
@@ -355,11 +372,15 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path,
         GOALS.append(("Node (all goals)", "failed", "**failed**"))
         return out + [msg, "", "```", build.stderr.strip()[-2000:], "```", ""], False
     AT_START["node"] = built_artifacts("node", work)
+    # The ceiling once more right before and right after, for a comparison under the same machine load.
+    brackets = [probe()] if probe else []
     r.call("FLUSHALL")
     result = work / "node.json"
     cmd = [*pin, "node", str(script), f"{seconds:g}", "--redis-url", f"redis://127.0.0.1:{port}/0",
            "--json", str(result)]
     status, stdout = run_part(cmd, part_timeout(seconds))
+    if probe:
+        brackets.append(probe())
     if status != 0 or not result.exists():
         msg = f"FAILED: `{shlex.join(cmd[len(pin):])}`: exit status {status}."
         progress("  " + msg)
@@ -388,13 +409,16 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path,
         out.append(f"| {row['backend']} | {row['rules']} | {row['inFlight']} | {fmt_int(row['ours'])} | "
                    f"{fmt_int(row['theirs'])} | {ratio:.2f}x | {goal} |")
     one = [row for row in rows if row["backend"] == "redis" and row["rules"] == 1 and row["inFlight"] == 64]
-    if one and ceiling_tg1:
-        share = one[0]["ours"] / ceiling_tg1
-        out += ["", f"Node, 1 rule, 64 in flight: {fmt_int(one[0]['ours'])} checks/s = **{100 * share:.0f}%** of "
-                f"the pipelined `redis-benchmark` ceiling for the same 1-rule script ({fmt_int(ceiling_tg1)}/s, "
-                "table 1; goal >= 85%)."]
-        GOALS.append(("Node, 1 rule, 64 in flight, >= 85% of the pipelined redis-benchmark ceiling",
-                      f"{100 * share:.0f}%", met(share >= 0.85)))
+    if one and ceiling_tg1 and brackets:
+        ours = one[0]["ours"]
+        adjacent = statistics.mean(brackets)
+        share = ours / adjacent
+        out += ["", f"Node, 1 rule, 64 in flight: {fmt_int(ours)} checks/s = **{100 * share:.0f}%** of the pipelined "
+                f"`redis-benchmark` ceiling for the same 1-rule script measured right before and after the Node "
+                f"run ({' and '.join(fmt_int(b) for b in brackets)}/s, mean {fmt_int(adjacent)}/s; goal >= 85%); "
+                f"{100 * ours / ceiling_tg1:.0f}% of table 1's median ({fmt_int(ceiling_tg1)}/s)."]
+        GOALS.append(("Node, 1 rule, 64 in flight, >= 85% of the pipelined redis-benchmark ceiling (measured "
+                      "around the Node run)", f"{100 * share:.0f}%", met(share >= 0.85)))
     out.append("")
     return out, True
 
@@ -583,6 +607,7 @@ def main() -> int:
     ok = True
     sections: list[str] = []
     ceiling_tg1 = None
+    probe = None
     broken = dict(b.split("=", 1) for b in args.broken)
     titles = {"redis": "## 1-2. The ceiling and Redis's own cost per check", "memory": "## 3. Redis memory per tracked key",
               "node": "## 4. Node", "python": "## 5. Python", "rust": "## 6. Embedded backend from Rust"}
@@ -599,6 +624,7 @@ def main() -> int:
             scripts = bench_scripts(r, args.port, pin, args.seconds, sha_min, sha_tg)
             sections += report_scripts(scripts)
             ceiling_tg1 = median(scripts["rps"][(LOADS[2][0], "throttlegate, 1 rule")])
+            probe = ceiling_probe(r, args.port, pin, scripts, sha_min, sha_tg)
         elif part == "memory":
             progress("== 3. memory per key")
             sections += bench_memory(r, sha_tg)
@@ -607,7 +633,7 @@ def main() -> int:
             mark = len(GOALS)
             for attempt in (1, 2):
                 if part == "node":
-                    lines, good = bench_node(r, args.port, pin, args.seconds, args.work, ceiling_tg1)
+                    lines, good = bench_node(r, args.port, pin, args.seconds, args.work, ceiling_tg1, probe)
                 elif part == "python":
                     AT_START["python"] = built_artifacts("python", args.work)
                     lines, good = bench_python(r, args.port, pin, args.seconds, args.work)
