@@ -325,26 +325,46 @@ impl std::fmt::Debug for Limiter {
 }
 
 thread_local! {
-    static RNG: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+    static RNG: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Forks this process has gone through, as seen by the child (on Unix, a
+/// `pthread_atfork` handler counts them); a changed count reseeds the
+/// generator, at the cost of an atomic load per call instead of a system call.
+fn fork_generation() -> u64 {
+    static FORKS: AtomicU64 = AtomicU64::new(1);
+    #[cfg(unix)]
+    {
+        extern "C" fn in_child() {
+            FORKS.fetch_add(1, Ordering::Relaxed);
+        }
+        static REGISTERED: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a handler that only increments an atomic, which
+        // is async-signal-safe and valid in a freshly forked child.
+        REGISTERED.call_once(|| unsafe {
+            libc::pthread_atfork(None, None, Some(in_child));
+        });
+    }
+    FORKS.load(Ordering::Relaxed)
 }
 
 /// A random call id (16 hex digits). The generator is reseeded from the OS
 /// after a fork, so parent and child never produce the same ids.
 pub(crate) fn random_call_id() -> String {
-    let pid = std::process::id();
+    let generation = fork_generation();
     let x = RNG.with(|cell| {
-        let (mut state, seeded_pid) = cell.get();
-        if seeded_pid != pid || state == 0 {
+        let (mut state, seeded) = cell.get();
+        if seeded != generation || state == 0 {
             let mut seed = [0u8; 8];
             if getrandom::fill(&mut seed).is_err() {
-                seed = (system_now_us() as u64 ^ ((pid as u64) << 32)).to_le_bytes();
+                seed = (system_now_us() as u64 ^ ((std::process::id() as u64) << 32)).to_le_bytes();
             }
             state = u64::from_le_bytes(seed) | 1;
         }
         // wyrand
         state = state.wrapping_add(0xa076_1d64_78bd_642f);
         let t = (state as u128).wrapping_mul((state ^ 0xe703_7ed1_a0b4_28db) as u128);
-        cell.set((state, pid));
+        cell.set((state, generation));
         ((t >> 64) as u64) ^ (t as u64)
     });
     format!("{x:016x}")
@@ -853,4 +873,33 @@ fn timeout_error(t: Duration) -> Error {
         ErrorKind::Timeout,
         format!("the backend did not answer within the timeout ({} ms)", t.as_millis()),
     )
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::random_call_id;
+
+    #[test]
+    fn a_forked_child_draws_other_call_ids() {
+        let _ = random_call_id();
+        let mut fds = [0i32; 2];
+        // SAFETY: plain pipe/fork/write/_exit; the child only draws one id.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                let id = random_call_id();
+                libc::write(fds[1], id.as_ptr().cast(), id.len());
+                libc::_exit(0);
+            }
+            libc::close(fds[1]);
+            let mut buf = [0u8; 16];
+            let n = libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len());
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            assert_eq!(n, 16);
+            let parent = random_call_id();
+            assert_ne!(std::str::from_utf8(&buf).unwrap(), parent, "child and parent drew the same id");
+        }
+    }
 }
