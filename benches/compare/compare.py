@@ -553,7 +553,7 @@ def machine() -> tuple[str, str]:
 def versions() -> str:
     def pkg(path: str) -> str:
         try:
-            return json.loads((ROOT / path).read_text())["version"]
+            return str(json.loads((ROOT / path).read_text())["version"])
         except (OSError, ValueError, KeyError):
             return "?"
 
