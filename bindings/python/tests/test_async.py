@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import gc
+import os
 import sys
 import threading
 import time
@@ -353,4 +354,21 @@ def test_uvloop(backend_url: str | None, prefix: str, leaks: Leaks) -> None:
         got = uvloop.run(main())
         assert all(isinstance(d, tg.Decision) and d.allowed for d in got[1:]), got
         assert isinstance(got[0], (asyncio.CancelledError, tg.Decision))
+    limiter.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_many_loops_leave_no_descriptors_behind(backend_url: str | None, prefix: str) -> None:
+    """Each loop gets a wake-up socket pair; it goes with the loop."""
+    limiter = tg.Limiter([{**HOT, "limit": 1000}], url=backend_url, prefix=prefix, timeout=30.0)
+
+    async def main() -> bool:
+        return (await limiter.check_async({"k": "loops"})).allowed
+
+    assert asyncio.run(main())
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(100):
+        assert asyncio.run(main())
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before
     limiter.close()
