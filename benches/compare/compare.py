@@ -195,7 +195,8 @@ def script_cases(sha_min: str, sha_tg: str) -> list[tuple[str, str, list[str]]]:
     tg_head = ["c", "", CALL_ID, "1"]
     return [
         ("minimal", sha_min, [sha_min, "1", f"m:{RAND}", str(LIMIT), str(WINDOW_US), CALL_ID]),
-        ("throttlegate, 1 rule", sha_tg, [sha_tg, "1", f"t1:{RAND}", *tg_head, *rule]),
+        # One sliding-window rule: the short form the library sends (mode "s").
+        ("throttlegate, 1 rule", sha_tg, [sha_tg, "1", f"t1:{RAND}", "s", CALL_ID, str(LIMIT), str(WINDOW_US)]),
         (
             "throttlegate, 4 rules",
             sha_tg,

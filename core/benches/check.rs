@@ -152,12 +152,14 @@ fn redis_backend(c: &mut Criterion) {
         let mut conn = rt.block_on(redis::aio::ConnectionManager::new(client)).unwrap();
         let sha = redis::Script::new(CHECK_SCRIPT).get_hash().to_string();
         rt.block_on(redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).query_async::<String>(&mut conn)).unwrap();
+        // What the library sends: the short form for one sliding-window rule
+        // (lua/single_rule.lua), the general one otherwise (lua/args.lua).
         let raw_args: Vec<&str> = if keys_per_check == 1 {
-            vec!["w", "1000000", "60000000", "0"]
+            vec!["s", "", "1000000", "60000000"]
         } else {
             vec![
-                "w", "1000000", "60000000", "0", "b", "1000000", "100000", "0",
-                "w", "1000000", "60000000", "0", "b", "1000000", "100000", "0",
+                "c", "", "", "1", "w", "1000000", "60000000", "b", "1000000", "100000", "w", "1000000", "60000000", "b",
+                "1000000", "100000",
             ]
         };
         let prefixes = ["raw:per-ip:", "raw:per-key:", "raw:per-tenant:", "raw:per-route:"];
@@ -171,7 +173,11 @@ fn redis_backend(c: &mut Criterion) {
                 for p in &prefixes[..keys_per_check] {
                     cmd.arg(format!("{p}{ip}"));
                 }
-                cmd.arg("c").arg("").arg(format!("{n:016x}")).arg(1).arg("0").arg(&raw_args);
+                // The call id goes where each form has it: after "s", or third.
+                let id = format!("{n:016x}");
+                let mut args = raw_args.clone();
+                args[if keys_per_check == 1 { 1 } else { 2 }] = &id;
+                cmd.arg(&args);
                 rt.block_on(cmd.query_async::<Vec<i64>>(&mut conn)).unwrap()
             })
         });
