@@ -85,8 +85,12 @@ impl Limiter {
     /// `(certificate, key)` pair presented for mutual TLS. Each PEM document
     /// is given as bytes (the data) or as a str / `os.PathLike` (a file path,
     /// read when the limiter is made).
+    ///
+    /// `deny_cache=True` remembers Redis's denials in process: the same keys
+    /// are then denied without a round trip for exactly as long as Redis would
+    /// deny them (see the README's "Remembered denials").
     #[new]
-    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None))]
+    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None, deny_cache = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -99,6 +103,7 @@ impl Limiter {
         key_secret: Option<&Bound<'_, PyAny>>,
         tls_root_cert: Option<&Bound<'_, PyAny>>,
         tls_client_cert: Option<&Bound<'_, PyAny>>,
+        deny_cache: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
@@ -138,6 +143,12 @@ impl Limiter {
                     convert::pem(&cert, "tls_client_cert: the certificate")?,
                     convert::pem(&key, "tls_client_cert: the key")?,
                 );
+            }
+            if let Some(on) = deny_cache.filter(|o| !o.is_none()) {
+                match on.cast::<pyo3::types::PyBool>() {
+                    Ok(on) => builder = builder.deny_cache(on.is_true()),
+                    Err(_) => return Err(invalid_type(py, "deny_cache: expected a bool")),
+                }
             }
             let limiter = builder.clone().build().map_err(|e| core_to_py(py, &e))?;
             Ok(Limiter {

@@ -237,3 +237,38 @@ def test_the_extension_is_an_abi3_module() -> None:
     from throttlegate import _native
 
     assert _native.__file__ is not None and _native.__file__.endswith(".abi3.so")
+
+
+def _evalsha_calls(server) -> int:
+    info = server.command("INFO", "commandstats").decode()
+    for line in info.splitlines():
+        if line.startswith("cmdstat_evalsha:calls="):
+            return int(line.split("=", 1)[1].split(",", 1)[0])
+    return 0
+
+
+def test_deny_cache_answers_denials_without_redis(redis_server, prefix: str) -> None:
+    rule = {"name": "per-ip", "key": "ip:{ip}", "limit": 1, "window": "1s"}
+    cached, clock = make(redis_server.url, prefix, [rule], deny_cache=True)
+    a = {"ip": "203.0.113.9"}
+    assert cached.check(a).allowed
+    first = cached.check(a)
+    assert not first.allowed and first.retry_after_ms == 1000
+    calls = _evalsha_calls(redis_server)
+    clock.advance(ms=300)
+    d = cached.check(a)
+    assert not d.allowed and d.retry_after_ms == 700 and d.headers["Retry-After"] == "1"
+
+    async def awaited() -> Decision:
+        return await cached.check_async(a)
+
+    assert not asyncio.run(awaited()).allowed
+    assert _evalsha_calls(redis_server) == calls  # answered in process
+    clock.advance(ms=700)
+    assert cached.check(a).allowed  # the wait is over: Redis again
+
+
+def test_deny_cache_takes_a_bool() -> None:
+    with pytest.raises(throttlegate.InvalidArgumentTypeError, match="deny_cache"):
+        Limiter([WINDOW_RULE], deny_cache="yes")  # type: ignore[arg-type]
+    assert Limiter([WINDOW_RULE], deny_cache=True).check({"ip": "1.2.3.4"}).allowed

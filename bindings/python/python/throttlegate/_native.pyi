@@ -131,6 +131,7 @@ class Limiter:
         key_secret: Union[str, bytes, None] = None,
         tls_root_cert: Optional[_Pem] = None,
         tls_client_cert: Optional[tuple[_Pem, _Pem]] = None,
+        deny_cache: Optional[bool] = None,
     ) -> Self: ...
     def check(self, attributes: _Attributes, cost: Optional[int] = None, *, call_id: Optional[str] = None) -> Decision: ...
     def check_async(
