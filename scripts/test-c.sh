@@ -24,14 +24,7 @@ CRATE=$ROOT/bindings/c
 step() { printf '\n== test-c: %s\n' "$*"; }
 
 # Debian packages this script needs beyond a C compiler and redis-server.
-need() {
-  command -v "$1" >/dev/null 2>&1 && return 0
-  echo "$1 not found: installing Debian's $2 package" >&2
-  local sudo=""
-  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
-}
+. scripts/need.sh  # need TOOL PACKAGE
 need c++ g++
 need pkg-config pkg-config
 need valgrind valgrind

@@ -10,15 +10,7 @@ ROOT="$PWD"
 
 # Debian packages the suites need beyond redis-server: redis-cli creates the
 # cluster, openssl makes the test CA and certificates.
-need() {
-  command -v "$1" >/dev/null 2>&1 && return 0
-  echo "$1 not found: installing Debian's $2 package" >&2
-  local sudo=""
-  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
-  command -v "$1" >/dev/null
-}
+. scripts/need.sh  # need TOOL PACKAGE
 need redis-cli redis-tools
 need openssl openssl
 

@@ -190,6 +190,18 @@ def commandstats_evalsha(r: Resp) -> dict[str, float]:
 # 1 and 2: redis-benchmark EVALSHA, throughput and usec_per_call
 
 
+def part_rows(label: str, cmd: list[str], status: int, stdout: str, result: Path):
+    """The rows a benchmark part wrote to `result`; or None and the lines that
+    report its failure (the failure is also recorded against its goals)."""
+    if status != 0 or not result.exists():
+        msg = f"FAILED: `{shlex.join(cmd)}`: exit status {status}."
+        progress("  " + msg)
+        GOALS.append((f"{label} (all goals)", "failed", "**failed**"))
+        return None, [msg, "", "```", stdout.strip()[-2000:], "```", ""]
+    data = json.loads(result.read_text())
+    return (data["rows"] if isinstance(data, dict) else data), []
+
+
 def script_cases(sha_min: str, sha_tg: str) -> list[tuple[str, str, list[str]]]:
     rule = ["w", str(LIMIT), str(WINDOW_US)]
     tg_head = ["c", "", CALL_ID, "1"]
@@ -382,13 +394,9 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
     status, stdout = run_part(cmd, part_timeout(seconds))
     if probe:
         brackets.append(probe())
-    if status != 0 or not result.exists():
-        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}`: exit status {status}."
-        progress("  " + msg)
-        GOALS.append(("Node (all goals)", "failed", "**failed**"))
-        return out + [msg, "", "```", stdout.strip()[-2000:], "```", ""], False
-    data = json.loads(result.read_text())
-    rows = data["rows"] if isinstance(data, dict) else data
+    rows, failure = part_rows("Node", cmd[len(pin):], status, stdout, result)
+    if rows is None:
+        return out + failure, False
     out += [f"`node benches/node/bench.js {seconds:g} --redis-url URL --json FILE`, checks per second "
             "(rate-limiter-flexible: RateLimiterRedis over ioredis, RateLimiterMemory; RateLimiterUnion "
             "for several rules).", "",
@@ -446,13 +454,9 @@ def bench_python(r: Resp, port: int, pin: list[str], seconds: float, work: Path)
     # The wheel run.sh built, unpacked in a private folder, comes first on the path (the peers come from .venv).
     env = dict(os.environ, PYTHONPATH=str(work / "python"))
     status, stdout = run_part(cmd, part_timeout(seconds), env=env)
-    if status != 0 or not result.exists():
-        msg = f"FAILED: `{shlex.join(cmd[len(pin):])}`: exit status {status}."
-        progress("  " + msg)
-        GOALS.append(("Python (all goals)", "failed", "**failed**"))
-        return out + [msg, "", "```", stdout.strip()[-2000:], "```", ""], False
-    data = json.loads(result.read_text())
-    rows = data["rows"] if isinstance(data, dict) else data
+    rows, failure = part_rows("Python", cmd[len(pin):], status, stdout, result)
+    if rows is None:
+        return out + failure, False
     redis_rows = [row for row in rows if row.get("scenario") != "embedded"]
     embedded = [row for row in rows if row.get("scenario") == "embedded"]
     shown = ["URL" if a.startswith("redis://") else "FILE" if a == str(result) else a for a in cmd[len(pin) + 2:]]

@@ -20,15 +20,7 @@ if ! [[ "$SECS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || [ "$(awk -v s="$SECS" 'BEGIN { prin
 fi
 
 # ---- tools ---------------------------------------------------------------
-need() {
-  command -v "$1" >/dev/null 2>&1 && return 0
-  echo "$1 not found: installing Debian's $2 package" >&2
-  local sudo=""
-  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
-  command -v "$1" >/dev/null
-}
+. scripts/need.sh  # need TOOL PACKAGE
 scripts/deps-redis.sh
 need redis-cli redis-tools
 need redis-benchmark redis-tools

@@ -419,6 +419,9 @@ impl Limiter {
     /// Check a request of cost 1 or more: consume from every applicable rule
     /// if all admit it, nothing otherwise.
     pub async fn check<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
+        if let Some(answer) = self.run_in_process(&AttrRef(attrs), cost, None, Mode::Check) {
+            return answer;
+        }
         let plan = self.plan(&AttrRef(attrs), cost, None);
         self.run(plan, Mode::Check).await
     }
@@ -429,12 +432,19 @@ impl Limiter {
         attrs: &A,
         options: &CheckOptions,
     ) -> Result<Decision> {
-        let plan = self.plan(&AttrRef(attrs), options.cost, options.call_id.as_deref());
+        let (cost, call_id) = (options.cost, options.call_id.as_deref());
+        if let Some(answer) = self.run_in_process(&AttrRef(attrs), cost, call_id, Mode::Check) {
+            return answer;
+        }
+        let plan = self.plan(&AttrRef(attrs), cost, call_id);
         self.run(plan, Mode::Check).await
     }
 
     /// The decision a check of this cost would get now, without consuming anything.
     pub async fn peek<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
+        if let Some(answer) = self.run_in_process(&AttrRef(attrs), cost, None, Mode::Peek) {
+            return answer;
+        }
         let plan = self.plan(&AttrRef(attrs), cost, None);
         self.run(plan, Mode::Peek).await
     }
@@ -709,38 +719,20 @@ impl Limiter {
             self.count(&Decision::unlimited());
             return Decision::unlimited();
         }
-        let args: SmallVec<[RuleArgs; 4]> = rules.iter().map(|r| r.args).collect();
-        let verdict = memory.eval(digests, &args, cost, call_id, mode, self.local_now());
+        let verdict = memory.eval(digests, rules, cost, call_id, mode, self.local_now());
         let d = self.decide(rules, verdict, false);
         self.count(&d);
         d
     }
 
-    /// The answer when it needs no network: no rule applies, or the backend
-    /// is in process. `None` means "ask the remote backend".
-    fn answer_locally(&self, plan: &Plan<'_>, mode: Mode) -> Option<Result<Decision>> {
-        if plan.keys.is_empty() {
-            self.count(&Decision::unlimited());
-            return Some(Ok(Decision::unlimited()));
-        }
-        let guard = self.inner.backend.read().unwrap_or_else(|p| p.into_inner());
-        match &*guard {
-            Some(Backend::Memory) => {
-                let m = self.memory();
-                let digests: SmallVec<[Digest; 4]> = plan.keys.iter().map(|k| m.digest(k)).collect();
-                let call_id = plan.call_id.as_deref();
-                Some(Ok(self.eval_memory(m, &digests, &plan.compiled, plan.cost, call_id, mode)))
-            }
-            Some(Backend::Remote(_)) => None,
-            None => Some(Err(closed())),
-        }
-    }
-
+    /// A check or peek through the remote backend (the embedded one answers
+    /// in process before a plan is made).
     async fn run(&self, plan: Result<Plan<'_>>, mode: Mode) -> Result<Decision> {
         self.ensure_open()?;
         let plan = plan?;
-        if let Some(answer) = self.answer_locally(&plan, mode) {
-            return answer;
+        if plan.keys.is_empty() {
+            self.count(&Decision::unlimited());
+            return Ok(Decision::unlimited());
         }
         let redis = match &*self.inner.backend.read().unwrap_or_else(|p| p.into_inner()) {
             Some(Backend::Remote(r)) => r.clone(),
@@ -749,8 +741,8 @@ impl Limiter {
         // Remembered denials (opt-in): read the clock before anything is
         // sent, so a wait counted from here never outlives Redis's.
         let cache = self.inner.deny_cache.as_ref().filter(|_| plan.call_id.is_none());
-        let sent_us = self.local_now();
-        if let Some(cache) = cache {
+        let sent_us = cache.map(|_| self.local_now());
+        if let (Some(cache), Some(sent_us)) = (cache, sent_us) {
             let keys = plan.keys.iter().zip(&plan.compiled).map(|(k, r)| (k.as_str(), r.shadow));
             if let Some(d) = cache.lookup(keys, plan.cost, sent_us) {
                 self.count(&d);
@@ -759,7 +751,7 @@ impl Limiter {
         }
         let now = match &self.inner.clock {
             Clock::Backend => None,
-            _ => Some(sent_us),
+            _ => Some(sent_us.unwrap_or_else(|| self.local_now())),
         };
         let result = match tokio::time::timeout(self.inner.timeout, redis.eval(&plan, mode, now)).await {
             Ok(r) => r,
@@ -771,7 +763,7 @@ impl Limiter {
         match result {
             Ok(verdict) => {
                 let d = self.decide(&plan.compiled, verdict, false);
-                if let (Some(cache), false) = (cache, d.allowed) {
+                if let (Some(cache), Some(sent_us), false) = (cache, sent_us, d.allowed) {
                     cache.remember(&plan.keys, &d, plan.cost, sent_us);
                 }
                 self.count(&d);

@@ -15,6 +15,7 @@ use smallvec::SmallVec;
 
 use crate::algo::{Bucket, Log, Outcome, TB_IDS};
 use crate::backend::{Mode, RuleArgs, Verdict};
+use crate::limiter::CompiledRule;
 
 const SHARDS: usize = 64;
 const MIN_SWEEP: usize = 1024;
@@ -124,7 +125,7 @@ impl MemoryBackend {
     pub fn eval(
         &self,
         digests: &[Digest],
-        rules: &[RuleArgs],
+        rules: &[&CompiledRule],
         cost: u64,
         call_id: Option<&str>,
         mode: Mode,
@@ -164,7 +165,7 @@ impl MemoryBackend {
         let mut all_pass = true;
         for i in 0..n {
             let entry = guards[slot(i)].1.live(digests[i], now);
-            let (o, left) = match rules[i] {
+            let (o, left) = match rules[i].args {
                 RuleArgs::Window { limit, window_us, .. } => {
                     let o = match entry.map(|e| &e.state) {
                         Some(State::Log(log)) => log.decide(now, cost, limit, window_us),
@@ -180,7 +181,7 @@ impl MemoryBackend {
                     Bucket::decide(state, now, cost, capacity, rate)
                 }
             };
-            if !o.allowed && !rules[i].shadow() {
+            if !o.allowed && !rules[i].args.shadow() {
                 all_pass = false;
             }
             outcomes.push(o);
@@ -210,7 +211,7 @@ impl MemoryBackend {
                     }),
                 };
                 entry.expires_at = expires_at;
-                match rules[i] {
+                match rules[i].args {
                     RuleArgs::Window { window_us, .. } => {
                         if !matches!(entry.state, State::Log(_)) {
                             entry.state = State::Log(Log::default());

@@ -176,9 +176,10 @@ static tg_policy *policy_from(const char *text) {
 
 /* A limiter on `url` with a fresh prefix, the error failure mode, a long
  * timeout, and the manual clock `clock` (when not NULL). */
-static tg_limiter *limiter_on(const tg_policy *policy, const char *url, const tg_clock *clock) {
+/* Options for a test limiter on `url`: a fresh prefix, a long timeout,
+ * backend failures as errors, and `clock` unless NULL. */
+static tg_limiter_options *options_on(const char *url, const tg_clock *clock) {
     tg_limiter_options *o = NULL;
-    tg_limiter *l = NULL;
     char prefix[64];
     OK(tg_limiter_options_new(&o));
     OK(tg_limiter_options_set_url(o, url));
@@ -186,6 +187,12 @@ static tg_limiter *limiter_on(const tg_policy *policy, const char *url, const tg
     OK(tg_limiter_options_set_timeout_ms(o, 60000));
     OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
     if (clock != NULL) OK(tg_limiter_options_set_clock(o, clock));
+    return o;
+}
+
+static tg_limiter *limiter_on(const tg_policy *policy, const char *url, const tg_clock *clock) {
+    tg_limiter_options *o = options_on(url, clock);
+    tg_limiter *l = NULL;
     OK(tg_limiter_new_with_options(policy, o, &l));
     tg_limiter_options_free(o);
     return l;
@@ -497,15 +504,8 @@ static void test_deny_cache(void) {
     tg_policy *policy = policy_from("[[rules]]\nname = \"once\"\nkey = \"ip:{ip}\"\nlimit = 1\nwindow = \"1s\"\n");
     tg_clock *clock = NULL;
     OK(tg_clock_manual_new(1000000000000, &clock));
-    tg_limiter_options *o = NULL;
+    tg_limiter_options *o = options_on(redis_url, clock);
     tg_limiter *cached = NULL, *other = NULL;
-    char prefix[64];
-    OK(tg_limiter_options_new(&o));
-    OK(tg_limiter_options_set_url(o, redis_url));
-    OK(tg_limiter_options_set_prefix(o, fresh_prefix(prefix, sizeof prefix)));
-    OK(tg_limiter_options_set_clock(o, clock));
-    OK(tg_limiter_options_set_timeout_ms(o, 60000));
-    OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
     OK(tg_limiter_options_set_deny_cache(o, 1));
     OK(tg_limiter_new_with_options(policy, o, &cached));
     OK(tg_limiter_options_set_deny_cache(o, 0));
@@ -645,13 +645,8 @@ static char *read_whole(const char *dir, const char *name, size_t *len) {
  * and failure mode. */
 static tg_limiter *tls_limiter(const tg_policy *policy, const char *url, const char *ca, size_t ca_len,
                                const char *cert, size_t cert_len, const char *key, size_t key_len, uint32_t mode) {
-    tg_limiter_options *o = NULL;
+    tg_limiter_options *o = options_on(url, NULL);
     tg_limiter *l = NULL;
-    char prefix[64];
-    OK(tg_limiter_options_new(&o));
-    OK(tg_limiter_options_set_url(o, url));
-    OK(tg_limiter_options_set_prefix(o, fresh_prefix(prefix, sizeof prefix)));
-    OK(tg_limiter_options_set_timeout_ms(o, 60000));
     OK(tg_limiter_options_set_on_backend_error(o, mode));
     if (ca != NULL) OK(tg_limiter_options_set_tls_root_cert(o, (const uint8_t *)ca, ca_len));
     if (cert != NULL) {

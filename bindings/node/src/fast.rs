@@ -299,9 +299,14 @@ impl Args {
     }
 }
 
-unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
-    let mut argc = 5;
-    let mut argv = [ptr::null_mut(); 5];
+/// The first `N` arguments of a call (missing ones are `undefined`) and how
+/// many were passed.
+fn call_args<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<(usize, [sys::napi_value; N]), Error> {
+    let mut argc = N;
+    let mut argv = [ptr::null_mut(); N];
     check!(
         sys::napi_get_cb_info(
             env,
@@ -313,6 +318,11 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
         ),
         "cannot read the arguments"
     );
+    Ok((argc, argv))
+}
+
+unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
+    let (argc, argv) = call_args::<5>(env, info)?;
     if argc < 4 {
         return Err(internal("too few arguments"));
     }
@@ -384,19 +394,7 @@ fn set_scratch(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> Result<sys::napi_value, Error> {
-    let mut argc = 2;
-    let mut argv = [ptr::null_mut(); 2];
-    check!(
-        sys::napi_get_cb_info(
-            env,
-            info,
-            &mut argc,
-            argv.as_mut_ptr(),
-            ptr::null_mut(),
-            ptr::null_mut()
-        ),
-        "cannot read the arguments"
-    );
+    let (_, argv) = call_args::<2>(env, info)?;
     let hot = hot_of(env, argv[0])?;
     let mut kind = 0;
     let mut len = 0;
