@@ -1,13 +1,17 @@
--- The arguments of the one script behind every check and peek, in their
--- general form (composed after single_rule.lua, which answers mode "s";
--- check.lua, composed last, is the driver).
+-- Second in the script, reached by every mode but "s" (single_rule.lua has
+-- returned for that one). Reads the arguments of the general form and leaves,
+-- as locals for the files after it: mode, now, monotonic (true when now came
+-- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it)
+-- and uses_log / uses_bucket (which algorithms this call's rules use).
 --
+-- KEYS = the rules' keys, one per rule, in the order of their arguments
 -- ARGV[1] mode: "c" check (consume on success); "C" the same, for a call
 --         that may be a re-send of one Redis already executed, so its call
 --         id is looked up first; "p" peek (never records); "u" undo: give
 --         back what the check with this call id consumed (Redis Cluster,
 --         when another slot of the same check denied it)
--- ARGV[2] now in microseconds, or "" to read the server clock with TIME
+-- ARGV[2] now in microseconds (an integer, read with tonumber), or "" to
+--         read the server clock with TIME
 -- ARGV[3] call id (random per call, made by the client)
 -- ARGV[4] cost (integer >= 1)
 -- then for each key, 3 values: an algorithm code and its two parameters,
@@ -16,9 +20,10 @@
 -- with the code in upper case ("W", "B") for a shadow rule, which reports
 -- but never denies.
 --
--- Returns { now, replayed (0/1), then per key: allowed (0/1), remaining,
--- retry_after_us, reset_after_us }. All values are integers. Rule i's
--- arguments are ARGV[3i+2 .. 3i+4]; its results are out[4i-1 .. 4i+2].
+-- Returns (from check.lua) { now, replayed (0/1), then per key: allowed
+-- (0/1), remaining, retry_after_us, reset_after_us }; mode "u" returns
+-- { now, 0 }. All values are integers. Rule i's arguments are
+-- ARGV[3i+2 .. 3i+4]; its results are out[4i-1 .. 4i+2].
 
 local mode = ARGV[1]
 local now

@@ -1,5 +1,13 @@
--- The driver: decides every rule given in KEYS first, and records the
--- request only if all of them (shadow rules excepted) admit.
+-- Last in the script: the driver, for modes "c", "C", "p" and "u". Reads the
+-- locals of args.lua (mode, now, monotonic, call_id, cost, n, replayed), the
+-- algorithm functions and the replay helpers, and the per-rule ARGV triples
+-- (code, two parameters at ARGV[3i+2 .. 3i+4]). Mode "u" gives back and
+-- returns { now, 0 }; mode "C" answers a call already recorded as a peek at
+-- cost 0 with replayed = 1. Otherwise it decides every rule given in KEYS
+-- first, records the request only if all of them (shadow rules excepted)
+-- admit and a peek records nothing; returns { now, replayed, then allowed,
+-- remaining, retry_after_us, reset_after_us per key }, or an error reply for
+-- an unknown algorithm code.
 
 if mode == 'u' then
   for i = 1, n do

@@ -1,6 +1,9 @@
--- Re-sent calls and give-backs, for both algorithms. `code` is a rule's
--- algorithm code ("w"/"W" sliding-window log, "b"/"B" token bucket). Made
--- only for the calls that need them (modes "C" and "u").
+-- Fifth in the script. Re-sent calls and give-backs, for both algorithms.
+-- Reads `mode` (args.lua) and defines three locals, made only for the modes
+-- that need them ("C" and "u"; nil otherwise): ids_of(stored), for the two
+-- others, and, for check.lua, seen(code, key, call_id) in mode "C" and
+-- give_back(code, key, cost, capacity, call_id) in mode "u". `code` is a
+-- rule's algorithm code ("w"/"W" sliding-window log, "b"/"B" token bucket).
 
 local ids_of, seen, give_back
 if mode == 'u' or mode == 'C' then

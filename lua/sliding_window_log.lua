@@ -1,4 +1,9 @@
--- Sliding-window log: `limit` units per `window` microseconds.
+-- Third in the script. Sliding-window log: `limit` units per `window`
+-- microseconds. Reads `uses_log` (args.lua) and defines two locals for
+-- check.lua, made only when a rule of this call is a log (nil otherwise):
+-- swl_decide(key, now, cost, limit, window, monotonic) and
+-- swl_commit(key, now, cost, reset_after, call_id). Mode "s"
+-- (single_rule.lua) is the same arithmetic at cost 1, written out.
 --
 -- The log is a sorted set with one member per admitted unit, scored by the
 -- admission time in microseconds. A member with score `s` is inside the window

@@ -1,5 +1,9 @@
--- Token bucket: `capacity` tokens, refilled continuously at `rate` tokens per
--- second, starting full.
+-- Fourth in the script. Token bucket: `capacity` tokens, refilled
+-- continuously at `rate` tokens per second, starting full. Reads
+-- `uses_bucket` (args.lua) and defines three locals, made only when a rule of
+-- this call is a bucket (nil otherwise): tb_wait(need, rate), for tb_decide,
+-- and, for check.lua, tb_decide(key, now, cost, capacity, rate) and
+-- tb_commit(key, stamp, left, reset_after, call_id, previous).
 --
 -- Tokens are counted in micro-tokens (1 token = 1,000,000) so that the stored
 -- state is two integers: "<micro-tokens>:<last update in microseconds>",

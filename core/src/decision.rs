@@ -116,6 +116,8 @@ impl serde::Serialize for RuleName {
 pub struct RuleResult {
     /// The rule's name.
     pub rule: RuleName,
+    /// The rule's position in the policy (0 for the first rule).
+    pub index: usize,
     /// Whether this rule admits the request (for a shadow rule: would admit).
     pub allowed: bool,
     /// The rule is in shadow mode: reported, never the cause of a denial.
@@ -341,9 +343,19 @@ impl Decision {
         self.results.iter().filter(|r| !r.shadow && !r.allowed)
     }
 
+    /// The headline rule's result (`None` when no non-shadow rule applied).
+    pub fn headline(&self) -> Option<&RuleResult> {
+        let name = self.rule?;
+        self.results.iter().find(|r| r.rule == name)
+    }
+
     /// An `application/problem+json` body (RFC 9457) for a denial, naming the
-    /// violated rules. Identical bytes in every language.
-    pub fn problem_json(&self) -> String {
+    /// violated rules; `None` when the request is allowed. Identical bytes in
+    /// every language.
+    pub fn problem_json(&self) -> Option<String> {
+        if self.allowed {
+            return None;
+        }
         let rules: Vec<&str> = self.denying_rules().map(|r| &*r.rule).collect();
         let body = serde_json::json!({
             "type": "about:blank",
@@ -353,7 +365,7 @@ impl Decision {
             "violated_rules": rules,
             "retry_after": ceil_secs(self.retry_after).max(1),
         });
-        body.to_string()
+        Some(body.to_string())
     }
 }
 
@@ -375,6 +387,7 @@ mod tests {
     fn r(name: &str, allowed: bool, remaining: u64, retry_ms: u64, reset_ms: u64) -> RuleResult {
         RuleResult {
             rule: name.into(),
+            index: 0,
             allowed,
             shadow: false,
             limit: 10,

@@ -143,6 +143,39 @@ impl Error {
     pub(crate) fn invalid_argument(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidArgument, message)
     }
+
+    /// Run `f`, turning a panic into [`Error::from_panic`]: the guard of
+    /// every front end's entry points.
+    pub fn catch_panic<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| Err(Error::from_panic(p.as_ref())))
+    }
+
+    /// The error of every call on a closed limiter.
+    pub fn closed() -> Self {
+        Error::new(ErrorKind::Closed, "the limiter is closed")
+    }
+
+    /// The error of a call that ran out of `timeout`.
+    pub(crate) fn timeout(timeout: std::time::Duration) -> Self {
+        Error::new(
+            ErrorKind::Timeout,
+            format!("the backend did not answer within the timeout ({} ms)", timeout.as_millis()),
+        )
+    }
+
+    /// An [`ErrorKind::Internal`] error for a caught panic, with its text:
+    /// what every front end reports instead of letting a panic cross into
+    /// its language.
+    pub fn from_panic(payload: &(dyn std::any::Any + Send)) -> Self {
+        let text = if let Some(s) = payload.downcast_ref::<&str>() {
+            s
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.as_str()
+        } else {
+            "unknown panic"
+        };
+        Error::new(ErrorKind::Internal, format!("a bug in throttlegate (please report it): {text}"))
+    }
 }
 
 impl fmt::Debug for Error {

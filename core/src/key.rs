@@ -18,6 +18,30 @@ use sha2::{Digest, Sha256};
 /// Longest key written as is; longer ones are hashed.
 pub const MAX_KEY_LEN: usize = 128;
 
+/// Longest rule name and attribute name, in bytes.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// A character allowed in rule and attribute names.
+pub(crate) fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
+}
+
+/// Check a rule or attribute name; the error completes "name ...".
+pub(crate) fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!("is longer than {MAX_NAME_LEN} bytes"));
+    }
+    if let Some(c) = name.chars().find(|&c| !is_name_char(c)) {
+        return Err(format!(
+            "{name:?} contains {c:?}; use letters, digits, '_', '-' and '.'"
+        ));
+    }
+    Ok(())
+}
+
 /// Read access to a request's attributes (`ip`, `api_key`, `route`, ...).
 ///
 /// Implemented for the usual maps and for slices and arrays of pairs.
@@ -124,7 +148,7 @@ impl KeyTemplate {
                             }
                         }
                     }
-                    crate::policy::validate_name(&name)
+                    validate_name(&name)
                         .map_err(|m| format!("{src:?}: attribute name {m}"))?;
                     if !lit.is_empty() {
                         segments.push(Segment::Literal(std::mem::take(&mut lit)));

@@ -27,27 +27,30 @@
 //! in the repository's README.
 #![deny(missing_docs)]
 
-mod algo;
-mod backend;
-mod client_ip;
-mod clock;
-mod cluster;
-mod decision;
-mod deny_cache;
-pub mod duration;
+// In the order a check goes through them: the policy and its parts, the
+// plan of one check, the backends that decide it, the limiter around them.
 mod error;
+pub mod duration;
+mod clock;
 mod key;
-mod limiter;
-mod memory;
 mod policy;
+mod client_ip;
+mod decision;
+pub mod record;
+mod algo;
+mod plan;
+pub mod runtime;
+mod backend;
+mod deny_cache;
+mod limiter;
 
-pub use backend::CHECK_SCRIPT;
+pub use backend::script::CHECK_SCRIPT;
 pub use client_ip::ClientIpConfig;
 pub use clock::{Clock, ManualClock};
 pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult};
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
-pub use limiter::{CheckOptions, Limiter, LimiterBuilder, Stats, DEGRADED_RETRY_AFTER};
+pub use limiter::{BatchCall, CheckOptions, Limiter, LimiterBuilder, LimiterOptions, Stats, DEGRADED_RETRY_AFTER};
 pub use policy::{
     Algorithm, FailureMode, Policy, Rule, DEFAULT_PREFIX, DEFAULT_TIMEOUT, MAX_LIMIT,
     MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_REFILL_RATE, MAX_TIMEOUT, MAX_WINDOW, MIN_REFILL_RATE,

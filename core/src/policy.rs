@@ -14,7 +14,8 @@ use serde_json::{Map, Value};
 
 use crate::duration::{format_duration, parse_duration};
 use crate::error::{Error, ErrorKind, Result};
-use crate::key::KeyTemplate;
+pub use crate::key::MAX_NAME_LEN;
+use crate::key::{validate_name, KeyTemplate};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "throttlegate:";
@@ -28,8 +29,6 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 pub const MIN_REFILL_RATE: f64 = 1e-6;
 /// Largest refill rate accepted, in tokens per second.
 pub const MAX_REFILL_RATE: f64 = 1e9;
-/// Longest rule name and attribute name, in bytes.
-pub const MAX_NAME_LEN: usize = 64;
 /// Longest key prefix, in bytes.
 pub const MAX_PREFIX_LEN: usize = 64;
 /// Longest call timeout accepted.
@@ -441,25 +440,6 @@ fn rule_path(index: usize, name: &str) -> String {
     } else {
         format!("rules[{index}] ({name:?})")
     }
-}
-
-pub(crate) fn is_name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'
-}
-
-pub(crate) fn validate_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(format!("is longer than {MAX_NAME_LEN} bytes"));
-    }
-    if let Some(c) = name.chars().find(|&c| !is_name_char(c)) {
-        return Err(format!(
-            "{name:?} contains {c:?}; use letters, digits, '_', '-' and '.'"
-        ));
-    }
-    Ok(())
 }
 
 fn validate_prefix(prefix: &str) -> Result<(), String> {

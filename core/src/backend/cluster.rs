@@ -18,8 +18,10 @@ use smallvec::SmallVec;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
-use crate::algo::Outcome;
-use crate::backend::{is_noscript, parse_reply, Mode, Plan, TlsOptions, Verdict, CHECK_SCRIPT};
+use super::redis::TlsOptions;
+use super::script::{command, is_noscript, parse_reply, Header, CHECK_SCRIPT};
+use super::Outcomes;
+use crate::plan::{CompiledRule, Mode, Plan};
 use crate::error::{Error, Result};
 
 /// CRC16/XMODEM, the hash of Redis Cluster slots.
@@ -125,41 +127,29 @@ impl ClusterBackend {
     async fn eval_group(
         &self,
         mut conn: ClusterConnection,
-        plan: &Plan<'_>,
+        plan: &Plan<'_, String>,
         idx: &[usize],
-        call_id: &str,
-        mode: &str,
-        now: Option<i64>,
-    ) -> Result<SmallVec<[Outcome; 4]>> {
-        let mut args: Vec<&str> = Vec::with_capacity(4 + 3 * idx.len());
-        let now_s = now.map(|t| t.to_string()).unwrap_or_default();
-        let cost = plan.cost.to_string();
-        args.extend([mode, now_s.as_str(), call_id, cost.as_str()]);
-        for &i in idx {
-            args.extend(plan.compiled[i].script_args.iter().map(String::as_str));
-        }
-        let keys: Vec<&str> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.0.sha).arg(keys.len()).arg(&keys).arg(&args);
-        let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
+        header: Header<'_>,
+    ) -> Result<Outcomes> {
+        let keys: SmallVec<[&str; 4]> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
+        let rules: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| plan.rules[i]).collect();
+        let reply: Vec<i64> = match command(Some(&self.0.sha), &keys, &rules, header).query_async(&mut conn).await {
             Ok(v) => v,
             Err(e) if is_noscript(&e) => {
                 // EVAL runs (and caches) the script on the node that owns the
                 // slot; the call id keeps it from counting twice.
-                let mut eval = redis::cmd("EVAL");
-                eval.arg(CHECK_SCRIPT).arg(keys.len()).arg(&keys).arg(&args);
-                eval.query_async(&mut conn).await?
+                command(None, &keys, &rules, header).query_async(&mut conn).await?
             }
             Err(e) => return Err(e.into()),
         };
-        if mode == "u" {
+        if header.mode == "u" {
             return Ok(SmallVec::new());
         }
-        Ok(parse_reply(&reply, idx.len())?.1.outcomes)
+        parse_reply(&reply, idx.len())
     }
 
     /// Decide the plan slot by slot; give back on a denial.
-    pub async fn eval(&self, plan: &Plan<'_>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Verdict> {
+    pub async fn eval(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let conn = self.conn().await?;
         let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, key) in plan.keys.iter().enumerate() {
@@ -172,10 +162,11 @@ impl ClusterBackend {
         // Every cluster check may be re-sent after a redirection or a
         // failover, so its call id is always looked up first ("C").
         let m = if mode == Mode::Check { "C" } else { "p" };
+        let header = Header { mode: m, now, call_id, cost: plan.cost };
         let results = join_all(
             groups
                 .iter()
-                .map(|(_, idx)| self.eval_group(conn.clone(), plan, idx, call_id, m, now)),
+                .map(|(_, idx)| self.eval_group(conn.clone(), plan, idx, header)),
         )
         .await;
         let mut outcomes = vec![None; plan.keys.len()];
@@ -188,7 +179,7 @@ impl ClusterBackend {
                     let group_pass = idx
                         .iter()
                         .zip(&os)
-                        .all(|(&i, o)| o.allowed || plan.compiled[i].args.shadow());
+                        .all(|(&i, o)| o.allowed || plan.rules[i].args.shadow());
                     all_pass &= group_pass;
                     if group_pass {
                         committed.push(idx);
@@ -217,7 +208,7 @@ impl ClusterBackend {
                 .collect();
             let undone = join_all(
                 undo.iter()
-                    .map(|idx| self.eval_group(conn.clone(), plan, idx, call_id, "u", now)),
+                    .map(|idx| self.eval_group(conn.clone(), plan, idx, Header { mode: "u", ..header })),
             )
             .await;
             if let Some(e) = undone.into_iter().find_map(|r| r.err()) {
@@ -227,9 +218,7 @@ impl ClusterBackend {
         if let Some(e) = first_err {
             return Err(e);
         }
-        Ok(Verdict {
-            outcomes: outcomes.into_iter().map(|o| o.expect("every group answered")).collect(),
-        })
+        Ok(outcomes.into_iter().map(|o| o.expect("every group answered")).collect())
     }
 
     /// Delete `keys` (one command per key: they may live on different nodes).

@@ -13,9 +13,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use crate::algo::{Bucket, Log, Outcome, TB_IDS};
-use crate::backend::{Mode, RuleArgs, Verdict};
-use crate::limiter::CompiledRule;
+use super::Outcomes;
+use crate::algo::{Bucket, Log, TB_IDS};
+use crate::plan::{Mode, Plan, RuleArgs};
 
 const SHARDS: usize = 64;
 const MIN_SWEEP: usize = 1024;
@@ -120,17 +120,10 @@ impl MemoryBackend {
         ((digest >> 64) as usize) % SHARDS
     }
 
-    /// Decide (and for [`Mode::Check`], apply) one check at `now`: rule
-    /// `rules[i]` on the key with digest `digests[i]`, all or nothing.
-    pub fn eval(
-        &self,
-        digests: &[Digest],
-        rules: &[&CompiledRule],
-        cost: u64,
-        call_id: Option<&str>,
-        mode: Mode,
-        now: i64,
-    ) -> Verdict {
+    /// Decide (and for [`Mode::Check`], apply) one plan at `now`: rule
+    /// `rules[i]` on the key with digest `keys[i]`, all or nothing.
+    pub fn eval(&self, plan: &Plan<'_, Digest>, mode: Mode, now: i64) -> Outcomes {
+        let (digests, rules, cost, call_id) = (&plan.keys[..], &plan.rules[..], plan.cost, plan.call_id);
         let n = digests.len();
         let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
         let mut order = idx.clone();
@@ -160,7 +153,7 @@ impl MemoryBackend {
             }
         }
 
-        let mut outcomes: SmallVec<[Outcome; 4]> = SmallVec::new();
+        let mut outcomes = Outcomes::new();
         let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
         for i in 0..n {
@@ -240,7 +233,7 @@ impl MemoryBackend {
                 g.maybe_sweep(now);
             }
         }
-        Verdict { outcomes }
+        outcomes
     }
 
     /// Drop every entry (the limiter was closed).

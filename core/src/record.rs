@@ -1,11 +1,11 @@
-//! A decision as a run of numbers, the form in which decisions cross into
-//! JavaScript: index.js reads the headline figures straight from a
-//! `Float64Array`, and hands the numbers back to [`rebuild`] only when the
-//! per-rule results, headers or problem body are asked for. Every duration
-//! travels in microseconds, so the rebuilt decision is the core's own,
-//! field for field.
+//! A decision as a run of numbers, for front ends that move decisions in
+//! bulk across a language boundary (Node's `Float64Array`s): the headline
+//! figures can be read straight from the numbers, and [`rebuild`] gives back
+//! the core's own decision, field for field (every duration travels in
+//! microseconds), when the per-rule results, headers or problem body are
+//! asked for. Rules travel as their policy index ([`RuleResult::index`]).
 //!
-//! Layout (index.js reads the same offsets):
+//! Layout:
 //!
 //! | offset | headline |
 //! |---|---|
@@ -21,15 +21,16 @@
 
 use std::time::Duration;
 
-use throttlegate::{ceil_millis, Decision, Error, ErrorKind, RuleName, RuleResult};
+use crate::decision::{ceil_millis, Decision, RuleName, RuleResult};
+use crate::error::{Error, ErrorKind};
 
 /// Numbers before the per-rule results.
-pub(crate) const HEAD: usize = 9;
+pub const HEAD: usize = 9;
 /// Numbers per rule result.
-pub(crate) const PER_RULE: usize = 7;
+pub const PER_RULE: usize = 7;
 
 /// Numbers this decision takes.
-pub(crate) fn len(d: &Decision) -> usize {
+pub fn len(d: &Decision) -> usize {
     HEAD + PER_RULE * d.results.len()
 }
 
@@ -38,19 +39,8 @@ fn us(d: Duration) -> f64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX) as f64
 }
 
-/// The position of `name` in the policy's rule names, looking from `from` on
-/// first (results come in policy order).
-fn index_of(names: &[RuleName], name: RuleName, from: usize) -> f64 {
-    let tail = names.get(from..).unwrap_or(&[]);
-    tail.iter()
-        .position(|&n| n == name)
-        .map(|i| i + from)
-        .or_else(|| names.iter().position(|&n| n == name))
-        .map_or(-1.0, |i| i as f64)
-}
-
 /// Write `d` at the start of `out`, which holds at least [`len`]`(d)` numbers.
-pub(crate) fn write(out: &mut [f64], d: &Decision, names: &[RuleName]) {
+pub fn write(out: &mut [f64], d: &Decision) {
     let flags = u8::from(d.allowed) | (u8::from(d.degraded) << 1);
     let head = [
         d.results.len() as f64,
@@ -59,18 +49,15 @@ pub(crate) fn write(out: &mut [f64], d: &Decision, names: &[RuleName]) {
         d.remaining as f64,
         ceil_millis(d.retry_after) as f64,
         ceil_millis(d.reset_after) as f64,
-        d.rule.map_or(-1.0, |r| index_of(names, r, 0)),
+        d.headline().map_or(-1.0, |r| r.index as f64),
         us(d.retry_after),
         us(d.reset_after),
     ];
     out[..HEAD].copy_from_slice(&head);
-    let mut from = 0;
     for (chunk, r) in out[HEAD..].chunks_exact_mut(PER_RULE).zip(&d.results) {
-        let index = index_of(names, r.rule, from);
-        from = index.max(0.0) as usize + 1;
         let flags = u8::from(r.allowed) | (u8::from(r.shadow) << 1);
         chunk.copy_from_slice(&[
-            index,
+            r.index as f64,
             f64::from(flags),
             r.limit as f64,
             r.remaining as f64,
@@ -84,9 +71,7 @@ pub(crate) fn write(out: &mut [f64], d: &Decision, names: &[RuleName]) {
 fn bad(what: &str) -> Error {
     Error::new(
         ErrorKind::Internal,
-        format!(
-            "internal error in throttlegate (please report it): malformed decision record ({what})"
-        ),
+        format!("a bug in throttlegate (please report it): malformed decision record ({what})"),
     )
 }
 
@@ -102,13 +87,14 @@ fn micros(x: f64, what: &str) -> Result<Duration, Error> {
     count(x, what).map(Duration::from_micros)
 }
 
-fn name(names: &[RuleName], x: f64) -> Result<RuleName, Error> {
+fn rule(names: &[RuleName], x: f64) -> Result<(usize, RuleName), Error> {
     let i = count(x, "rule index")? as usize;
-    names.get(i).copied().ok_or_else(|| bad("rule index"))
+    names.get(i).map(|&n| (i, n)).ok_or_else(|| bad("rule index"))
 }
 
-/// The decision written by [`write`] at the start of `rec`.
-pub(crate) fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error> {
+/// The decision written by [`write`] at the start of `rec`, for a policy
+/// whose rule names are `names` ([`crate::Limiter::rule_names`]).
+pub fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error> {
     let head = rec.get(..HEAD).ok_or_else(|| bad("too short"))?;
     let n = count(head[0], "result count")? as usize;
     if n > names.len() {
@@ -122,8 +108,10 @@ pub(crate) fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error
         .chunks_exact(PER_RULE)
         .map(|r| {
             let flags = count(r[1], "rule flags")?;
+            let (index, rule) = rule(names, r[0])?;
             Ok(RuleResult {
-                rule: name(names, r[0])?,
+                rule,
+                index,
                 allowed: flags & 1 != 0,
                 shadow: flags & 2 != 0,
                 limit: count(r[2], "limit")?,
@@ -143,7 +131,7 @@ pub(crate) fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error
         rule: if head[6] < 0.0 {
             None
         } else {
-            Some(name(names, head[6])?)
+            Some(rule(names, head[6])?.1)
         },
         results,
         degraded: flags & 2 != 0,
@@ -161,6 +149,7 @@ mod tests {
     fn rule(name: &str, allowed: bool, shadow: bool, remaining: u64, retry_us: u64) -> RuleResult {
         RuleResult {
             rule: name.into(),
+            index: names().iter().position(|n| *n == name).unwrap(),
             allowed,
             shadow,
             limit: 10,
@@ -188,17 +177,16 @@ mod tests {
         ];
         for d in cases {
             let mut buf = vec![f64::NAN; len(&d) + 3];
-            write(&mut buf, &d, &names);
+            write(&mut buf, &d);
             assert_eq!(rebuild(&buf, &names).unwrap(), d);
         }
     }
 
     #[test]
     fn headline_figures_are_in_milliseconds_rounded_up() {
-        let names = names();
         let d = Decision::from_results(vec![rule("b", false, false, 0, 1_500_001)], false);
         let mut buf = vec![0.0; len(&d)];
-        write(&mut buf, &d, &names);
+        write(&mut buf, &d);
         assert_eq!(
             &buf[..HEAD],
             &[

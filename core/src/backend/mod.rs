@@ -1,0 +1,195 @@
+//! The backends that decide a [`Plan`](crate::plan::Plan): the embedded
+//! store ([`memory`]) in process, and over the network one Redis node
+//! ([`redis`]) or a Redis Cluster ([`cluster`]), both running the one check
+//! script ([`script`]).
+
+pub(crate) mod cluster;
+pub(crate) mod memory;
+pub(crate) mod redis;
+pub(crate) mod script;
+
+use std::sync::RwLock;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use self::cluster::ClusterBackend;
+use self::redis::{RedisBackend, TlsOptions};
+use crate::algo::Outcome;
+use crate::error::{Error, Result};
+use crate::plan::{Mode, Plan};
+use crate::runtime::{current_runtime, fork_generation, random_call_id};
+
+/// A backend's answer: one outcome per rule of the plan, in plan order. (A
+/// re-sent call that was already applied is answered as admitted, with the
+/// current state.)
+pub(crate) type Outcomes = SmallVec<[Outcome; 4]>;
+
+/// A network backend: one Redis node or a Redis Cluster. Cheap to clone.
+#[derive(Clone)]
+pub(crate) enum Remote {
+    Redis(RedisBackend),
+    Cluster(ClusterBackend),
+}
+
+impl Remote {
+    /// The backend named by `url`; `None` for the embedded one.
+    fn open(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<Option<Remote>> {
+        Ok(Some(match url.trim() {
+            "" | "memory://" | "memory:" => return Ok(None),
+            url if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
+                Remote::Cluster(ClusterBackend::new(url, timeout, tls)?)
+            }
+            url if ["redis://", "rediss://", "redis+unix://", "unix://"].iter().any(|s| url.starts_with(s)) => {
+                Remote::Redis(RedisBackend::new(url, timeout, tls)?)
+            }
+            url => {
+                return Err(Error::invalid_argument(format!(
+                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix://, redis+cluster:// or memory://"
+                )))
+            }
+        }))
+    }
+
+    /// Decide `plan` (a random call id is made when the caller gave none).
+    async fn eval(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
+        let random;
+        let call_id = match plan.call_id {
+            Some(id) => id,
+            None => {
+                random = random_call_id();
+                random.as_str()
+            }
+        };
+        match self {
+            Remote::Redis(r) => r.eval(plan, call_id, mode, now).await,
+            Remote::Cluster(c) => c.eval(plan, call_id, mode, now).await,
+        }
+    }
+
+    async fn reset(&self, keys: &[String]) -> Result<u64> {
+        match self {
+            Remote::Redis(r) => r.reset(keys).await,
+            Remote::Cluster(c) => c.reset(keys).await,
+        }
+    }
+
+    async fn ping(&self) -> Result<()> {
+        match self {
+            Remote::Redis(r) => r.ping().await,
+            Remote::Cluster(c) => c.ping().await,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Remote::Redis(_) => "redis",
+            Remote::Cluster(_) => "cluster",
+        }
+    }
+}
+
+/// A limiter's network backend, following the process through `fork()`:
+/// the connections belong to the fork generation they were made in, and a
+/// child connects anew on first use (leaking the parent's, whose runtime
+/// threads it does not have).
+pub(crate) struct Connection {
+    url: String,
+    timeout: Duration,
+    tls: Option<TlsOptions>,
+    name: &'static str,
+    /// The generation and backend; `None` once closed.
+    live: RwLock<Option<(u64, Remote)>>,
+}
+
+impl Connection {
+    /// The network backend named by `url` (`None` for the embedded one).
+    /// Connections are made on first use, so this succeeds while Redis is down.
+    pub fn open(url: Option<&str>, timeout: Duration, tls: Option<TlsOptions>) -> Result<Option<Connection>> {
+        let url = url.unwrap_or("");
+        let Some(remote) = Remote::open(url, timeout, tls.as_ref())? else { return Ok(None) };
+        Ok(Some(Connection {
+            url: url.to_string(),
+            timeout,
+            tls,
+            name: remote.name(),
+            live: RwLock::new(Some((fork_generation(), remote))),
+        }))
+    }
+
+    /// `"redis"` or `"cluster"`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// This process's backend: the one made here, or a new one in a forked child.
+    fn get(&self) -> Result<Remote> {
+        let generation = fork_generation();
+        match &*self.live.read().unwrap_or_else(|p| p.into_inner()) {
+            Some((g, r)) if *g == generation => return Ok(r.clone()),
+            None => return Err(Error::closed()),
+            Some(_) => {}
+        }
+        let mut live = self.live.write().unwrap_or_else(|p| p.into_inner());
+        match &mut *live {
+            None => Err(Error::closed()),
+            Some((g, r)) if *g == generation => Ok(r.clone()),
+            Some(slot) => {
+                let fresh = Remote::open(&self.url, self.timeout, self.tls.as_ref())?
+                    .expect("a network URL stays one");
+                let inherited = std::mem::replace(slot, (generation, fresh.clone()));
+                std::mem::forget(inherited);
+                Ok(fresh)
+            }
+        }
+    }
+
+    /// Decide `plan` over the network, within the timeout.
+    pub async fn eval(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
+        let remote = self.get()?;
+        self.bounded(remote.eval(plan, mode, now)).await
+    }
+
+    /// Delete `keys`, within the timeout; returns how many existed.
+    pub async fn reset(&self, keys: &[String]) -> Result<u64> {
+        let remote = self.get()?;
+        self.bounded(remote.reset(keys)).await
+    }
+
+    /// A round trip, within the timeout.
+    pub async fn ping(&self) -> Result<()> {
+        let remote = self.get()?;
+        self.bounded(remote.ping()).await
+    }
+
+    async fn bounded<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::timeout(self.timeout)),
+        }
+    }
+
+    /// Drop the connections; every later call fails with `closed`.
+    pub fn close(&self) {
+        let old = self.live.write().unwrap_or_else(|p| p.into_inner()).take();
+        release(old);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        release(self.live.get_mut().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
+/// Drop a backend inside the runtime its connections run on; leak one
+/// inherited through `fork()`.
+fn release(old: Option<(u64, Remote)>) {
+    let Some((generation, remote)) = old else { return };
+    if generation != fork_generation() {
+        std::mem::forget(remote);
+        return;
+    }
+    let _guard = current_runtime().map(|rt| rt.enter());
+    drop(remote);
+}

@@ -1,0 +1,120 @@
+//! The check script: its text, the arguments a plan sends, and its reply.
+
+use crate::algo::Outcome;
+use super::Outcomes;
+use crate::error::{Error, ErrorKind, Result};
+use crate::plan::{CompiledRule, Mode, Plan, RuleArgs};
+
+/// The one script behind every check: the single-rule fast path, the
+/// arguments of the general one, both algorithms, the replay and give-back helpers and the stacked
+/// driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
+/// makes Redis refuse the whole script up front when it is out of memory,
+/// instead of failing half-way through the writes.
+pub const CHECK_SCRIPT: &str = concat!(
+    "#!lua\n",
+    include_str!("../../lua/single_rule.lua"),
+    "\n",
+    include_str!("../../lua/args.lua"),
+    "\n",
+    include_str!("../../lua/sliding_window_log.lua"),
+    "\n",
+    include_str!("../../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../../lua/replay.lua"),
+    "\n",
+    include_str!("../../lua/check.lua"),
+);
+
+pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// A command (`EVALSHA` with `sha`, or `EVAL` of the whole script when
+/// `sha` is `None`) for these keys and rules of a plan.
+pub(crate) fn command<K: redis::ToRedisArgs>(
+    sha: Option<&str>,
+    keys: &[K],
+    rules: &[&CompiledRule],
+    header: Header<'_>,
+) -> redis::Cmd {
+    let mut cmd = match sha {
+        Some(sha) => {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(sha);
+            c
+        }
+        None => {
+            let mut c = redis::cmd("EVAL");
+            c.arg(CHECK_SCRIPT);
+            c
+        }
+    };
+    cmd.arg(keys.len()).arg(keys);
+    // The most common check has a short form of its own (lua/single_rule.lua):
+    // call id, limit, window and, on a clock other than the server's, the time.
+    if let ([rule], "c", 1) = (rules, header.mode, header.cost) {
+        if let RuleArgs::Window { shadow: false, .. } = rule.args {
+            cmd.arg("s").arg(header.call_id).arg(&rule.script_args[1..]);
+            if let Some(t) = header.now {
+                cmd.arg(t);
+            }
+            return cmd;
+        }
+    }
+    cmd.arg(header.mode);
+    match header.now {
+        Some(t) => cmd.arg(t),
+        None => cmd.arg(""),
+    };
+    cmd.arg(header.call_id).arg(header.cost);
+    for rule in rules {
+        cmd.arg(&rule.script_args[..]);
+    }
+    cmd
+}
+
+/// What every invocation of a plan says before its rules.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Header<'a> {
+    /// `c` check, `C` check that looks its call id up first, `p` peek, `u` give back.
+    pub mode: &'static str,
+    /// The time in microseconds, or `None` for the server's clock.
+    pub now: Option<i64>,
+    pub call_id: &'a str,
+    pub cost: u64,
+}
+
+impl<'a> Header<'a> {
+    /// The header of a plan sent to one Redis node. A caller's own call id
+    /// may come back in a retry: `C` looks it up first.
+    pub fn of(plan: &Plan<'_, String>, mode: Mode, call_id: &'a str, now: Option<i64>) -> Header<'a> {
+        let mode = match mode {
+            Mode::Check if plan.call_id.is_some() => "C",
+            Mode::Check => "c",
+            Mode::Peek => "p",
+        };
+        Header { mode, now, call_id, cost: plan.cost }
+    }
+}
+
+/// The per-rule outcomes of a reply for `n` rules.
+pub(crate) fn parse_reply(reply: &[i64], n: usize) -> Result<Outcomes> {
+    if reply.len() != 2 + 4 * n {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            format!(
+                "the check script returned {} values for {n} rules; is another version of throttlegate's script loaded under the same hash?",
+                reply.len()
+            ),
+        ));
+    }
+    Ok(reply[2..]
+        .chunks_exact(4)
+        .map(|c| Outcome {
+            allowed: c[0] == 1,
+            remaining: c[1].max(0) as u64,
+            retry_after_us: c[2],
+            reset_after_us: c[3],
+        })
+        .collect())
+}

@@ -1,0 +1,173 @@
+//! [`LimiterOptions`], the one set of settings every front end fills, and
+//! [`LimiterBuilder`], the same settings as chained calls.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::stats::Counters;
+use super::{Inner, Limiter};
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::TlsOptions;
+use crate::backend::Connection;
+use crate::clock::{system_now_us, Clock};
+use crate::deny_cache::DenyCache;
+use crate::error::{Error, Result};
+use crate::plan::Rules;
+use crate::policy::{FailureMode, Policy};
+
+/// A limiter's settings beyond its policy. Every field has the default of
+/// [`Default`]: the embedded backend, the policy's own timeout, failure mode
+/// and prefix, the backend's clock, no key secret, no TLS settings, no deny
+/// cache. Python's keyword arguments, Node's options object and C's
+/// `tg_limiter_options` fill this struct and nothing else.
+#[derive(Debug, Clone, Default)]
+pub struct LimiterOptions {
+    /// The backend: `redis://host:port/db`, `rediss://...` (TLS),
+    /// `redis+unix:///path`, `redis+cluster://host:port,host:port`
+    /// (`rediss+cluster://` with TLS), or `memory://` / `None` (embedded).
+    pub url: Option<String>,
+    /// Bound on the whole of one call (overrides the policy's `timeout`).
+    pub timeout: Option<Duration>,
+    /// What to do when the backend fails (overrides the policy's setting;
+    /// rules' own overrides still win).
+    pub on_backend_error: Option<FailureMode>,
+    /// Key prefix (overrides the policy's `prefix`).
+    pub prefix: Option<String>,
+    /// Where "now" comes from.
+    pub clock: Clock,
+    /// Hash attribute values with this secret (HMAC-SHA-256) before they go
+    /// into keys; must not be empty.
+    pub key_secret: Option<Vec<u8>>,
+    /// For `rediss://` URLs: a CA certificate (PEM) to trust instead of the
+    /// system's roots.
+    pub tls_root_cert: Option<Vec<u8>>,
+    /// For `rediss://` URLs: a client certificate and its key (PEM), for mutual TLS.
+    pub tls_client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    /// Remember denials in process (see [`LimiterBuilder::deny_cache`]).
+    pub deny_cache: bool,
+}
+
+/// Builds a [`Limiter`]; see [`Limiter::builder`].
+#[derive(Debug, Clone)]
+pub struct LimiterBuilder {
+    policy: Policy,
+    options: LimiterOptions,
+}
+
+impl LimiterBuilder {
+    pub(super) fn new(policy: Policy) -> LimiterBuilder {
+        LimiterBuilder { policy, options: LimiterOptions::default() }
+    }
+
+    /// Replace every setting with `options`.
+    pub fn options(mut self, options: LimiterOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the
+    /// system's roots (a private CA, a self-signed server).
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.options.tls_root_cert = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` URLs: present this client certificate and key (PEM), for mutual TLS.
+    pub fn tls_client_cert(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.options.tls_client_cert = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// The backend: `redis://host:port/db`, `rediss://...` (TLS),
+    /// `redis+unix:///path`, or `memory://` (the embedded backend, the default).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.options.url = Some(url.into());
+        self
+    }
+
+    /// Bound on the whole of one call (overrides the policy's `timeout`).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.options.timeout = Some(timeout);
+        self
+    }
+
+    /// What to do when the backend fails (overrides the policy's setting;
+    /// rules' own overrides still win).
+    pub fn on_backend_error(mut self, mode: FailureMode) -> Self {
+        self.options.on_backend_error = Some(mode);
+        self
+    }
+
+    /// Key prefix (overrides the policy's `prefix`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.options.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Remember denials in process (default off): after Redis denies a
+    /// check, the same keys are denied here, without a round trip, for as
+    /// long as Redis would deny them (each denying rule's `retry_after`,
+    /// counted from when the check was sent), for checks of at least the
+    /// denied cost. Spares Redis the traffic of clients that keep calling
+    /// while refused. Exact, with two exceptions that only ever deny: a
+    /// `reset` made by another process, and state lost on the server, are
+    /// not seen until the wait ends. Such a denial reports only the
+    /// remembered rules. Checks with a call id always go to Redis. No effect
+    /// on the embedded backend, which answers in process anyway.
+    pub fn deny_cache(mut self, on: bool) -> Self {
+        self.options.deny_cache = on;
+        self
+    }
+
+    /// Where "now" comes from (default: the backend's clock).
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.options.clock = clock;
+        self
+    }
+
+    /// Hash attribute values with this secret (HMAC-SHA-256) before they go
+    /// into keys, so raw values such as API keys never reach the backend.
+    /// Every process sharing the backend must use the same secret.
+    pub fn key_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.options.key_secret = Some(secret.into());
+        self
+    }
+
+    /// Validate the settings and make the limiter. Connections are made on
+    /// first use, so a limiter can be built while Redis is down.
+    pub fn build(self) -> Result<Limiter> {
+        let LimiterBuilder { mut policy, options: o } = self;
+        if let Some(p) = o.prefix {
+            policy = policy.with_prefix(p)?;
+        }
+        if let Some(t) = o.timeout {
+            policy = policy.with_timeout(t)?;
+        }
+        if let Some(m) = o.on_backend_error {
+            policy = policy.with_on_backend_error(m);
+        }
+        if o.key_secret.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::invalid_argument("key_secret: must not be empty"));
+        }
+        let tls = (o.tls_root_cert.is_some() || o.tls_client_cert.is_some())
+            .then(|| TlsOptions { root_cert_pem: o.tls_root_cert, client_cert_pem: o.tls_client_cert });
+        let remote = Connection::open(o.url.as_deref(), policy.timeout, tls)?;
+        let memory = remote.is_none().then(MemoryBackend::new);
+        let deny_cache = (o.deny_cache && remote.is_some()).then(DenyCache::new);
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                rules: Rules::compile(&policy, o.key_secret.as_deref()),
+                policy,
+                memory,
+                remote,
+                deny_cache,
+                clock: o.clock,
+                started: Instant::now(),
+                epoch_us: system_now_us(),
+                closed: AtomicBool::new(false),
+                counters: Counters::default(),
+            }),
+        })
+    }
+}

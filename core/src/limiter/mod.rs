@@ -1,0 +1,463 @@
+//! The [`Limiter`]: a policy bound to a backend, and the one check path.
+//!
+//! Every check, whatever the backend and the front end, goes
+//! [`Rules::plan`] (validation and keys) -> the embedded store in process,
+//! or the deny cache and then the network -> [`decide`] or [`Limiter::degrade`]
+//! -> counted. Blocking, batched and in-process entry points are thin
+//! shells around that path.
+
+mod builder;
+mod stats;
+
+pub use builder::{LimiterBuilder, LimiterOptions};
+pub use stats::Stats;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use futures_util::FutureExt;
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::Connection;
+use crate::clock::{system_now_us, Clock};
+use crate::decision::{Decision, RuleName, RuleResult};
+use crate::deny_cache::DenyCache;
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::Attributes;
+use crate::plan::{decide, Mode, Plan, Rules};
+use crate::policy::{FailureMode, Policy};
+use crate::runtime;
+use stats::Counters;
+
+/// How long a degraded denial asks the client to wait.
+pub const DEGRADED_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Options of one check: its cost and, optionally, an id that makes it idempotent.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Units this request costs (default 1); from 1 to each applicable rule's limit.
+    pub cost: u64,
+    /// An id for this call, to make a retry of the same request idempotent:
+    /// a second call with the same id is answered without counting again.
+    /// 1-64 characters from `A-Z a-z 0-9 _ -`. When absent, a random id is used.
+    pub call_id: Option<String>,
+}
+
+impl Default for CheckOptions {
+    /// Cost 1, no call id.
+    fn default() -> Self {
+        CheckOptions { cost: 1, call_id: None }
+    }
+}
+
+/// One call of a batch (see [`Limiter::check_batch`]).
+#[derive(Debug, Clone)]
+pub struct BatchCall<A> {
+    /// The request's attributes.
+    pub attributes: A,
+    /// Cost and call id (a peek ignores the call id).
+    pub options: CheckOptions,
+    /// A peek instead of a check.
+    pub peek: bool,
+}
+
+struct Inner {
+    policy: Policy,
+    rules: Rules,
+    /// The embedded backend's store (emptied by `close`); `None` for a network backend.
+    memory: Option<MemoryBackend>,
+    /// The network backend; `None` for the embedded one.
+    remote: Option<Connection>,
+    /// Remembered denials, when asked for (network backends only).
+    deny_cache: Option<DenyCache>,
+    clock: Clock,
+    started: Instant,
+    epoch_us: i64,
+    closed: AtomicBool,
+    counters: Counters,
+}
+
+/// A rate limiter: a policy bound to a backend (Redis or in-memory).
+///
+/// Cheap to clone (clones share everything) and safe to use from many tasks
+/// and threads at once. The async methods run inside any Tokio runtime with
+/// the time driver enabled; the `_blocking` ones, for callers without an
+/// event loop, on the core's own runtime ([`crate::runtime`]).
+///
+/// After `fork()`, a limiter made before it keeps working in the child: on
+/// Redis it connects anew on its first call, and the embedded backend's
+/// child keeps a copy of the state as it was at the fork (parent and child
+/// count separately from then on).
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("rules", &self.inner.policy.rules().len())
+            .field("backend", &self.backend_name())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Limiter {
+    /// Start building a limiter for `policy`.
+    pub fn builder(policy: Policy) -> LimiterBuilder {
+        LimiterBuilder::new(policy)
+    }
+
+    /// A limiter for `policy` with `options`.
+    pub fn with_options(policy: Policy, options: LimiterOptions) -> Result<Limiter> {
+        LimiterBuilder::new(policy).options(options).build()
+    }
+
+    /// A limiter for `policy` on the embedded in-memory backend.
+    pub fn in_memory(policy: Policy) -> Limiter {
+        Limiter::builder(policy)
+            .build()
+            .expect("a validated policy always builds an in-memory limiter")
+    }
+
+    /// The policy, with the builder's overrides applied.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// The rule names in policy order: what [`RuleResult::index`] refers to.
+    pub fn rule_names(&self) -> Vec<RuleName> {
+        self.inner.rules.names()
+    }
+
+    /// `"memory"`, `"redis"` or `"cluster"` (`"closed"` after [`Limiter::close`]).
+    pub fn backend_name(&self) -> &'static str {
+        match (&self.inner.remote, self.is_closed()) {
+            (_, true) => "closed",
+            (Some(c), false) => c.name(),
+            (None, false) => "memory",
+        }
+    }
+
+    /// Check a request of cost 1 or more: consume from every applicable rule
+    /// if all admit it, nothing otherwise.
+    pub async fn check<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
+        self.run(&AttrRef(attrs), cost, None, Mode::Check).await
+    }
+
+    /// [`Limiter::check`] with options (an explicit call id).
+    pub async fn check_with<A: Attributes + ?Sized>(&self, attrs: &A, options: &CheckOptions) -> Result<Decision> {
+        self.run(&AttrRef(attrs), options.cost, options.call_id.as_deref(), Mode::Check).await
+    }
+
+    /// The decision a check of this cost would get now, without consuming anything.
+    pub async fn peek<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
+        self.run(&AttrRef(attrs), cost, None, Mode::Peek).await
+    }
+
+    /// Forget the state of every rule that applies to this request (to
+    /// unblock a customer). Returns how many keys existed.
+    pub async fn reset<A: Attributes + ?Sized>(&self, attrs: &A) -> Result<u64> {
+        self.ensure_open()?;
+        let keys = self.inner.rules.keys(&AttrRef(attrs));
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        if let Some(c) = &self.inner.deny_cache {
+            c.forget(&keys);
+        }
+        match (&self.inner.memory, &self.inner.remote) {
+            (Some(m), _) => Ok(m.reset(&keys, self.local_now())),
+            (None, Some(remote)) => remote.reset(&keys).await,
+            (None, None) => Err(Error::closed()),
+        }
+    }
+
+    /// The keys this request touches, one per applicable rule, in policy order.
+    pub fn keys<A: Attributes + ?Sized>(&self, attrs: &A) -> Vec<String> {
+        self.inner.rules.keys(&AttrRef(attrs))
+    }
+
+    /// Check that the backend answers (a `PING` for Redis), within the timeout.
+    pub async fn ping(&self) -> Result<()> {
+        self.ensure_open()?;
+        match &self.inner.remote {
+            Some(remote) => remote.ping().await,
+            None => Ok(()),
+        }
+    }
+
+    /// [`Limiter::check_with`] for callers without an event loop: answered
+    /// in place on the embedded backend, else on the calling thread with the
+    /// core's runtime driving the connection.
+    pub fn check_blocking<A: Attributes + ?Sized>(&self, attrs: &A, options: &CheckOptions) -> Result<Decision> {
+        match self.check_in_process(attrs, options) {
+            Some(answer) => answer,
+            None => runtime::block_on(self.check_with(attrs, options))?,
+        }
+    }
+
+    /// [`Limiter::peek`] for callers without an event loop.
+    pub fn peek_blocking<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
+        match self.peek_in_process(attrs, cost) {
+            Some(answer) => answer,
+            None => runtime::block_on(self.peek(attrs, cost))?,
+        }
+    }
+
+    /// [`Limiter::reset`] for callers without an event loop.
+    pub fn reset_blocking<A: Attributes + ?Sized>(&self, attrs: &A) -> Result<u64> {
+        runtime::block_on(self.reset(attrs))?
+    }
+
+    /// [`Limiter::ping`] for callers without an event loop.
+    pub fn ping_blocking(&self) -> Result<()> {
+        runtime::block_on(self.ping())?
+    }
+
+    /// Decide many calls at once, concurrently (on Redis their commands are
+    /// pipelined on the one connection): one answer per call, in call
+    /// order. A panic in one call is that call's [`ErrorKind::Internal`]
+    /// error. For front ends that gather the calls of one event-loop tick.
+    pub async fn check_batch<A: Attributes>(&self, calls: &[BatchCall<A>]) -> Vec<Result<Decision>> {
+        calls
+            .iter()
+            .map(|c| {
+                let call = async move {
+                    let (cost, id) = (c.options.cost, c.options.call_id.as_deref());
+                    let mode = if c.peek { Mode::Peek } else { Mode::Check };
+                    self.run(&c.attributes, cost, if c.peek { None } else { id }, mode).await
+                };
+                std::panic::AssertUnwindSafe(call).catch_unwind().map(caught)
+            })
+            .collect::<FuturesOrdered<_>>()
+            .collect()
+            .await
+    }
+
+    /// [`Limiter::check_batch`] run on the core's runtime; `done` gets the
+    /// answers there. For front ends that wait in their own way (an asyncio
+    /// loop, a JavaScript Promise).
+    pub fn spawn_batch<A, F>(&self, calls: Vec<BatchCall<A>>, done: F) -> Result<()>
+    where
+        A: Attributes + Send + Sync + 'static,
+        F: FnOnce(Vec<Result<Decision>>) + Send + 'static,
+    {
+        let limiter = self.clone();
+        self.spawn(async move { done(limiter.check_batch(&calls).await) })
+    }
+
+    /// Run `fut` on the core's runtime (a panic inside it is caught there).
+    pub fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        drop(runtime::runtime()?.spawn(std::panic::AssertUnwindSafe(fut).catch_unwind()));
+        Ok(())
+    }
+
+    /// Counters since the limiter was made.
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.read()
+    }
+
+    /// Entries held by the embedded backend (expired ones not yet swept
+    /// included); `None` for other backends.
+    pub fn memory_entries(&self) -> Option<usize> {
+        self.inner.memory.as_ref().map(MemoryBackend::len)
+    }
+
+    /// Close the limiter: drop its connections and state. Every later call
+    /// fails with [`ErrorKind::Closed`]. Closing twice is harmless.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        if let Some(r) = &self.inner.remote {
+            r.close();
+        }
+        if let Some(m) = &self.inner.memory {
+            m.clear();
+        }
+        if let Some(c) = &self.inner.deny_cache {
+            c.clear();
+        }
+    }
+
+    /// True after [`Limiter::close`].
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    fn ensure_open(&self) -> Result<()> {
+        if self.is_closed() {
+            Err(Error::closed())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// "Now" for the embedded backend, and for the System/Manual clocks.
+    fn local_now(&self) -> i64 {
+        match &self.inner.clock {
+            Clock::Manual(c) => c.now_us(),
+            Clock::System => system_now_us(),
+            Clock::Backend => self.inner.epoch_us + self.inner.started.elapsed().as_micros() as i64,
+        }
+    }
+
+    /// True when the backend answers in process (the embedded backend), so
+    /// [`Limiter::check_in_process`] answers without a runtime.
+    pub fn is_in_process(&self) -> bool {
+        self.inner.memory.is_some() && !self.is_closed()
+    }
+
+    /// [`Limiter::check_with`] answered synchronously, without a runtime,
+    /// when the backend is in process (or the limiter is closed); `None` for
+    /// a network backend (use the async or blocking methods).
+    pub fn check_in_process<A: Attributes + ?Sized>(&self, attrs: &A, options: &CheckOptions) -> Option<Result<Decision>> {
+        self.in_process(&AttrRef(attrs), options.cost, options.call_id.as_deref(), Mode::Check)
+    }
+
+    /// [`Limiter::peek`] answered synchronously when the backend is in process; `None` otherwise.
+    pub fn peek_in_process<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Option<Result<Decision>> {
+        self.in_process(&AttrRef(attrs), cost, None, Mode::Peek)
+    }
+
+    /// The embedded backend's answer: keys are rendered into a reused
+    /// buffer and only their digests kept, so a check allocates nothing but
+    /// its decision. `None` for a network backend that is open.
+    fn in_process(&self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Option<Result<Decision>> {
+        if self.is_closed() {
+            return Some(Err(Error::closed()));
+        }
+        let memory = self.inner.memory.as_ref()?;
+        Some(self.inner.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).map(|plan| {
+            let d = if plan.keys.is_empty() {
+                Decision::unlimited()
+            } else {
+                decide(&plan.rules, &memory.eval(&plan, mode, self.local_now()))
+            };
+            self.inner.counters.count(&d);
+            d
+        }))
+    }
+
+    /// A check or peek: in process on the embedded backend, else through
+    /// the deny cache and the network. The attributes are read before the
+    /// future is made, so it holds none of them.
+    fn run<'a>(
+        &'a self,
+        attrs: &dyn Attributes,
+        cost: u64,
+        call_id: Option<&'a str>,
+        mode: Mode,
+    ) -> impl Future<Output = Result<Decision>> + Send + 'a {
+        let planned = match self.in_process(attrs, cost, call_id, mode) {
+            Some(answer) => Err(answer),
+            None => Ok(self.inner.rules.plan(attrs, cost, call_id, str::to_string)),
+        };
+        async move {
+            match planned {
+                Err(answer) => answer,
+                Ok(plan) => self.send(plan?, mode).await,
+            }
+        }
+    }
+
+    /// A plan through the deny cache and the network.
+    async fn send(&self, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+        let Some(remote) = &self.inner.remote else { return Err(Error::closed()) };
+        if plan.keys.is_empty() {
+            self.inner.counters.count(&Decision::unlimited());
+            return Ok(Decision::unlimited());
+        }
+        // Remembered denials (opt-in): read the clock before anything is
+        // sent, so a wait counted from here never outlives Redis's.
+        let cache = self.inner.deny_cache.as_ref().filter(|_| plan.call_id.is_none());
+        let sent_us = cache.map(|_| self.local_now());
+        if let (Some(cache), Some(sent_us)) = (cache, sent_us) {
+            let keys = plan.keys.iter().zip(&plan.rules).map(|(k, r)| (k.as_str(), r.shadow));
+            if let Some(d) = cache.lookup(keys, plan.cost, sent_us) {
+                self.inner.counters.count(&d);
+                return Ok(d);
+            }
+        }
+        let now = match &self.inner.clock {
+            Clock::Backend => None,
+            _ => Some(sent_us.unwrap_or_else(|| self.local_now())),
+        };
+        match remote.eval(&plan, mode, now).await {
+            Ok(outcomes) => {
+                let d = decide(&plan.rules, &outcomes);
+                if let (Some(cache), Some(sent_us), false) = (cache, sent_us, d.allowed) {
+                    cache.remember(&plan.keys, &d, plan.cost, sent_us);
+                }
+                self.inner.counters.count(&d);
+                Ok(d)
+            }
+            Err(e) => {
+                if e.kind() == ErrorKind::Timeout {
+                    Counters::bump(&self.inner.counters.timeouts);
+                }
+                if e.kind().is_backend_failure() {
+                    self.degrade(&plan, e)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Answer from the failure policy: `error` wins over `deny`, `deny` over `allow`.
+    fn degrade(&self, plan: &Plan<'_, String>, err: Error) -> Result<Decision> {
+        let mode = plan.rules.iter().fold(FailureMode::Allow, |m, r| m.strictest(r.failure));
+        let c = &self.inner.counters;
+        if mode == FailureMode::Error {
+            Counters::bump(&c.backend_errors);
+            return Err(err);
+        }
+        let results = plan
+            .rules
+            .iter()
+            .map(|r| {
+                let allowed = mode == FailureMode::Allow || r.failure == FailureMode::Allow;
+                RuleResult {
+                    rule: r.name,
+                    index: r.index,
+                    allowed,
+                    shadow: r.shadow,
+                    limit: r.limit,
+                    remaining: if allowed { r.limit } else { 0 },
+                    retry_after: if allowed { Duration::ZERO } else { DEGRADED_RETRY_AFTER },
+                    reset_after: Duration::ZERO,
+                    window: r.window,
+                }
+            })
+            .collect();
+        let mut d = Decision::from_results(results, true);
+        if d.allowed {
+            Counters::bump(&c.degraded_allowed);
+        } else if d.rule.is_none() {
+            // Only shadow rules denied: the request goes through.
+            d.allowed = true;
+            Counters::bump(&c.degraded_allowed);
+        } else {
+            Counters::bump(&c.degraded_denied);
+        }
+        c.count(&d);
+        Ok(d)
+    }
+}
+
+/// A call's answer, or its panic as an internal error.
+fn caught(r: std::thread::Result<Result<Decision>>) -> Result<Decision> {
+    r.unwrap_or_else(|p| Err(Error::from_panic(p.as_ref())))
+}
+
+struct AttrRef<'a, A: ?Sized>(&'a A);
+
+impl<A: Attributes + ?Sized> Attributes for AttrRef<'_, A> {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        self.0.get_attr(name)
+    }
+}
