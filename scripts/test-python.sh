@@ -28,12 +28,22 @@ PY="$PWD/$VENV/bin/python"
   flask fastapi uvicorn httpx requests trustme uvloop
 
 # A real install from the root, as a user would (maturin via pyproject.toml;
-# cargo reuses the workspace's target/).
+# cargo reuses the workspace's target/): the shipped package has no test
+# hooks, and its hand-written stubs match the extension module.
 "$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
-
-# Hand-written stubs must match the extension module.
 "$PY" -m mypy.stubtest throttlegate._native
+"$PY" -c 'import throttlegate._native as n, sys; sys.exit("test hooks shipped" if hasattr(n, "_panic_for_tests") else 0)'
 
-# From outside the source tree, so the installed package is what is tested.
+# The same package with the test hooks (a panic on purpose) for the suite;
+# only the extension crate is rebuilt.
+MATURIN_PEP517_ARGS="--features test-hooks" \
+  "$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+
+# From outside the source tree, so the installed package is what is tested;
+# the shipped package goes back in afterwards.
 cd bindings/python/tests
-"$PY" -m pytest -q -p no:cacheprovider "$@" .
+status=0
+"$PY" -m pytest -q -p no:cacheprovider "$@" . || status=$?
+cd "$OLDPWD"
+"$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+exit "$status"

@@ -33,6 +33,7 @@ mod error;
 pub mod duration;
 mod clock;
 mod key;
+mod attributes;
 mod policy;
 mod client_ip;
 mod decision;
@@ -45,6 +46,7 @@ mod deny_cache;
 mod limiter;
 
 pub use backend::script::CHECK_SCRIPT;
+pub use attributes::AttributeBuf;
 pub use client_ip::ClientIpConfig;
 pub use clock::{Clock, ManualClock};
 pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult};

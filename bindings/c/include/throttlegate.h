@@ -424,7 +424,7 @@ tg_result tg_decision_header(const struct tg_decision *decision,
 /**
  * An `application/problem+json` body (RFC 9457) for a denial, naming the
  * violated rules: `*out` receives a NUL-terminated string owned by the
- * decision.
+ * decision, or NULL when the request is allowed (as in every language).
  *
  * Errors: `TG_NULL_POINTER`.
  */

@@ -23,7 +23,7 @@ pub struct tg_decision {
     rule: Option<CString>,
     result_rules: Vec<CString>,
     headers: [OnceLock<Vec<(CString, CString)>>; 2],
-    problem: OnceLock<CString>,
+    problem: OnceLock<Option<CString>>,
 }
 
 /// The headline of a decision, filled by `tg_decision_get()`.
@@ -213,7 +213,7 @@ pub unsafe extern "C" fn tg_decision_header(
 
 /// An `application/problem+json` body (RFC 9457) for a denial, naming the
 /// violated rules: `*out` receives a NUL-terminated string owned by the
-/// decision.
+/// decision, or NULL when the request is allowed (as in every language).
 ///
 /// Errors: `TG_NULL_POINTER`.
 #[no_mangle]
@@ -221,7 +221,8 @@ pub unsafe extern "C" fn tg_decision_problem_json(decision: *const tg_decision, 
     ffi(|| {
         let out = out_ptr(out, "out")?;
         let d = in_ref(decision, "decision")?;
-        *out = d.problem.get_or_init(|| to_cstring(d.decision.problem_json())).as_ptr();
+        let body = d.problem.get_or_init(|| d.decision.problem_json().map(to_cstring));
+        *out = body.as_ref().map_or(std::ptr::null(), |b| b.as_ptr());
         Ok(())
     })
 }

@@ -1,6 +1,5 @@
 //! Result codes and the per-thread last error message.
 
-use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 
@@ -148,18 +147,6 @@ impl Fail {
 
     pub(crate) fn invalid(message: impl Into<String>) -> Fail {
         Fail::new(tg_result::TG_INVALID_ARGUMENT, message)
-    }
-
-    pub(crate) fn from_panic(payload: Box<dyn Any + Send>) -> Fail {
-        let detail = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "no message".to_string());
-        Fail::new(
-            tg_result::TG_INTERNAL,
-            format!("internal error (a bug in throttlegate, please report it): {detail}"),
-        )
     }
 
     /// Store the message as this thread's last error and give the code.

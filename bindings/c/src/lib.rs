@@ -4,8 +4,8 @@
 //! the header `include/throttlegate.h`, generated from this crate by cbindgen.
 //!
 //! Every exported function converts C values to the core's types, calls the
-//! core (blocking on a Tokio runtime owned by the library for async calls),
-//! and converts the answer back. No rate-limiting logic lives here.
+//! core (its blocking entry points, which run on the core's runtime), and
+//! converts the answer back. No rate-limiting logic lives here.
 //!
 //! Conventions (after rustls-ffi), written out for users in `README.md`:
 //! - every name starts with `tg_`;
@@ -37,9 +37,6 @@ pub use policy::*;
 
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
-
-use tokio::runtime::Runtime;
 
 /// The library's version, e.g. `"0.1.0"`: a static NUL-terminated string.
 #[no_mangle]
@@ -55,7 +52,7 @@ pub(crate) fn ffi(body: impl FnOnce() -> Result<(), Fail>) -> tg_result {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => tg_result::TG_OK,
         Ok(Err(fail)) => fail.record(),
-        Err(payload) => Fail::from_panic(payload).record(),
+        Err(payload) => Fail::from(throttlegate::Error::from_panic(payload.as_ref())).record(),
     }
 }
 
@@ -63,38 +60,6 @@ pub(crate) fn ffi(body: impl FnOnce() -> Result<(), Fail>) -> tg_result {
 /// a panic gives `fallback`.
 pub(crate) fn ffi_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
-}
-
-/// The runtime every blocking call runs on: made on first use, shared by all
-/// limiters and threads, never shut down (it lives as long as the process).
-///
-/// A forked child has none of the parent's runtime threads, so a call there
-/// would wait forever on a driver nobody runs: the child gets a runtime of
-/// its own on its first call (the parent's is leaked, as it cannot be torn
-/// down safely without its threads).
-pub(crate) fn runtime() -> Result<&'static Runtime, Fail> {
-    /// The current process's runtime, and the ones inherited through fork().
-    struct Runtimes {
-        current: Option<(u32, &'static Runtime)>,
-        inherited: Vec<&'static Runtime>,
-    }
-    static RUNTIMES: Mutex<Runtimes> = Mutex::new(Runtimes { current: None, inherited: Vec::new() });
-    let pid = std::process::id();
-    let mut slot = RUNTIMES.lock().unwrap_or_else(|p| p.into_inner());
-    match slot.current {
-        Some((owner, rt)) if owner == pid => return Ok(rt),
-        // Kept reachable: memory checkers must not see the parent's runtime as lost.
-        Some((_, inherited)) => slot.inherited.push(inherited),
-        None => {}
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("throttlegate")
-        .build()
-        .map_err(|e| Fail::new(tg_result::TG_INTERNAL, format!("cannot start the Tokio runtime: {e}")))?;
-    let rt: &'static Runtime = Box::leak(Box::new(rt));
-    slot.current = Some((pid, rt));
-    Ok(rt)
 }
 
 /// A required input string: non-NULL, NUL-terminated, UTF-8.

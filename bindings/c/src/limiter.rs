@@ -3,9 +3,9 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use throttlegate::{CheckOptions, FailureMode, Limiter};
+use throttlegate::{CheckOptions, FailureMode, Limiter, LimiterOptions};
 
-use crate::{c_str, ffi, in_ref, out_ptr, runtime, tg_clock, tg_decision, tg_policy, tg_result, Fail};
+use crate::{c_str, ffi, in_ref, out_ptr, tg_clock, tg_decision, tg_policy, tg_result, Fail};
 
 /// What a call does when the backend is down, too slow, or answers with an
 /// error: the values of `tg_limiter_options_set_on_backend_error()`.
@@ -40,17 +40,8 @@ pub struct tg_attribute {
 /// Thread safety: not synchronized. Change it from one thread at a time;
 /// building limiters from it on several threads is fine while nobody
 /// changes it.
-#[derive(Default)]
 pub struct tg_limiter_options {
-    url: Option<String>,
-    timeout: Option<Duration>,
-    on_backend_error: Option<FailureMode>,
-    prefix: Option<String>,
-    clock: Option<throttlegate::Clock>,
-    key_secret: Option<Vec<u8>>,
-    tls_root_cert: Option<Vec<u8>>,
-    tls_client_cert: Option<(Vec<u8>, Vec<u8>)>,
-    deny_cache: bool,
+    options: LimiterOptions,
 }
 
 /// A policy bound to a backend (Redis, or the embedded in-memory backend).
@@ -104,7 +95,7 @@ pub struct tg_stats {
 pub unsafe extern "C" fn tg_limiter_options_new(out: *mut *mut tg_limiter_options) -> tg_result {
     ffi(|| {
         let out = out_ptr(out, "out")?;
-        *out = Box::into_raw(Box::<tg_limiter_options>::default());
+        *out = Box::into_raw(Box::new(tg_limiter_options { options: LimiterOptions::default() }));
         Ok(())
     })
 }
@@ -119,7 +110,7 @@ pub unsafe extern "C" fn tg_limiter_options_new(out: *mut *mut tg_limiter_option
 #[no_mangle]
 pub unsafe extern "C" fn tg_limiter_options_set_url(options: *mut tg_limiter_options, url: *const c_char) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         let url = c_str(url, || "url".into())?;
         options.url = Some(url.to_string());
         Ok(())
@@ -133,7 +124,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_url(options: *mut tg_limiter_opt
 #[no_mangle]
 pub unsafe extern "C" fn tg_limiter_options_set_timeout_ms(options: *mut tg_limiter_options, timeout_ms: u64) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         options.timeout = Some(Duration::from_millis(timeout_ms));
         Ok(())
     })
@@ -149,7 +140,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_on_backend_error(
     mode: u32,
 ) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         let mode = match mode {
             0 => FailureMode::Allow,
             1 => FailureMode::Deny,
@@ -174,7 +165,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_prefix(
     prefix: *const c_char,
 ) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         let prefix = c_str(prefix, || "prefix".into())?;
         options.prefix = Some(prefix.to_string());
         Ok(())
@@ -192,9 +183,9 @@ pub unsafe extern "C" fn tg_limiter_options_set_clock(
     clock: *const tg_clock,
 ) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         let clock = in_ref(clock, "clock")?;
-        options.clock = Some(clock.clock.clone());
+        options.clock = clock.clock.clone();
         Ok(())
     })
 }
@@ -211,7 +202,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_clock(
 #[no_mangle]
 pub unsafe extern "C" fn tg_limiter_options_set_deny_cache(options: *mut tg_limiter_options, on: i32) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         options.deny_cache = on != 0;
         Ok(())
     })
@@ -230,7 +221,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_key_secret(
     len: usize,
 ) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         options.key_secret = Some(bytes(secret, len, "secret", "len")?);
         Ok(())
     })
@@ -251,7 +242,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_tls_root_cert(
     pem_len: usize,
 ) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         options.tls_root_cert = Some(bytes(pem, pem_len, "pem", "pem_len")?);
         Ok(())
     })
@@ -275,7 +266,7 @@ pub unsafe extern "C" fn tg_limiter_options_set_tls_client_cert(
     key_len: usize,
 ) -> tg_result {
     ffi(|| {
-        let options = out_ptr(options, "options")?;
+        let options = &mut out_ptr(options, "options")?.options;
         let cert = bytes(cert_pem, cert_len, "cert_pem", "cert_len")?;
         let key = bytes(key_pem, key_len, "key_pem", "key_len")?;
         options.tls_client_cert = Some((cert, key));
@@ -308,34 +299,8 @@ pub unsafe extern "C" fn tg_limiter_options_free(options: *mut tg_limiter_option
     });
 }
 
-fn build(policy: &tg_policy, options: &tg_limiter_options) -> Result<tg_limiter, Fail> {
-    let mut builder = Limiter::builder(policy.policy.clone());
-    if let Some(url) = &options.url {
-        builder = builder.url(url.clone());
-    }
-    if let Some(t) = options.timeout {
-        builder = builder.timeout(t);
-    }
-    if let Some(m) = options.on_backend_error {
-        builder = builder.on_backend_error(m);
-    }
-    if let Some(p) = &options.prefix {
-        builder = builder.prefix(p.clone());
-    }
-    if let Some(c) = &options.clock {
-        builder = builder.clock(c.clone());
-    }
-    if let Some(s) = &options.key_secret {
-        builder = builder.key_secret(s.clone());
-    }
-    if let Some(pem) = &options.tls_root_cert {
-        builder = builder.tls_root_cert(pem.clone());
-    }
-    if let Some((cert, key)) = &options.tls_client_cert {
-        builder = builder.tls_client_cert(cert.clone(), key.clone());
-    }
-    builder = builder.deny_cache(options.deny_cache);
-    Ok(tg_limiter { limiter: builder.build()? })
+fn build(policy: &tg_policy, options: LimiterOptions) -> Result<tg_limiter, Fail> {
+    Ok(tg_limiter { limiter: Limiter::with_options(policy.policy.clone(), options)? })
 }
 
 /// A limiter for `policy` on the backend named by `url`: `redis://...`,
@@ -356,8 +321,8 @@ pub unsafe extern "C" fn tg_limiter_new(
         let out = out_ptr(out, "out")?;
         let policy = in_ref(policy, "policy")?;
         let url = c_str(url, || "url".into())?;
-        let options = tg_limiter_options { url: Some(url.to_string()), ..Default::default() };
-        *out = Box::into_raw(Box::new(build(policy, &options)?));
+        let options = LimiterOptions { url: Some(url.to_string()), ..Default::default() };
+        *out = Box::into_raw(Box::new(build(policy, options)?));
         Ok(())
     })
 }
@@ -378,7 +343,7 @@ pub unsafe extern "C" fn tg_limiter_new_with_options(
         let out = out_ptr(out, "out")?;
         let policy = in_ref(policy, "policy")?;
         let options = in_ref(options, "options")?;
-        *out = Box::into_raw(Box::new(build(policy, options)?));
+        *out = Box::into_raw(Box::new(build(policy, options.options.clone())?));
         Ok(())
     })
 }
@@ -431,10 +396,9 @@ unsafe fn decide(
             Some(p) => Some(c_str(p, || "call_id".into())?.to_string()),
             None => None,
         };
-        let rt = runtime()?;
         let decision = match op {
-            Op::Check => rt.block_on(limiter.check_with(attrs.as_slice(), &CheckOptions { cost, call_id }))?,
-            Op::Peek => rt.block_on(limiter.peek(attrs.as_slice(), cost))?,
+            Op::Check => limiter.check_blocking(attrs.as_slice(), &CheckOptions { cost, call_id })?,
+            Op::Peek => limiter.peek_blocking(attrs.as_slice(), cost)?,
         };
         *out = Box::into_raw(Box::new(tg_decision::new(decision)));
         Ok(())
@@ -512,7 +476,7 @@ pub unsafe extern "C" fn tg_limiter_reset(
         let deleted = out_ptr(deleted, "deleted")?;
         let limiter = &in_ref(limiter, "limiter")?.limiter;
         let attrs = read_attributes(attributes, attributes_len)?;
-        let n = runtime()?.block_on(limiter.reset(attrs.as_slice()))?;
+        let n = limiter.reset_blocking(attrs.as_slice())?;
         *deleted = n;
         Ok(())
     })
@@ -526,7 +490,7 @@ pub unsafe extern "C" fn tg_limiter_reset(
 pub unsafe extern "C" fn tg_limiter_ping(limiter: *const tg_limiter) -> tg_result {
     ffi(|| {
         let limiter = &in_ref(limiter, "limiter")?.limiter;
-        runtime()?.block_on(limiter.ping())?;
+        limiter.ping_blocking()?;
         Ok(())
     })
 }
@@ -561,10 +525,7 @@ pub unsafe extern "C" fn tg_limiter_stats(limiter: *const tg_limiter, out: *mut 
 #[no_mangle]
 pub unsafe extern "C" fn tg_limiter_close(limiter: *const tg_limiter) -> tg_result {
     ffi(|| {
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        // Connections are runtime resources: drop them inside it.
-        let _guard = runtime()?.enter();
-        limiter.close();
+        in_ref(limiter, "limiter")?.limiter.close();
         Ok(())
     })
 }
@@ -575,9 +536,7 @@ pub unsafe extern "C" fn tg_limiter_close(limiter: *const tg_limiter) -> tg_resu
 pub unsafe extern "C" fn tg_limiter_free(limiter: *mut tg_limiter) {
     crate::ffi_value((), || {
         if !limiter.is_null() {
-            let limiter = Box::from_raw(limiter);
-            let _guard = runtime().ok().map(|rt| rt.enter());
-            drop(limiter);
+            drop(Box::from_raw(limiter));
         }
     });
 }

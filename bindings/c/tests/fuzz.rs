@@ -568,7 +568,12 @@ fn inspect(d: *const tg_decision, index: usize) -> Result<(), TestCaseError> {
             tg_decision_problem_json(d, &mut body),
             &[TG_OK],
         )?;
-        c_string_ok(body, "problem json")?;
+        // A body for a denial, NULL when allowed.
+        if info.allowed {
+            prop_assert!(body.is_null(), "problem json of an allowed decision");
+        } else {
+            c_string_ok(body, "problem json")?;
+        }
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
+use smallvec::SmallVec;
 
 use crate::errors::{invalid_argument, invalid_type};
 
@@ -42,37 +43,6 @@ pub fn opt_text(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<S
         None => Ok(None),
         Some(o) if o.is_none() => Ok(None),
         Some(o) => text(o, what).map(Some),
-    }
-}
-
-/// A vector that keeps its first `N` items inline (no allocation for the
-/// usual handful of request attributes).
-pub struct Small<T, const N: usize> {
-    len: usize,
-    inline: [Option<T>; N],
-    spill: Vec<T>,
-}
-
-impl<T, const N: usize> Small<T, N> {
-    fn new() -> Self {
-        Small { len: 0, inline: std::array::from_fn(|_| None), spill: Vec::new() }
-    }
-
-    fn push(&mut self, item: T) {
-        if self.len < N {
-            self.inline[self.len] = Some(item);
-        } else {
-            self.spill.push(item);
-        }
-        self.len += 1;
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &T> {
-        self.inline.iter().map_while(Option::as_ref).chain(self.spill.iter())
-    }
-
-    fn take(&self, n: usize) -> impl Iterator<Item = &T> {
-        self.iter().take(n)
     }
 }
 
@@ -133,41 +103,11 @@ fn surrogate(py: Python<'_>, what: &str) -> PyErr {
 /// Request attributes as given: the mapping's own name and value objects,
 /// in mapping order, type-checked but not yet converted.
 pub struct PyAttrs<'py> {
-    items: Small<(Bound<'py, PyString>, Bound<'py, PyAny>), 4>,
+    items: SmallVec<[(Bound<'py, PyString>, Bound<'py, PyAny>); 4]>,
 }
 
-/// Request attributes as text: every name and value in one buffer.
-pub struct OwnedAttrs {
-    buf: String,
-    spans: Small<(u32, u32, u32), 4>,
-}
-
-impl throttlegate::Attributes for OwnedAttrs {
-    fn get_attr(&self, name: &str) -> Option<&str> {
-        let bytes = self.buf.as_bytes();
-        self.spans
-            .iter()
-            .find(|(s, m, _)| &bytes[*s as usize..*m as usize] == name.as_bytes())
-            .map(|(_, m, e)| &self.buf[*m as usize..*e as usize])
-    }
-}
-
-thread_local! {
-    // The text buffer of the last in-process call, reused by the next one.
-    static SPARE: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
-}
-
-impl OwnedAttrs {
-    /// Give the buffer back for the next call on this thread (after a call
-    /// answered in place).
-    pub fn recycle(self) {
-        let mut buf = self.buf;
-        if buf.capacity() <= 4096 {
-            buf.clear();
-            SPARE.with(|s| s.set(buf));
-        }
-    }
-}
+/// Request attributes as text: the core's reusable buffer.
+pub type OwnedAttrs = throttlegate::AttributeBuf;
 
 impl<'py> PyAttrs<'py> {
     /// Read a mapping of `str` to `str` (or `int`); a `None` value means the
@@ -175,7 +115,7 @@ impl<'py> PyAttrs<'py> {
     /// code runs while the mapping is walked.
     pub fn read(obj: &Bound<'py, PyAny>) -> PyResult<PyAttrs<'py>> {
         let py = obj.py();
-        let mut attrs = PyAttrs { items: Small::new() };
+        let mut attrs = PyAttrs { items: SmallVec::new() };
         if let Ok(d) = obj.cast::<PyDict>() {
             for (k, v) in d.iter() {
                 attrs.push(k, v)?;
@@ -228,7 +168,7 @@ impl<'py> PyAttrs<'py> {
     /// The error to report when the next item is wrong with `err`: an
     /// earlier item's text error comes first, as a one-pass check finds it.
     fn first_error(&self, err: PyErr) -> PyErr {
-        match self.convert(self.items.len, String::new()) {
+        match self.convert(self.items.len(), OwnedAttrs::default()) {
             Err(earlier) => earlier,
             Ok(_) => err,
         }
@@ -236,21 +176,15 @@ impl<'py> PyAttrs<'py> {
 
     /// The attributes as text, checked in mapping order.
     pub fn text(&self) -> PyResult<OwnedAttrs> {
-        let mut buf = SPARE.with(|s| s.take());
-        if buf.capacity() == 0 {
-            // Room for the usual handful of short attributes in one go.
-            buf.reserve(96);
-        }
-        self.convert(self.items.len, buf)
+        self.convert(self.items.len(), OwnedAttrs::take())
     }
 
-    fn convert(&self, n: usize, mut buf: String) -> PyResult<OwnedAttrs> {
-        buf.clear();
-        let mut spans = Small::new();
-        for (k, v) in self.items.take(n) {
+    fn convert(&self, n: usize, mut attrs: OwnedAttrs) -> PyResult<OwnedAttrs> {
+        for (k, v) in self.items.iter().take(n) {
+            let buf = attrs.text_mut();
             let start = buf.len();
             let py = k.py();
-            if !push_utf8(k, &mut buf)? {
+            if !push_utf8(k, buf)? {
                 return Err(surrogate(py, "attributes: a name"));
             }
             let mid = buf.len();
@@ -259,18 +193,17 @@ impl<'py> PyAttrs<'py> {
                 continue;
             }
             let valid = if let Ok(s) = v.cast::<PyString>() {
-                push_utf8(s, &mut buf)?
+                push_utf8(s, buf)?
             } else {
-                push_utf8(&v.str()?, &mut buf)?
+                push_utf8(&v.str()?, buf)?
             };
             if !valid {
                 let name = &buf[start..mid];
                 return Err(surrogate(py, &format!("attributes[{name:?}]")));
             }
-            let span = |x: usize| u32::try_from(x).map_err(|_| invalid_argument(py, "attributes: too long"));
-            spans.push((span(start)?, span(mid)?, span(buf.len())?));
+            attrs.end_attribute(start, mid).map_err(|e| crate::errors::core_to_py(py, &e))?;
         }
-        Ok(OwnedAttrs { buf, spans })
+        Ok(attrs)
     }
 }
 

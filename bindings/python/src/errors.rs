@@ -5,7 +5,6 @@
 //! inherit from the matching built-in exceptions as well as from
 //! `ThrottlegateError`; this module only looks them up by kind id.
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use pyo3::exceptions::PyRuntimeError;
@@ -62,24 +61,12 @@ pub fn internal(py: Python<'_>, message: impl AsRef<str>) -> PyErr {
     make(py, ErrorKind::Internal.as_str(), message.as_ref(), false)
 }
 
-/// The text of a panic payload.
-pub fn panic_message(payload: &(dyn Any + Send)) -> String {
-    let text = if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    };
-    format!("a bug in throttlegate (please report it): {text}")
-}
-
 /// Run an entry point, turning a panic into `InternalError` so that PyO3's
 /// `PanicException` (a `BaseException`, which ordinary `except Exception`
 /// handlers miss) never reaches the caller.
 pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(result) => result,
-        Err(payload) => Err(internal(py, panic_message(payload.as_ref()))),
+        Err(payload) => Err(core_to_py(py, &Error::from_panic(payload.as_ref()))),
     }
 }

@@ -11,13 +11,16 @@ mod types;
 use pyo3::prelude::*;
 
 /// Panics on purpose, behind the same guard as every entry point: the tests
-/// use it to prove that a panic reaches Python as `InternalError`.
+/// use it to prove that a panic reaches Python as `InternalError`. Only in
+/// builds with the `test-hooks` feature, never in a release.
+#[cfg(feature = "test-hooks")]
 #[pyfunction]
 fn _panic_for_tests(py: Python<'_>, message: String) -> PyResult<()> {
     errors::guard(py, || panic!("{message}"))
 }
 
 /// Like `_panic_for_tests`, inside a future awaited from asyncio.
+#[cfg(feature = "test-hooks")]
 #[pyfunction]
 fn _panic_async_for_tests(py: Python<'_>, message: String) -> PyResult<Bound<'_, PyAny>> {
     runtime::future_into_py(py, async move {
@@ -40,8 +43,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::RuleResult>()?;
     m.add_class::<types::ClientIp>()?;
     m.add_class::<limiter::Limiter>()?;
-    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
-    m.add_function(wrap_pyfunction!(_panic_async_for_tests, m)?)?;
-    runtime::install_fork_hook(m)?;
+    #[cfg(feature = "test-hooks")]
+    {
+        m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+        m.add_function(wrap_pyfunction!(_panic_async_for_tests, m)?)?;
+    }
     Ok(())
 }

@@ -1,7 +1,4 @@
-//! `throttlegate.Limiter`: the core limiter behind a Python handle that
-//! survives `os.fork()`.
-
-use std::sync::Mutex;
+//! `throttlegate.Limiter`: the core limiter behind a Python handle.
 
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
@@ -9,68 +6,66 @@ use pyo3::types::{PyDict, PyString};
 use throttlegate as core;
 
 use crate::convert;
-use crate::errors::{core_to_py, guard, invalid_type, make};
+use crate::errors::{core_to_py, guard, invalid_type};
 use crate::runtime::{self, Value};
 use crate::types::{Decision, ManualClock, Policy};
-
-struct State {
-    /// The fork generation `core` belongs to.
-    generation: u64,
-    core: Option<core::Limiter>,
-}
 
 /// A rate limiter: a policy bound to Redis or to the embedded backend.
 ///
 /// Safe to share between threads and asyncio tasks. After `os.fork()` the
-/// child rebuilds its runtime and connections on first use (the embedded
-/// backend starts empty in the child).
+/// child's limiter keeps working: on Redis it connects anew, and the
+/// embedded backend keeps a copy of the state as it was at the fork.
 #[pyclass(module = "throttlegate._native", frozen)]
 pub struct Limiter {
-    builder: core::LimiterBuilder,
-    policy: core::Policy,
-    backend: &'static str,
-    // Locked only while the GIL is held: `os.fork()` runs with the GIL, so
-    // the lock is never held by another thread at a fork.
-    state: Mutex<State>,
+    inner: core::Limiter,
 }
 
 impl Limiter {
-    /// The core limiter for this process, rebuilt in a forked child.
-    fn core(&self, py: Python<'_>) -> PyResult<core::Limiter> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let generation = runtime::generation();
-        let Some(current) = state.core.as_ref() else {
-            return Err(make(py, core::ErrorKind::Closed.as_str(), "the limiter is closed", false));
-        };
-        if state.generation == generation {
-            return Ok(current.clone());
-        }
-        // The parent's connections and tasks belong to a runtime whose
-        // threads are gone: leak them rather than run their destructors.
-        std::mem::forget(state.core.take());
-        let fresh = self.builder.clone().build().map_err(|e| core_to_py(py, &e))?;
-        state.core = Some(fresh.clone());
-        state.generation = generation;
-        Ok(fresh)
+    /// A check (`peek` false) or peek: answered in place on the embedded
+    /// backend (no GIL release), else the core's blocking call with the GIL
+    /// released.
+    fn decide(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, cost: Option<&Bound<'_, PyAny>>, call_id: Option<&Bound<'_, PyAny>>, peek: bool) -> PyResult<Decision> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let opts = core::CheckOptions { cost: convert::opt_cost(cost)?, call_id: convert::opt_text(call_id, "call_id")? };
+            let l = &self.inner;
+            let in_place = if peek { l.peek_in_process(&attrs, opts.cost) } else { l.check_in_process(&attrs, &opts) };
+            let answer = match in_place {
+                Some(answer) => answer,
+                None if peek => py.detach(|| l.peek_blocking(&attrs, opts.cost)),
+                None => py.detach(|| l.check_blocking(&attrs, &opts)),
+            };
+            attrs.recycle();
+            answer.map(Decision::from).map_err(|e| core_to_py(py, &e))
+        })
     }
 
-    fn block_on<T: Send>(
-        &self,
-        py: Python<'_>,
-        f: impl std::future::Future<Output = core::Result<T>> + Send,
-    ) -> PyResult<T> {
-        let rt = runtime::get(py)?;
-        py.detach(|| rt.block_on(f)).map_err(|e| core_to_py(py, &e))
+    /// `decide` as an awaitable, driven by the core's runtime.
+    fn decide_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>, cost: Option<&Bound<'py, PyAny>>, call_id: Option<&Bound<'py, PyAny>>, peek: bool) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let opts = core::CheckOptions { cost: convert::opt_cost(cost)?, call_id: convert::opt_text(call_id, "call_id")? };
+            let ctx = runtime::LoopCtx::current(py)?;
+            let fut = ctx.create_future(py)?;
+            let l = &self.inner;
+            let in_place = if peek { l.peek_in_process(&attrs, opts.cost) } else { l.check_in_process(&attrs, &opts) };
+            if let Some(answer) = in_place {
+                attrs.recycle();
+                runtime::settle(py, &fut, answer.map(Value::Decision));
+                return Ok(fut);
+            }
+            let l = l.clone();
+            ctx.spawn(py, &fut, async move {
+                let d = if peek { l.peek(&attrs, opts.cost).await } else { l.check_with(&attrs, &opts).await };
+                d.map(Value::Decision)
+            })?;
+            Ok(fut)
+        })
     }
 
-    /// A decision answered in place, as a Python object.
-    fn answer(py: Python<'_>, answer: core::Result<core::Decision>) -> PyResult<Decision> {
-        answer.map(Decision::from).map_err(|e| core_to_py(py, &e))
+    fn blocking<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&core::Limiter) -> core::Result<T> + Send) -> PyResult<T> {
+        py.detach(|| f(&self.inner)).map_err(|e| core_to_py(py, &e))
     }
-}
-
-fn options(cost: u64, call_id: Option<String>) -> core::CheckOptions {
-    core::CheckOptions { cost, call_id }
 }
 
 #[pymethods]
@@ -107,145 +102,70 @@ impl Limiter {
     ) -> PyResult<Self> {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
-            let mut builder = core::Limiter::builder(policy);
-            if let Some(u) = convert::opt_text(url, "url")? {
-                builder = builder.url(u);
-            }
+            let mut o = core::LimiterOptions { url: convert::opt_text(url, "url")?, ..Default::default() };
             if let Some(t) = timeout.filter(|o| !o.is_none()) {
-                builder = builder.timeout(convert::seconds(t, "timeout")?);
+                o.timeout = Some(convert::seconds(t, "timeout")?);
             }
             if let Some(m) = convert::opt_text(on_backend_error, "on_backend_error")? {
-                let mode = core::FailureMode::parse(&m).map_err(|e| core_to_py(py, &e))?;
-                builder = builder.on_backend_error(mode);
+                o.on_backend_error = Some(core::FailureMode::parse(&m).map_err(|e| core_to_py(py, &e))?);
             }
-            if let Some(p) = convert::opt_text(prefix, "prefix")? {
-                builder = builder.prefix(p);
-            }
+            o.prefix = convert::opt_text(prefix, "prefix")?;
             if let Some(c) = clock.filter(|o| !o.is_none()) {
-                builder = builder.clock(resolve_clock(c)?);
+                o.clock = resolve_clock(c)?;
             }
             if let Some(s) = key_secret.filter(|o| !o.is_none()) {
-                let bytes: Vec<u8> = if s.is_instance_of::<PyString>() {
+                o.key_secret = Some(if s.is_instance_of::<PyString>() {
                     convert::text(s, "key_secret")?.into_bytes()
                 } else if let Ok(b) = s.cast::<pyo3::types::PyBytes>() {
                     b.as_bytes().to_vec()
                 } else {
                     return Err(invalid_type(py, "key_secret: expected str or bytes"));
-                };
-                builder = builder.key_secret(bytes);
+                });
             }
             if let Some(ca) = tls_root_cert.filter(|o| !o.is_none()) {
-                builder = builder.tls_root_cert(convert::pem(ca, "tls_root_cert")?);
+                o.tls_root_cert = Some(convert::pem(ca, "tls_root_cert")?);
             }
             if let Some(pair) = tls_client_cert.filter(|o| !o.is_none()) {
                 let (cert, key) = client_cert_pair(pair)?;
-                builder = builder.tls_client_cert(
+                o.tls_client_cert = Some((
                     convert::pem(&cert, "tls_client_cert: the certificate")?,
                     convert::pem(&key, "tls_client_cert: the key")?,
-                );
+                ));
             }
             if let Some(on) = deny_cache.filter(|o| !o.is_none()) {
                 match on.cast::<pyo3::types::PyBool>() {
-                    Ok(on) => builder = builder.deny_cache(on.is_true()),
+                    Ok(on) => o.deny_cache = on.is_true(),
                     Err(_) => return Err(invalid_type(py, "deny_cache: expected a bool")),
                 }
             }
-            let limiter = builder.clone().build().map_err(|e| core_to_py(py, &e))?;
-            Ok(Limiter {
-                builder,
-                policy: limiter.policy().clone(),
-                backend: limiter.backend_name(),
-                state: Mutex::new(State { generation: runtime::generation(), core: Some(limiter) }),
-            })
+            let inner = core::Limiter::with_options(policy, o).map_err(|e| core_to_py(py, &e))?;
+            Ok(Limiter { inner })
         })
     }
 
     /// Check a request: consume from every applicable rule if all admit it,
     /// nothing otherwise. Releases the GIL while it waits.
     #[pyo3(signature = (attributes, cost = None, *, call_id = None))]
-    fn check(
-        &self,
-        py: Python<'_>,
-        attributes: &Bound<'_, PyAny>,
-        cost: Option<&Bound<'_, PyAny>>,
-        call_id: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Decision> {
-        guard(py, || {
-            let attrs = convert::attributes(attributes)?;
-            let opts = options(convert::opt_cost(cost)?, convert::opt_text(call_id, "call_id")?);
-            let limiter = self.core(py)?;
-            // The embedded backend answers at once: no runtime, no GIL release.
-            if let Some(answer) = limiter.check_in_process(&attrs, &opts) {
-                attrs.recycle();
-                return Limiter::answer(py, answer);
-            }
-            self.block_on(py, async move { limiter.check_with(&attrs, &opts).await })
-                .map(Decision::from)
-        })
+    fn check(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, cost: Option<&Bound<'_, PyAny>>, call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
+        self.decide(py, attributes, cost, call_id, false)
     }
 
-    /// `check` as an awaitable, driven by the limiter's runtime.
+    /// `check` as an awaitable, driven by the core's runtime.
     #[pyo3(signature = (attributes, cost = None, *, call_id = None))]
-    fn check_async<'py>(
-        &self,
-        py: Python<'py>,
-        attributes: &Bound<'py, PyAny>,
-        cost: Option<&Bound<'py, PyAny>>,
-        call_id: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        guard(py, || {
-            let attrs = convert::attributes(attributes)?;
-            let opts = options(convert::opt_cost(cost)?, convert::opt_text(call_id, "call_id")?);
-            let limiter = self.core(py)?;
-            let ctx = runtime::LoopCtx::current(py)?;
-            let fut = ctx.create_future(py)?;
-            if let Some(answer) = limiter.check_in_process(&attrs, &opts) {
-                attrs.recycle();
-                runtime::settle(py, &fut, answer.map(Value::Decision).into());
-                return Ok(fut);
-            }
-            ctx.spawn(py, &fut, async move { limiter.check_with(&attrs, &opts).await.map(Value::Decision) })?;
-            Ok(fut)
-        })
+    fn check_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>, cost: Option<&Bound<'py, PyAny>>, call_id: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        self.decide_async(py, attributes, cost, call_id, false)
     }
 
     /// The decision a check of this cost would get now, consuming nothing.
     #[pyo3(signature = (attributes, cost = None))]
     fn peek(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, cost: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
-        guard(py, || {
-            let attrs = convert::attributes(attributes)?;
-            let cost = convert::opt_cost(cost)?;
-            let limiter = self.core(py)?;
-            if let Some(answer) = limiter.peek_in_process(&attrs, cost) {
-                attrs.recycle();
-                return Limiter::answer(py, answer);
-            }
-            self.block_on(py, async move { limiter.peek(&attrs, cost).await }).map(Decision::from)
-        })
+        self.decide(py, attributes, cost, None, true)
     }
 
     /// `peek` as an awaitable.
     #[pyo3(signature = (attributes, cost = None))]
-    fn peek_async<'py>(
-        &self,
-        py: Python<'py>,
-        attributes: &Bound<'py, PyAny>,
-        cost: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        guard(py, || {
-            let attrs = convert::attributes(attributes)?;
-            let cost = convert::opt_cost(cost)?;
-            let limiter = self.core(py)?;
-            let ctx = runtime::LoopCtx::current(py)?;
-            let fut = ctx.create_future(py)?;
-            if let Some(answer) = limiter.peek_in_process(&attrs, cost) {
-                attrs.recycle();
-                runtime::settle(py, &fut, answer.map(Value::Decision).into());
-                return Ok(fut);
-            }
-            ctx.spawn(py, &fut, async move { limiter.peek(&attrs, cost).await.map(Value::Decision) })?;
-            Ok(fut)
-        })
+    fn peek_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>, cost: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        self.decide_async(py, attributes, cost, None, true)
     }
 
     /// Forget the state of every rule that applies to this request; returns
@@ -253,8 +173,7 @@ impl Limiter {
     fn reset(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<u64> {
         guard(py, || {
             let attrs = convert::attributes(attributes)?;
-            let limiter = self.core(py)?;
-            self.block_on(py, async move { limiter.reset(&attrs).await })
+            self.blocking(py, |l| l.reset_blocking(&attrs))
         })
     }
 
@@ -262,82 +181,59 @@ impl Limiter {
     fn reset_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
             let attrs = convert::attributes(attributes)?;
-            let limiter = self.core(py)?;
-            runtime::future_into_py(py, async move { limiter.reset(&attrs).await.map(Value::Count) })
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.reset(&attrs).await.map(Value::Count) })
         })
     }
 
     /// The backend keys this request touches, one per applicable rule.
     fn keys(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-        guard(py, || {
-            let attrs = convert::attributes(attributes)?;
-            Ok(self.core(py)?.keys(&attrs))
-        })
+        guard(py, || Ok(self.inner.keys(&convert::attributes(attributes)?)))
     }
 
     /// Check that the backend answers within the timeout.
     fn ping(&self, py: Python<'_>) -> PyResult<()> {
-        guard(py, || {
-            let limiter = self.core(py)?;
-            self.block_on(py, async move { limiter.ping().await })
-        })
+        guard(py, || self.blocking(py, |l| l.ping_blocking()))
     }
 
     /// `ping` as an awaitable.
     fn ping_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
-            let limiter = self.core(py)?;
-            runtime::future_into_py(py, async move { limiter.ping().await.map(|()| Value::Nothing) })
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.ping().await.map(|()| Value::Nothing) })
         })
     }
 
     /// Counters since the limiter was made (in this process).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        guard(py, || {
-            let s = self.core(py)?.stats();
-            let d = PyDict::new(py);
-            d.set_item("calls", s.calls)?;
-            d.set_item("allowed", s.allowed)?;
-            d.set_item("denied", s.denied)?;
-            d.set_item("degraded_allowed", s.degraded_allowed)?;
-            d.set_item("degraded_denied", s.degraded_denied)?;
-            d.set_item("backend_errors", s.backend_errors)?;
-            d.set_item("timeouts", s.timeouts)?;
-            Ok(d)
-        })
+        let d = PyDict::new(py);
+        for (name, value) in self.inner.stats().fields() {
+            d.set_item(name, value)?;
+        }
+        Ok(d)
     }
 
     /// Close the limiter: every later call raises `ClosedError`. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        guard(py, || {
-            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(limiter) = state.core.take() {
-                if state.generation == runtime::generation() {
-                    limiter.close();
-                } else {
-                    std::mem::forget(limiter);
-                }
-            }
-            Ok(())
-        })
+    fn close(&self) {
+        self.inner.close();
     }
 
     /// True after `close()`.
     #[getter]
     fn closed(&self) -> bool {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).core.is_none()
+        self.inner.is_closed()
     }
 
-    /// `"memory"`, `"redis"` or `"cluster"`.
+    /// `"memory"`, `"redis"` or `"cluster"` (`"closed"` after `close()`).
     #[getter]
     fn backend(&self) -> &'static str {
-        self.backend
+        self.inner.backend_name()
     }
 
     /// The policy, with the limiter's overrides applied.
     #[getter]
     fn policy(&self) -> Policy {
-        Policy { inner: self.policy.clone() }
+        Policy { inner: self.inner.policy().clone() }
     }
 
     /// `with Limiter(...) as limiter:` yields the limiter itself.
@@ -347,9 +243,9 @@ impl Limiter {
 
     /// Leaving a `with` block closes the limiter; exceptions propagate.
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
     }
 
     /// `async with Limiter(...) as limiter:` yields the limiter itself.
@@ -361,7 +257,7 @@ impl Limiter {
     /// Leaving an `async with` block closes the limiter; exceptions propagate.
     #[pyo3(signature = (*_args))]
     fn __aexit__<'py>(&self, py: Python<'py>, _args: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
-        self.close(py)?;
+        self.close();
         runtime::ready(py, false.into_bound_py_any(py)?)
     }
 
@@ -370,7 +266,7 @@ impl Limiter {
         format!(
             "Limiter(backend={:?}, rules={:?}, closed={})",
             self.backend(),
-            self.policy.rules().iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+            self.inner.policy().rules().iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
             if self.closed() { "True" } else { "False" }
         )
     }

@@ -368,8 +368,9 @@ impl Decision {
     fn headers_with<'py>(&self, py: Python<'py>, legacy: bool) -> PyResult<Bound<'py, PyDict>> {
         headers_dict(py, self.inner.headers_with(core::HeaderOptions { legacy }))
     }
-    /// An `application/problem+json` body (RFC 9457) naming the violated rules.
-    fn problem_json(&self) -> String {
+    /// An `application/problem+json` body (RFC 9457) naming the violated
+    /// rules; `None` when the request is allowed.
+    fn problem_json(&self) -> Option<String> {
         self.inner.problem_json()
     }
 

@@ -19,7 +19,7 @@ wait_ms: int = decision.retry_after_ms + decision.reset_after_ms
 rule: Optional[str] = decision.rule
 results: list[RuleResult] = decision.results
 headers: dict[str, str] = decision.headers_with(legacy=True)
-body: str = decision.problem_json()
+body: Optional[str] = decision.problem_json()
 deleted: int = limiter.reset({"ip": "203.0.113.7"})
 keys: list[str] = limiter.keys({"ip": "203.0.113.7"})
 stats: dict[str, int] = limiter.stats()

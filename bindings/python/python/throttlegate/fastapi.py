@@ -106,7 +106,7 @@ class RateLimitMiddleware:
         headers = self.checker.headers(decision)
         if not decision.allowed:
             response = Response(
-                decision.problem_json(), status_code=429, headers=headers, media_type="application/problem+json"
+                decision.problem_json() or "", status_code=429, headers=headers, media_type="application/problem+json"
             )
             await response(scope, receive, send)
             return
@@ -148,7 +148,7 @@ class RateLimit:
         decision = await self.checker.decide(request)
         headers = self.checker.headers(decision)
         if not decision.allowed:
-            detail: Any = json.loads(decision.problem_json())
+            detail: Any = json.loads(decision.problem_json() or "{}")
             raise HTTPException(status_code=429, detail=detail, headers=headers)
         for name, value in headers.items():
             response.headers[name] = value

@@ -106,7 +106,7 @@ class Throttle:
 
     def denied_response(self, decision: Decision) -> Response:
         """The 429 answer: problem+json body naming the rules, with the headers."""
-        response = Response(decision.problem_json(), status=429, mimetype="application/problem+json")
+        response = Response(decision.problem_json() or "", status=429, mimetype="application/problem+json")
         for name, value in decision.headers_with(legacy=self.legacy_headers).items():
             response.headers[name] = value
         return response
