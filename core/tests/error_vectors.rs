@@ -181,11 +181,15 @@ fn replay_all(url: Option<&str>, route: Route) -> (usize, Vec<String>) {
     (checked, problems)
 }
 
-fn assert_clean(backend: &str, (cases, problems): (usize, Vec<String>)) {
-    assert!(cases > 0, "no error cases found in {}", errors_dir().display());
+fn assert_clean(what: &str, (cases, problems): (usize, Vec<String>)) {
+    assert!(
+        cases > 0,
+        "no error cases found in {}",
+        errors_dir().display()
+    );
     assert!(
         problems.is_empty(),
-        "{} mismatch(es) on the {backend} backend over {cases} cases:\n{}",
+        "{} mismatch(es) {what} over {cases} cases:\n{}",
         problems.len(),
         problems.join("\n")
     );
@@ -199,26 +203,34 @@ fn every_policy_text_gets_its_error() {
         if let Some(text) = case.doc.get("policy_text") {
             cases += 1;
             let text = text.as_str().expect("policy_text is a string");
-            expect_error(&case.at, &case.doc, Policy::from_str_any(text), &mut problems);
+            expect_error(
+                &case.at,
+                &case.doc,
+                Policy::from_str_any(text),
+                &mut problems,
+            );
         }
     }
-    assert_clean("(no)", (cases, problems));
+    assert_clean("in the policy texts", (cases, problems));
 }
 
 #[test]
 fn every_option_and_call_error_on_the_memory_backend() {
-    assert_clean("memory", replay_all(None, Route::Async));
+    assert_clean("on the memory backend", replay_all(None, Route::Async));
 }
 
 #[test]
 fn every_option_and_call_error_on_the_memory_backend_in_process() {
-    assert_clean("memory (in process)", replay_all(None, Route::InProcess));
+    assert_clean(
+        "on the memory backend (in process)",
+        replay_all(None, Route::InProcess),
+    );
 }
 
 #[test]
 fn every_option_and_call_error_on_redis() {
     let server = RedisServer::start();
-    assert_clean("redis", replay_all(Some(&server.url()), Route::Async));
+    assert_clean("on redis", replay_all(Some(&server.url()), Route::Async));
 }
 
 #[test]
@@ -230,25 +242,45 @@ fn the_error_suite_is_large_and_well_formed() {
     for case in &cases {
         let doc = &case.doc;
         let name = doc["name"].as_str().expect("every case has a name");
-        assert!(names.insert(name.to_string()), "{}: the name is used twice", case.at);
+        assert!(
+            names.insert(name.to_string()),
+            "{}: the name is used twice",
+            case.at
+        );
         let shapes = ["policy_text", "options", "steps"]
             .iter()
             .filter(|k| doc.get(**k).is_some())
             .count();
-        assert_eq!(shapes, 1, "{}: exactly one of policy_text, options, steps", case.at);
+        assert_eq!(
+            shapes, 1,
+            "{}: exactly one of policy_text, options, steps",
+            case.at
+        );
         let mut wants = Vec::new();
         if let Some(steps) = doc.get("steps") {
-            assert!(doc["policy"].is_object(), "{}: steps need a policy", case.at);
+            assert!(
+                doc["policy"].is_object(),
+                "{}: steps need a policy",
+                case.at
+            );
             for step in steps.as_array().expect("steps is an array") {
                 if step["op"] == "close" {
-                    assert!(step.get("expect_error").is_none(), "{}: close expects nothing", case.at);
+                    assert!(
+                        step.get("expect_error").is_none(),
+                        "{}: close expects nothing",
+                        case.at
+                    );
                 } else {
                     wants.push(step);
                 }
             }
         } else {
             if doc.get("options").is_some() {
-                assert!(doc["policy"].is_object(), "{}: options need a policy", case.at);
+                assert!(
+                    doc["policy"].is_object(),
+                    "{}: options need a policy",
+                    case.at
+                );
             }
             wants.push(doc);
         }
