@@ -8,8 +8,8 @@
 #     (pkg-config); make a private CA, server and client certificates with
 #     openssl; start on free loopback ports a redis-server (plain, plus TLS
 #     with client certificates required) and a Redis Cluster of 3 primaries
-#     and 3 replicas; run the tests, the vectors on every backend, and the
-#     example;
+#     and 3 replicas; run the tests, the vectors on every backend (the
+#     bad-input vectors of tests/vectors/errors included), and the example;
 #  5. run them again under valgrind (leaks and invalid accesses are errors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -181,7 +181,9 @@ if ! cluster_ok; then echo "the Redis Cluster did not become ok" >&2; exit 1; fi
 export TG_REDIS_CLUSTER_URL="redis+cluster://$(IFS=,; echo "${CLUSTER_NODES[*]}")"
 echo "Redis Cluster on $TG_REDIS_CLUSTER_URL"
 
-VECTORS=(tests/vectors/*.json "$CRATE"/tests/vectors/*.json)
+# The bad-input vectors (tests/vectors/errors) go through the same runner,
+# which tells them by their `cases` array.
+VECTORS=(tests/vectors/*.json "$CRATE"/tests/vectors/*.json tests/vectors/errors/*.json)
 export LD_LIBRARY_PATH=$PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 step "run"

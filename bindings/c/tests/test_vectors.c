@@ -6,6 +6,11 @@
  * manual clock and a fresh key prefix per file, and compares every field,
  * per-rule result and header with the expected values.
  *
+ * A file with a `cases` array holds bad-input vectors (tests/vectors/errors):
+ * each policy text goes to tg_policy_from_str(), each option and call case
+ * runs on every backend, and every failure must have the result code of the
+ * expected kind and exactly the expected tg_last_error_message().
+ *
  * Usage: test_vectors FILE.json...   (exit status 0 when every step matches)
  *
  * SPDX-License-Identifier: MIT OR Apache-2.0
@@ -214,6 +219,151 @@ static const char *backend_urls[MAX_BACKENDS];
 static const char *backend_names[MAX_BACKENDS];
 static int backend_count = 0;
 
+/* The outcome rc of a call must be the failure `want` names: its
+ * `expect_error` (the result code's id) and its exact `message`. */
+static void expect_failure(tg_result rc, const char *message_now, const json_value *want) {
+    const json_value *kind = json_get(want, "expect_error");
+    const json_value *message = json_get(want, "message");
+    if (kind == NULL || kind->type != JSON_STRING || message == NULL || message->type != JSON_STRING) {
+        mismatch("expect_error and message must be strings");
+        return;
+    }
+    if (rc == TG_OK) {
+        mismatch("expected %s \"%s\", got success", kind->string, message->string);
+    } else if (strcmp(tg_result_name(rc), kind->string) != 0 || strcmp(message_now, message->string) != 0) {
+        mismatch("expected %s \"%s\", got %s \"%s\"", kind->string, message->string, tg_result_name(rc),
+                 message_now);
+    }
+}
+
+/* A limiter for an error case's policy on `url`, with a fresh prefix and
+ * then the case's own `options`. On failure returns the code of the call
+ * that failed and copies its message to `message`. */
+static tg_result error_case_limiter(const json_value *c, const char *url, const char *prefix, tg_limiter **out,
+                                    char *message, size_t message_len) {
+    const json_value *policy_json = json_get(c, "policy");
+    message[0] = '\0';
+    if (policy_json == NULL) {
+        mismatch("no policy");
+        return TG_INTERNAL;
+    }
+    char *policy_text = strndup(policy_json->raw, policy_json->raw_len);
+    tg_policy *policy = NULL;
+    tg_limiter_options *options = NULL;
+    tg_result rc = tg_policy_from_str(policy_text, &policy);
+    if (rc != TG_OK) {
+        mismatch("the case's policy is rejected: %s", tg_last_error_message());
+    } else if ((rc = tg_limiter_options_new(&options)) != TG_OK ||
+               (rc = tg_limiter_options_set_url(options, url)) != TG_OK ||
+               (rc = tg_limiter_options_set_prefix(options, prefix)) != TG_OK ||
+               (rc = tg_limiter_options_set_timeout_ms(options, 60000)) != TG_OK ||
+               (rc = tg_limiter_options_set_on_backend_error(options, TG_FAILURE_ERROR)) != TG_OK) {
+        mismatch("cannot make the options: %s", tg_last_error_message());
+    } else {
+        /* The vector's option names are the setters' names. */
+        const json_value *opts = json_get(c, "options");
+        for (size_t i = 0; opts != NULL && rc == TG_OK && i < opts->count; i++) {
+            const char *value = opts->items[i]->string;
+            if (value == NULL) {
+                mismatch("option %s is not a string", opts->keys[i]);
+                rc = TG_INTERNAL;
+            } else if (strcmp(opts->keys[i], "url") == 0) {
+                rc = tg_limiter_options_set_url(options, value);
+            } else if (strcmp(opts->keys[i], "prefix") == 0) {
+                rc = tg_limiter_options_set_prefix(options, value);
+            } else {
+                mismatch("unknown option %s", opts->keys[i]);
+                rc = TG_INTERNAL;
+            }
+        }
+        if (rc == TG_OK) rc = tg_limiter_new_with_options(policy, options, out);
+    }
+    if (rc != TG_OK) snprintf(message, message_len, "%s", tg_last_error_message());
+    tg_limiter_options_free(options);
+    tg_policy_free(policy);
+    free(policy_text);
+    return rc;
+}
+
+static void run_error_steps(const json_value *c, tg_limiter *limiter) {
+    const json_value *steps = json_get(c, "steps");
+    for (size_t i = 0; i < steps->count; i++) {
+        const json_value *step = steps->items[i];
+        current_step = i;
+        const json_value *op_v = json_get(step, "op");
+        const char *op = op_v != NULL ? op_v->string : "check";
+        if (strcmp(op, "close") == 0) {
+            if (tg_limiter_close(limiter) != TG_OK) mismatch("tg_limiter_close failed: %s", tg_last_error_message());
+            continue;
+        }
+        const json_value *cost_v = json_get(step, "cost");
+        uint64_t cost = cost_v != NULL ? (uint64_t)cost_v->integer : 1;
+        const json_value *call_id = json_get(step, "call_id");
+        size_t attrs_len;
+        tg_attribute *attrs = step_attributes(step, &attrs_len);
+        tg_result rc;
+        tg_decision *d = NULL;
+        uint64_t deleted = 0;
+        if (strcmp(op, "check") == 0 && call_id != NULL && call_id->type == JSON_STRING) {
+            rc = tg_limiter_check_with_call_id(limiter, attrs, attrs_len, cost, call_id->string, &d);
+        } else if (strcmp(op, "check") == 0) {
+            rc = tg_limiter_check(limiter, attrs, attrs_len, cost, &d);
+        } else if (strcmp(op, "peek") == 0) {
+            rc = tg_limiter_peek(limiter, attrs, attrs_len, cost, &d);
+        } else if (strcmp(op, "reset") == 0) {
+            rc = tg_limiter_reset(limiter, attrs, attrs_len, &deleted);
+        } else {
+            mismatch("unknown op %s", op);
+            free(attrs);
+            continue;
+        }
+        free(attrs);
+        expect_failure(rc, tg_last_error_message(), step);
+        tg_decision_free(d);
+    }
+}
+
+/* The bad-input cases of one file (see the header comment). */
+static void run_error_cases(const char *path, const json_value *cases, int index) {
+    char where[512];
+    for (size_t n = 0; n < cases->count; n++) {
+        const json_value *c = cases->items[n];
+        const json_value *name = json_get(c, "name");
+        snprintf(where, sizeof where, "%s %s", path, name != NULL && name->string != NULL ? name->string : "?");
+        current_file = where;
+        current_backend = "-";
+        current_step = 0;
+        const json_value *text = json_get(c, "policy_text");
+        if (text != NULL) {
+            tg_policy *policy = NULL;
+            tg_result rc = tg_policy_from_str(text->string, &policy);
+            expect_failure(rc, tg_last_error_message(), c);
+            tg_policy_free(policy);
+            continue;
+        }
+        const json_value *steps = json_get(c, "steps");
+        for (int b = 0; b < backend_count; b++) {
+            current_backend = backend_names[b];
+            current_step = 0;
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "tgc-err-%ld-%d-%zu-%d:", (long)getpid(), index, n, b);
+            tg_limiter *limiter = NULL;
+            char message[1024];
+            tg_result rc = error_case_limiter(c, backend_urls[b], prefix, &limiter, message, sizeof message);
+            if (json_get(c, "options") != NULL) {
+                expect_failure(rc, message, c);
+            } else if (rc != TG_OK) {
+                mismatch("cannot build the limiter: %s", message);
+            } else if (steps == NULL || steps->type != JSON_ARRAY) {
+                mismatch("a case has one of policy_text, options or steps");
+            } else {
+                run_error_steps(c, limiter);
+            }
+            tg_limiter_free(limiter);
+        }
+    }
+}
+
 static void run_file(const char *path, int index) {
     current_file = path;
     current_backend = "-";
@@ -227,6 +377,13 @@ static void run_file(const char *path, int index) {
     json_value *vector = json_parse(text, err, sizeof err);
     if (vector == NULL) {
         mismatch("malformed JSON: %s", err);
+        free(text);
+        return;
+    }
+    const json_value *cases = json_get(vector, "cases");
+    if (cases != NULL && cases->type == JSON_ARRAY) {
+        run_error_cases(path, cases, index);
+        json_free(vector);
         free(text);
         return;
     }
