@@ -187,10 +187,14 @@ def test_close_and_context_managers() -> None:
         assert limiter.check({"ip": "1.2.3.4"}).allowed
     assert limiter.closed
     limiter.close()
+    assert limiter.backend == "closed"
     for call in (lambda: limiter.check({"ip": "1.2.3.4"}), lambda: limiter.peek({}), lambda: limiter.reset({}),
-                 limiter.ping, limiter.stats, lambda: limiter.keys({})):
-        with pytest.raises(throttlegate.ClosedError, match="closed"):
+                 limiter.ping):
+        with pytest.raises(throttlegate.ClosedError, match="^the limiter is closed$"):
             call()
+    # As in every language: the counters, keys and policy still answer.
+    assert limiter.stats()["calls"] == 1 and limiter.stats()["allowed"] == 1
+    assert limiter.keys({"ip": "1.2.3.4"}) == ["throttlegate:per-ip:ip:1.2.3.4"]
     assert "closed=True" in repr(limiter)
 
     async def main() -> Limiter:

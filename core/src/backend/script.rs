@@ -118,3 +118,38 @@ pub(crate) fn parse_reply(reply: &[i64], n: usize) -> Result<Outcomes> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Rules;
+    use crate::policy::{Policy, Rule};
+    use std::time::Duration;
+
+    fn args(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .filter_map(|a| match a {
+                redis::Arg::Simple(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_window_rule_at_cost_1_takes_the_short_form_with_or_without_a_time() {
+        let policy = Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
+        let rules = Rules::compile(&policy, None);
+        let plan = rules.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let server = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", None));
+        assert_eq!(args(&server)[4..], ["s", "id", "5", "1000000"]);
+        // A manual or system clock (every conformance vector): the same short form, with the time.
+        let manual = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", Some(42)));
+        assert_eq!(args(&manual)[4..], ["s", "id", "5", "1000000", "42"]);
+        // Anything else takes the general form.
+        let peek = command(None, &plan.keys, &plan.rules, Header::of(&plan, Mode::Peek, "id", Some(42)));
+        assert_eq!(args(&peek)[4..], ["p", "42", "id", "1", "w", "5", "1000000"]);
+        let with_id = rules.plan(&[("ip", "a")], 1, Some("mine"), str::to_string).unwrap();
+        let c = command(None, &with_id.keys, &with_id.rules, Header::of(&with_id, Mode::Check, "mine", None));
+        assert_eq!(args(&c)[4..], ["C", "", "mine", "1", "w", "5", "1000000"]);
+    }
+}

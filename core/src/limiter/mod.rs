@@ -268,8 +268,10 @@ impl Limiter {
         self.inner.memory.as_ref().map(MemoryBackend::len)
     }
 
-    /// Close the limiter: drop its connections and state. Every later call
-    /// fails with [`ErrorKind::Closed`]. Closing twice is harmless.
+    /// Close the limiter: drop its connections and state. Every later check,
+    /// peek, reset and ping fails with [`ErrorKind::Closed`]; the counters,
+    /// [`Limiter::keys`] and the policy still answer, and the backend's name
+    /// is `"closed"`. Closing twice is harmless.
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
         if let Some(r) = &self.inner.remote {
