@@ -120,18 +120,6 @@ pub fn parse_duration_arg(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// A Tokio runtime for the commands that run on one thread.
-pub fn runtime() -> CliResult<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError {
-            kind: "internal",
-            message: format!("cannot start the async runtime: {e}"),
-            exit: EXIT_INTERNAL,
-        })
-}
-
 fn run(cli: Cli) -> CliResult<u8> {
     match cli.command {
         Command::Simulate(a) => simulate::run(a),

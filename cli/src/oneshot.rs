@@ -97,11 +97,11 @@ pub fn parse_attributes(args: &[String]) -> CliResult<Vec<(String, String)>> {
     Ok(out)
 }
 
-async fn connect(backend: &BackendArgs, url: &str) -> CliResult<Limiter> {
+fn connect(backend: &BackendArgs, url: &str) -> CliResult<Limiter> {
     let limiter = backend.builder(Some(url))?.build()?;
     // A clear "cannot reach" error up front, instead of a decision that a
     // rule's own on_backend_error setting could turn into a degraded answer.
-    limiter.ping().await?;
+    limiter.ping_blocking()?;
     Ok(limiter)
 }
 
@@ -201,25 +201,13 @@ fn look(args: LookArgs, call_id: Option<String>, peek: bool) -> CliResult<u8> {
     let options = HeaderOptions {
         legacy: args.legacy_headers,
     };
-    let rt = crate::runtime()?;
-    let d = rt.block_on(async {
-        let limiter = connect(&args.backend, &args.redis).await?;
-        let d = if peek {
-            limiter.peek(&attrs, args.cost).await?
-        } else {
-            limiter
-                .check_with(
-                    &attrs,
-                    &CheckOptions {
-                        cost: args.cost,
-                        call_id,
-                    },
-                )
-                .await?
-        };
-        limiter.close();
-        Ok::<_, CliError>(d)
-    })?;
+    let limiter = connect(&args.backend, &args.redis)?;
+    let d = if peek {
+        limiter.peek_blocking(&attrs, args.cost)?
+    } else {
+        limiter.check_blocking(&attrs, &CheckOptions { cost: args.cost, call_id })?
+    };
+    limiter.close();
     if args.json {
         println!("{}", decision_json(&d, options));
     } else {
@@ -241,14 +229,10 @@ pub fn peek(args: PeekArgs) -> CliResult<u8> {
 /// `throttlegate reset`.
 pub fn reset(args: ResetArgs) -> CliResult<u8> {
     let attrs = parse_attributes(&args.attributes)?;
-    let rt = crate::runtime()?;
-    let (deleted, keys) = rt.block_on(async {
-        let limiter = connect(&args.backend, &args.redis).await?;
-        let keys = limiter.keys(&attrs);
-        let deleted = limiter.reset(&attrs).await?;
-        limiter.close();
-        Ok::<_, CliError>((deleted, keys))
-    })?;
+    let limiter = connect(&args.backend, &args.redis)?;
+    let keys = limiter.keys(&attrs);
+    let deleted = limiter.reset_blocking(&attrs)?;
+    limiter.close();
     if args.json {
         println!("{}", json!({ "deleted": deleted, "keys": keys }));
     } else if keys.is_empty() {

@@ -644,10 +644,9 @@ pub fn run(args: SimulateArgs) -> CliResult<u8> {
         .interval
         .unwrap_or_else(|| default_interval(scenario.duration()));
     let backend = limiter.backend_name();
-    let rt = crate::runtime()?;
     let started = Instant::now();
     let remember = args.redis.is_some();
-    let outcome = rt.block_on(async {
+    let outcome = throttlegate::runtime::block_on(async {
         if remember {
             limiter.ping().await?;
         }
@@ -659,7 +658,7 @@ pub fn run(args: SimulateArgs) -> CliResult<u8> {
             }
         }
         result
-    });
+    })?;
     let (report, _) = outcome?;
     let elapsed = started.elapsed();
     let requests = report.total.allowed + report.total.denied;

@@ -239,24 +239,6 @@ impl Limiter {
             .await
     }
 
-    /// [`Limiter::check_batch`] run on the core's runtime; `done` gets the
-    /// answers there. For front ends that wait in their own way (an asyncio
-    /// loop, a JavaScript Promise).
-    pub fn spawn_batch<A, F>(&self, calls: Vec<BatchCall<A>>, done: F) -> Result<()>
-    where
-        A: Attributes + Send + Sync + 'static,
-        F: FnOnce(Vec<Result<Decision>>) + Send + 'static,
-    {
-        let limiter = self.clone();
-        self.spawn(async move { done(limiter.check_batch(&calls).await) })
-    }
-
-    /// Run `fut` on the core's runtime (a panic inside it is caught there).
-    pub fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        drop(runtime::runtime()?.spawn(std::panic::AssertUnwindSafe(fut).catch_unwind()));
-        Ok(())
-    }
-
     /// Counters since the limiter was made.
     pub fn stats(&self) -> Stats {
         self.inner.counters.read()
