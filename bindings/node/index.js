@@ -35,7 +35,7 @@ const resultsOf = proto._results;
 const headersOf = proto._headers;
 const problemJsonOf = proto._problemJson;
 // A decision record: HEAD numbers, then PER_RULE numbers per rule result
-// (the layout is documented in src/record.rs).
+// (the core's `throttlegate::record`, whose documentation has the layout).
 const [HEAD, PER_RULE] = native._recordLayout();
 
 // A tick's queued calls go to Rust in about CHUNKS chunks of MIN_CHUNK to
@@ -272,16 +272,11 @@ function flushChunk(limiter, calls, resolves, rejects) {
   }, failAll);
 }
 
-function hidden(name, value) {
-  Object.defineProperty(proto, name, { value, writable: true, configurable: true, enumerable: false });
-}
-
-// Once per addon, even if this file is evaluated again (a cleared require cache).
-if (!Object.prototype.hasOwnProperty.call(proto, '_checkEager')) {
-  // The native one-call-one-Promise versions, with eager decisions: the
-  // reference the tests compare the fast paths with.
-  hidden('_checkEager', proto.check);
-  hidden('_peekEager', proto.peek);
+// The native `check` and `peek` only declare the types (index.d.ts). Replaced
+// once per addon, even if this file is evaluated again (a cleared require cache).
+const kFast = Symbol.for('throttlegate.fastPaths');
+if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
+  Object.defineProperty(proto, kFast, { value: true });
 
   proto.check = function check(attributes, options) {
     const calls = callsOf(this);

@@ -28,8 +28,8 @@ pub struct AttributeBuf {
 }
 
 thread_local! {
-    /// The text buffer of the last recycled attributes, reused by the next take.
-    static SPARE: Cell<String> = const { Cell::new(String::new()) };
+    /// The last recycled buffer (text and spans), reused by the next take.
+    static SPARE: Cell<AttributeBuf> = Cell::new(AttributeBuf::default());
 }
 
 fn offset(x: usize) -> Result<u32> {
@@ -39,21 +39,21 @@ fn offset(x: usize) -> Result<u32> {
 impl AttributeBuf {
     /// An empty buffer, reusing this thread's last recycled one.
     pub fn take() -> AttributeBuf {
-        let mut text = SPARE.with(Cell::take);
-        if text.capacity() == 0 {
+        let mut buf = SPARE.with(Cell::take);
+        if buf.text.capacity() == 0 {
             // Room for the usual handful of short attributes in one go.
-            text.reserve(96);
+            buf.text.reserve(96);
         }
-        AttributeBuf { text, spans: SmallVec::new() }
+        buf
     }
 
     /// Give the buffer back for the next [`AttributeBuf::take`] on this
-    /// thread (buffers over 4 KiB are dropped instead).
-    pub fn recycle(self) {
-        let mut text = self.text;
-        if text.capacity() <= 4096 {
-            text.clear();
-            SPARE.with(|s| s.set(text));
+    /// thread (buffers over 4 KiB or 64 attributes are dropped instead).
+    pub fn recycle(mut self) {
+        if self.text.capacity() <= 4096 && self.spans.capacity() <= 64 {
+            self.text.clear();
+            self.spans.clear();
+            SPARE.with(|s| s.set(self));
         }
     }
 
@@ -84,7 +84,10 @@ impl AttributeBuf {
     /// left out), names and values holding no `\0`: one string from another
     /// language, split here once.
     pub fn from_packed(text: String) -> Result<AttributeBuf> {
-        let mut spans = SmallVec::new();
+        let mut buf = SPARE.with(Cell::take);
+        buf.spans.clear();
+        buf.text = text;
+        let (text, spans) = (&buf.text, &mut buf.spans);
         let bytes = text.as_bytes();
         let mut at = 0;
         while at < bytes.len() {
@@ -95,7 +98,7 @@ impl AttributeBuf {
             spans.push([offset(at)?, offset(name_end)?, offset(value_start)?, offset(end)?]);
             at = end + 1;
         }
-        Ok(AttributeBuf { text, spans })
+        Ok(buf)
     }
 
     /// Number of attributes.

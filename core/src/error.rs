@@ -174,7 +174,13 @@ impl Error {
         } else {
             "unknown panic"
         };
-        Error::new(ErrorKind::Internal, format!("a bug in throttlegate (please report it): {text}"))
+        Error::internal(text)
+    }
+
+    /// An [`ErrorKind::Internal`] error: a bug, worded the same in every
+    /// language (`a bug in throttlegate (please report it): ...`).
+    pub fn internal(what: impl std::fmt::Display) -> Self {
+        Error::new(ErrorKind::Internal, format!("a bug in throttlegate (please report it): {what}"))
     }
 }
 

@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use crate::decision::{ceil_millis, Decision, RuleName, RuleResult};
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 
 /// Numbers before the per-rule results.
 pub const HEAD: usize = 9;
@@ -69,10 +69,7 @@ pub fn write(out: &mut [f64], d: &Decision) {
 }
 
 fn bad(what: &str) -> Error {
-    Error::new(
-        ErrorKind::Internal,
-        format!("a bug in throttlegate (please report it): malformed decision record ({what})"),
-    )
+    Error::internal(format_args!("malformed decision record ({what})"))
 }
 
 fn count(x: f64, what: &str) -> Result<u64, Error> {
@@ -141,6 +138,7 @@ pub fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn names() -> Vec<RuleName> {
         vec!["a".into(), "b".into(), "c".into()]

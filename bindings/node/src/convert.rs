@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::{Buffer, ClassInstance, FromNapiValue};
 use napi::{sys, Env, JsValue, Unknown, ValueType};
-use throttlegate::{CheckOptions, Clock, Error, ErrorKind, FailureMode};
+use throttlegate::{
+    AttributeBuf, CheckOptions, Clock, Error, ErrorKind, FailureMode, LimiterOptions,
+};
 
-use crate::errors::invalid_argument;
+use crate::errors::{internal, invalid_argument};
 use crate::{ManualClock, Policy};
-
-/// A request's attributes, in the order the object listed them.
-pub(crate) type Attrs = Vec<(String, String)>;
 
 /// Largest integer a JavaScript number holds exactly.
 const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
@@ -34,12 +33,8 @@ fn type_name(t: ValueType) -> &'static str {
 }
 
 fn type_of(v: &Unknown<'_>) -> Result<ValueType, Error> {
-    v.get_type().map_err(|e| {
-        Error::new(
-            ErrorKind::Internal,
-            format!("cannot read a JavaScript value's type: {e}"),
-        )
-    })
+    v.get_type()
+        .map_err(|_| internal("cannot read a JavaScript value's type"))
 }
 
 fn is_array(env: &Env, v: sys::napi_value) -> bool {
@@ -235,28 +230,6 @@ pub(crate) fn any_policy(env: &Env, v: &Unknown<'_>) -> Result<throttlegate::Pol
     }
 }
 
-/// The options of `new Limiter()`.
-#[derive(Default)]
-pub(crate) struct LimiterOpts {
-    pub url: Option<String>,
-    pub timeout: Option<Duration>,
-    pub on_backend_error: Option<FailureMode>,
-    pub key_prefix: Option<String>,
-    pub clock: Option<Clock>,
-    pub key_secret: Option<Vec<u8>>,
-    pub legacy_headers: bool,
-    pub deny_cache: bool,
-    pub tls: Option<TlsOpts>,
-}
-
-/// The `tls` option of `new Limiter()`, as PEM bytes.
-#[derive(Default)]
-pub(crate) struct TlsOpts {
-    pub ca: Option<Vec<u8>>,
-    /// Certificate chain and key, given together or not at all.
-    pub client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
 /// Bytes from a string (UTF-8) or a Buffer.
 fn bytes(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Vec<u8>, Error> {
     let t = type_of(v)?;
@@ -272,9 +245,14 @@ fn bytes(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Vec<u8>, Error> {
     }
 }
 
-fn tls_options(env: &Env, v: &Unknown<'_>, what: &str) -> Result<TlsOpts, Error> {
+/// The `tls` option of `new Limiter()`, as PEM bytes.
+fn tls_options(
+    env: &Env,
+    v: &Unknown<'_>,
+    what: &str,
+    opts: &mut LimiterOptions,
+) -> Result<(), Error> {
     expect_object(env, v, what)?;
-    let mut tls = TlsOpts::default();
     let (mut cert, mut key) = (None, None);
     for (name, value) in entries(env, v, what)? {
         if matches!(type_of(&value)?, ValueType::Undefined | ValueType::Null) {
@@ -289,9 +267,9 @@ fn tls_options(env: &Env, v: &Unknown<'_>, what: &str) -> Result<TlsOpts, Error>
                     pem.extend(bytes(env, &item, &format!("{field}[{i}]"))?);
                     pem.push(b'\n');
                 }
-                tls.ca = Some(pem);
+                opts.tls_root_cert = Some(pem);
             }
-            "ca" => tls.ca = Some(bytes(env, &value, &field)?),
+            "ca" => opts.tls_root_cert = Some(bytes(env, &value, &field)?),
             "cert" => cert = Some(bytes(env, &value, &field)?),
             "key" => key = Some(bytes(env, &value, &field)?),
             _ => {
@@ -301,7 +279,7 @@ fn tls_options(env: &Env, v: &Unknown<'_>, what: &str) -> Result<TlsOpts, Error>
             }
         }
     }
-    tls.client = match (cert, key) {
+    opts.tls_client_cert = match (cert, key) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
         (Some(_), None) => {
@@ -315,7 +293,7 @@ fn tls_options(env: &Env, v: &Unknown<'_>, what: &str) -> Result<TlsOpts, Error>
             )))
         }
     };
-    Ok(tls)
+    Ok(())
 }
 
 fn duration(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Duration, Error> {
@@ -344,11 +322,18 @@ fn boolean(env: &Env, v: &Unknown<'_>, what: &str) -> Result<bool, Error> {
     unsafe { bool::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))
 }
 
-pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<LimiterOpts, Error> {
-    let mut opts = LimiterOpts::default();
-    let Some(v) = v else { return Ok(opts) };
+/// The options of `new Limiter()`: the core's options, and whether to add
+/// the legacy headers (`legacyHeaders`, a header option of this package).
+pub(crate) fn limiter_options(
+    env: &Env,
+    v: Option<&Unknown<'_>>,
+) -> Result<(LimiterOptions, bool), Error> {
+    let (mut opts, mut legacy) = (LimiterOptions::default(), false);
+    let Some(v) = v else {
+        return Ok((opts, legacy));
+    };
     if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
-        return Ok(opts);
+        return Ok((opts, legacy));
     }
     expect_object(env, v, "options")?;
     for (name, value) in entries(env, v, "options")? {
@@ -364,9 +349,9 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
                 opts.on_backend_error =
                     Some(FailureMode::parse(&text).map_err(|e| invalid_argument(format!("{what}: {}", e.message())))?);
             }
-            "keyPrefix" => opts.key_prefix = Some(string(env, &value, &what)?),
+            "keyPrefix" => opts.prefix = Some(string(env, &value, &what)?),
             "clock" => {
-                opts.clock = Some(match type_of(&value)? {
+                opts.clock = match type_of(&value)? {
                     ValueType::String => match string(env, &value, &what)?.as_str() {
                         "backend" => Clock::Backend,
                         "system" => Clock::System,
@@ -384,24 +369,13 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
                             )))
                         }
                     },
-                })
-            }
-            "keySecret" => {
-                opts.key_secret = Some(match type_of(&value)? {
-                    ValueType::String => string(env, &value, &what)?.into_bytes(),
-                    _ => match unsafe { Buffer::from_napi_value(env.raw(), value.raw()) } {
-                        Ok(b) => b.to_vec(),
-                        Err(_) => return Err(invalid_argument(format!("{what}: expected a string or a Buffer"))),
-                    },
-                })
-            }
-            "legacyHeaders" => opts.legacy_headers = boolean(env, &value, &what)?,
-            "denyCache" => opts.deny_cache = boolean(env, &value, &what)?,
-            "tls" => {
-                if !matches!(type_of(&value)?, ValueType::Null) {
-                    opts.tls = Some(tls_options(env, &value, &what)?);
                 }
             }
+            "keySecret" => opts.key_secret = Some(bytes(env, &value, &what)?),
+            "legacyHeaders" => legacy = boolean(env, &value, &what)?,
+            "denyCache" => opts.deny_cache = boolean(env, &value, &what)?,
+            "tls" if matches!(type_of(&value)?, ValueType::Null) => {}
+            "tls" => tls_options(env, &value, &what, &mut opts)?,
             _ => {
                 return Err(invalid_argument(format!(
                     "options: unknown option {name:?} (known: url, timeout, onBackendError, keyPrefix, clock, keySecret, legacyHeaders, denyCache, tls)"
@@ -409,22 +383,22 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
             }
         }
     }
-    Ok(opts)
+    Ok((opts, legacy))
 }
 
 /// A request's attributes: an object of name -> string. `undefined` and
 /// `null` values mean "absent", so `{ apiKey: req.get('x-api-key') }` works
 /// when the header is missing.
-pub(crate) fn attributes(env: &Env, v: &Unknown<'_>) -> Result<Attrs, Error> {
+pub(crate) fn attributes(env: &Env, v: &Unknown<'_>) -> Result<AttributeBuf, Error> {
     expect_object(env, v, "attributes")?;
-    let mut out = Vec::new();
+    let mut out = AttributeBuf::take();
     for (name, value) in entries(env, v, "attributes")? {
         match type_of(&value)? {
             ValueType::Undefined | ValueType::Null => {}
             ValueType::String => {
                 let s = unsafe { String::from_napi_value(env.raw(), value.raw()) }
                     .map_err(|e| napi_failed("attributes", e))?;
-                out.push((name, s));
+                out.push(&name, &s)?;
             }
             t => {
                 return Err(invalid_argument(format!(
@@ -437,35 +411,15 @@ pub(crate) fn attributes(env: &Env, v: &Unknown<'_>) -> Result<Attrs, Error> {
     Ok(out)
 }
 
-/// Converted arguments of `check`/`peek`.
-pub(crate) type CheckArgs = (Attrs, CheckOptions);
-
-/// The arguments of `check` (`allow_call_id`) or `peek`.
-pub(crate) fn check_args(
-    env: &Env,
-    attrs: &Unknown<'_>,
-    options: Option<&Unknown<'_>>,
-    allow_call_id: bool,
-) -> Result<CheckArgs, Error> {
-    let attrs = attributes(env, attrs)?;
-    let opts = match options {
-        Some(v) => check_options(env, v, allow_call_id)?,
-        None => CheckOptions::default(),
-    };
-    Ok((attrs, opts))
-}
-
 /// The options of `check` (`allow_call_id`) or `peek`: `undefined` and
-/// `null` mean the defaults.
+/// `null` mean the defaults. A cost is a whole number, not negative; the
+/// core says which costs a check admits (0 never).
 pub(crate) fn check_options(
     env: &Env,
     v: &Unknown<'_>,
     allow_call_id: bool,
 ) -> Result<CheckOptions, Error> {
-    let mut opts = CheckOptions {
-        cost: 1,
-        call_id: None,
-    };
+    let mut opts = CheckOptions::default();
     if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
         return Ok(opts);
     }
@@ -473,16 +427,15 @@ pub(crate) fn check_options(
     for (name, value) in entries(env, v, "options")? {
         let what = format!("options.{name}");
         match name.as_str() {
-            "cost" => {
-                if let Some(c) = opt_integer(env, &value, &what, i64::MIN, i64::MAX)? {
-                    if c < 1 {
-                        return Err(invalid_argument(format!(
-                            "cost: must be at least 1, got {c}"
-                        )));
-                    }
-                    opts.cost = c as u64;
+            "cost" => match opt_integer(env, &value, &what, i64::MIN, i64::MAX)? {
+                Some(c) if c < 0 => {
+                    return Err(invalid_argument(format!(
+                        "{what}: expected a whole number of at least 1, got {c}"
+                    )))
                 }
-            }
+                Some(c) => opts.cost = c as u64,
+                None => {}
+            },
             "callId" if allow_call_id => opts.call_id = opt_string(env, &value, &what)?,
             _ => {
                 let known = if allow_call_id {

@@ -1,14 +1,13 @@
 //! Errors: the core's kinds become the JavaScript `code`, and no panic
-//! crosses into JavaScript.
+//! crosses into JavaScript (the core's [`Error::catch_panic`] and
+//! [`Error::from_panic`] make them `internal` errors).
 
-use std::any::Any;
 use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
+use std::panic::AssertUnwindSafe;
 use std::ptr;
-use std::task::{Context, Poll, Waker};
 
-use napi::bindgen_prelude::{within_runtime_if_available, PromiseRaw, ToNapiValue};
+use futures_util::FutureExt;
+use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 use napi::{sys, Env, Unknown};
 use throttlegate::{Error, ErrorKind};
 
@@ -36,56 +35,15 @@ pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidArgument, message)
 }
 
-pub(crate) fn panic_error(payload: Box<dyn Any + Send>) -> Error {
-    let what = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_string());
-    Error::new(
-        ErrorKind::Internal,
-        format!("internal error in throttlegate (please report it): {what}"),
-    )
-}
-
-fn to_napi(e: Error) -> napi::Error<Code> {
-    napi::Error::new(Code(code_of(e.kind())), e.to_string())
+/// A failure of Node-API itself: a bug, worded as the core words caught panics.
+pub(crate) fn internal(what: &'static str) -> Error {
+    Error::internal(what)
 }
 
 /// Run a synchronous entry point: core errors and panics become JavaScript
 /// errors with a stable `code`.
 pub(crate) fn guard<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, napi::Error<Code>> {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => r.map_err(to_napi),
-        Err(payload) => Err(to_napi(panic_error(payload))),
-    }
-}
-
-/// Run a conversion on the JavaScript thread whose error is delivered later
-/// (through a rejected Promise): a panic becomes an `internal` error.
-pub(crate) fn catching<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(panic_error(payload)))
-}
-
-/// A future whose panics are caught and reported as `internal` errors.
-pub(crate) struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F> CatchUnwind<F> {
-    pub(crate) fn new(fut: F) -> Self {
-        CatchUnwind(Box::pin(fut))
-    }
-}
-
-impl<T, F: Future<Output = Result<T, Error>>> Future for CatchUnwind<F> {
-    type Output = Result<T, Error>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let fut = self.0.as_mut();
-        match catch_unwind(AssertUnwindSafe(move || fut.poll(cx))) {
-            Ok(p) => p,
-            Err(payload) => Poll::Ready(Err(panic_error(payload))),
-        }
-    }
+    Error::catch_panic(f).map_err(|e| napi::Error::new(Code(code_of(e.kind())), e.to_string()))
 }
 
 /// A JavaScript `Error` with `message` and `code`, made on the JavaScript thread.
@@ -97,86 +55,36 @@ pub(crate) unsafe fn js_error(env: sys::napi_env, e: &Error) -> napi::Result<sys
     Ok(out)
 }
 
-/// Return a Promise for the result of `fut`.
-///
-/// With `try_now`, `fut` is polled once right here, inside the runtime's
-/// context: the embedded backend answers at once, and its Promise is settled
-/// without a trip through the runtime's threads (which costs more than the
-/// check itself). A future that is not ready, and every future without
-/// `try_now`, runs on napi's Tokio runtime and never blocks the event loop.
+/// `fut`, with a panic inside it as its `internal` error.
+pub(crate) async fn caught<T>(fut: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|payload| Err(Error::from_panic(payload.as_ref())))
+}
+
+/// A Promise for the result of `fut`, run on napi's Tokio runtime (so it
+/// never blocks the event loop).
 ///
 /// napi rejects a promise with the JavaScript value behind an error made from
 /// one, so a core error is turned into an `Error` carrying `code` on the
 /// JavaScript thread and handed over that way: async functions of napi only
 /// carry its own status codes otherwise.
-pub(crate) fn spawn<'env, T, V, F, M>(
+pub(crate) fn spawn<'env, T>(
     env: &'env Env,
-    try_now: bool,
-    fut: F,
-    map: M,
-) -> napi::Result<PromiseRaw<'env, V>>
+    fut: impl Future<Output = Result<T, Error>> + Send + 'static,
+) -> napi::Result<PromiseRaw<'env, T>>
 where
-    T: Send + 'static,
-    V: ToNapiValue,
-    F: Future<Output = Result<T, Error>> + Send + 'static,
-    M: FnOnce(T) -> V + 'static,
+    T: ToNapiValue + Send + 'static,
 {
-    let mut fut = CatchUnwind(Box::pin(fut));
-    if try_now {
-        let mut cx = Context::from_waker(Waker::noop());
-        let first = within_runtime_if_available(|| Pin::new(&mut fut).poll(&mut cx));
-        if let Poll::Ready(outcome) = first {
-            let promise = unsafe { settled(env.raw(), outcome, map) }?;
-            return Ok(PromiseRaw::new(env.raw(), promise));
-        }
-    }
-    env.spawn_future_with_callback(
-        async move { Ok(fut.await) },
-        move |env, outcome| match outcome {
-            Ok(value) => match catch_unwind(AssertUnwindSafe(move || map(value))) {
-                Ok(v) => Ok(v),
-                Err(payload) => Err(reject(env, &panic_error(payload))),
-            },
-            Err(e) => Err(reject(env, &e)),
-        },
-    )
-}
-
-/// A Promise already resolved with `map(value)`, or rejected with the error.
-unsafe fn settled<T, V: ToNapiValue>(
-    env: sys::napi_env,
-    outcome: Result<T, Error>,
-    map: impl FnOnce(T) -> V,
-) -> napi::Result<sys::napi_value> {
-    let mut deferred = ptr::null_mut();
-    let mut promise = ptr::null_mut();
-    napi::check_status!(unsafe { sys::napi_create_promise(env, &mut deferred, &mut promise) })?;
-    let value =
-        outcome.and_then(|v| catch_unwind(AssertUnwindSafe(move || map(v))).map_err(panic_error));
-    let resolved = match value {
-        Ok(v) => unsafe { V::to_napi_value(env, v) }.map_err(|e| {
-            Error::new(
-                ErrorKind::Internal,
-                format!("cannot convert the result to JavaScript: {}", e.reason),
-            )
-        }),
-        Err(e) => Err(e),
-    };
-    match resolved {
-        Ok(v) => napi::check_status!(unsafe { sys::napi_resolve_deferred(env, deferred, v) })?,
-        Err(e) => {
-            let js = unsafe { js_error(env, &e) }?;
-            napi::check_status!(unsafe { sys::napi_reject_deferred(env, deferred, js) })?;
-        }
-    }
-    Ok(promise)
-}
-
-fn reject(env: &Env, e: &Error) -> napi::Error {
-    match unsafe { js_error(env.raw(), e) } {
-        Ok(value) => napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) }),
-        Err(fallback) => fallback,
-    }
+    env.spawn_future_with_callback(async move { Ok(caught(fut).await) }, |env, outcome| {
+        outcome.map_err(|e| match unsafe { js_error(env.raw(), &e) } {
+            Ok(value) => {
+                napi::Error::from(unsafe { Unknown::from_raw_unchecked(env.raw(), value) })
+            }
+            Err(fallback) => fallback,
+        })
+    })
 }
 
 #[cfg(test)]
@@ -194,7 +102,7 @@ mod tests {
     fn guard_turns_panics_into_internal_errors() {
         let err = guard(|| -> Result<(), Error> { panic!("boom") }).unwrap_err();
         assert_eq!(err.status.as_ref(), "internal");
-        assert!(err.reason.contains("boom"), "{}", err.reason);
+        assert_eq!(err.reason, Error::from_panic(&"boom").message());
         let err =
             guard(|| -> Result<(), Error> { Err(invalid_argument("cost: bad")) }).unwrap_err();
         assert_eq!(err.status.as_ref(), "invalid_argument");
@@ -204,19 +112,17 @@ mod tests {
 
     #[test]
     fn panicking_futures_resolve_to_internal_errors() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
         let empty: Vec<u8> = std::hint::black_box(Vec::new());
-        let fut = CatchUnwind(Box::pin(async move { Ok::<u8, Error>(empty[3]) }));
-        let err = rt.block_on(fut).unwrap_err();
+        let err = throttlegate::runtime::block_on(caught(async move { Ok(empty[3]) }))
+            .unwrap()
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Internal);
         assert!(
             err.message().contains("index out of bounds"),
             "{}",
             err.message()
         );
-        let ok = rt.block_on(CatchUnwind(Box::pin(async { Ok::<u8, Error>(1) })));
+        let ok = throttlegate::runtime::block_on(caught(async { Ok(1) })).unwrap();
         assert_eq!(ok.unwrap(), 1);
     }
 }

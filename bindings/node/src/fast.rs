@@ -12,36 +12,29 @@
 //! read from the attributes object itself, by the same conversion as every
 //! other call, so errors and their messages do not change.
 
-use std::any::Any;
 use std::cell::{Cell, RefCell};
-use std::mem::MaybeUninit;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
-use std::sync::Arc;
 
 use napi::{sys, Env, Unknown};
-use throttlegate::{Attributes, CheckOptions, Error, ErrorKind};
+use throttlegate::{record, AttributeBuf, BatchCall, CheckOptions, Error};
 
-use crate::convert::{self, Attrs};
-use crate::errors::{js_error, panic_error};
-use crate::record;
+use crate::convert;
+use crate::errors::{internal, js_error};
 
-/// What the fast paths share with the `Limiter` class: the core limiter, the
-/// rule names that decision records refer to by index, the buffer embedded
-/// decisions are written to, and the calls queued for the next `_flush`.
+/// What the fast paths share with the `Limiter` class: the core limiter,
+/// the buffer embedded decisions are written to, and the calls queued for
+/// the next `_flush`.
 pub(crate) struct Hot {
     pub limiter: throttlegate::Limiter,
-    pub names: Arc<[throttlegate::RuleName]>,
-    pub pending: RefCell<Vec<Job>>,
+    pub pending: RefCell<Vec<BatchCall<AttributeBuf>>>,
     scratch: Cell<Scratch>,
 }
 
 impl Hot {
-    pub(crate) fn new(limiter: throttlegate::Limiter, names: Arc<[throttlegate::RuleName]>) -> Hot {
+    pub(crate) fn new(limiter: throttlegate::Limiter) -> Hot {
         Hot {
             limiter,
-            names,
             pending: RefCell::new(Vec::new()),
             scratch: Cell::new(Scratch {
                 data: ptr::null_mut(),
@@ -60,66 +53,6 @@ impl Hot {
 struct Scratch {
     data: *mut f64,
     len: usize,
-}
-
-/// A check or peek waiting for the next `_flush`.
-pub(crate) struct Job {
-    pub attrs: OwnedAttrs,
-    pub opts: CheckOptions,
-    pub peek: bool,
-}
-
-/// A request's attributes, owned: packed by index.js, or read from the object.
-pub(crate) enum OwnedAttrs {
-    Packed(String),
-    Pairs(Attrs),
-}
-
-impl Attributes for OwnedAttrs {
-    fn get_attr(&self, name: &str) -> Option<&str> {
-        match self {
-            OwnedAttrs::Packed(text) => packed_get(text, name),
-            OwnedAttrs::Pairs(pairs) => pairs.get_attr(name),
-        }
-    }
-}
-
-/// Attributes packed as `name \0 value \0 ...`, with no `\0` inside a name or value.
-struct Packed<'a>(&'a str);
-
-impl Attributes for Packed<'_> {
-    fn get_attr(&self, name: &str) -> Option<&str> {
-        packed_get(self.0, name)
-    }
-}
-
-fn packed_get<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    let bytes = text.as_bytes();
-    let field_end = |from: usize| {
-        from + bytes[from..]
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(bytes.len() - from)
-    };
-    let mut at = 0;
-    while at < bytes.len() {
-        let name_end = field_end(at);
-        let value_start = (name_end + 1).min(bytes.len());
-        let value_end = field_end(value_start);
-        if &bytes[at..name_end] == name.as_bytes() {
-            // Both ends are at a `\0` or the end of the text: character boundaries.
-            return Some(&text[value_start..value_end]);
-        }
-        at = value_end + 1;
-    }
-    None
-}
-
-fn internal(message: &str) -> Error {
-    Error::new(
-        ErrorKind::Internal,
-        format!("internal error in throttlegate (please report it): {message}"),
-    )
 }
 
 macro_rules! check {
@@ -212,55 +145,50 @@ fn value_type(env: sys::napi_env, v: sys::napi_value) -> Result<i32, Error> {
     Ok(t)
 }
 
-fn u32_arg(env: sys::napi_env, v: sys::napi_value, what: &str) -> Result<u32, Error> {
+fn u32_arg(env: sys::napi_env, v: sys::napi_value, what: &'static str) -> Result<u32, Error> {
     let mut n = 0;
     check!(sys::napi_get_value_uint32(env, v, &mut n), what);
     Ok(n)
 }
 
-/// Bytes of a packed string read without allocating.
-const STACK: usize = 512;
-
 /// The packed attributes, when index.js could pack them: a string with
-/// exactly `2 * pairs` separators. Read into `stack` when it fits, else into `heap`.
-fn packed<'a>(
+/// exactly `2 * pairs` separators. Read into this thread's recycled
+/// attribute buffer, so an embedded check allocates nothing for them.
+fn packed(
     env: sys::napi_env,
     text: sys::napi_value,
     pairs: usize,
-    stack: &'a mut [MaybeUninit<u8>; STACK],
-    heap: &'a mut Vec<u8>,
-) -> Result<Option<&'a str>, Error> {
+) -> Result<Option<AttributeBuf>, Error> {
     if value_type(env, text)? != sys::ValueType::napi_string {
         return Ok(None);
     }
-    let mut len = 0;
-    check!(
-        sys::napi_get_value_string_utf8(env, text, stack.as_mut_ptr().cast(), STACK, &mut len),
-        "cannot read the attributes"
-    );
-    let bytes: &[u8] = if len + 1 < STACK {
-        // SAFETY: Node wrote `len` bytes (and a NUL) at the start of `stack`.
-        unsafe { std::slice::from_raw_parts(stack.as_ptr().cast::<u8>(), len) }
-    } else {
+    let mut bytes = std::mem::take(AttributeBuf::take().text_mut()).into_bytes();
+    let read = |buf: *mut u8, size: usize, len: &mut usize| {
         check!(
-            sys::napi_get_value_string_utf8(env, text, ptr::null_mut(), 0, &mut len),
+            sys::napi_get_value_string_utf8(env, text, buf.cast(), size, len),
             "cannot read the attributes"
         );
-        heap.resize(len + 1, 0);
-        check!(
-            sys::napi_get_value_string_utf8(env, text, heap.as_mut_ptr().cast(), len + 1, &mut len),
-            "cannot read the attributes"
-        );
-        &heap[..len]
+        Ok(())
     };
+    let mut len = 0;
+    read(bytes.as_mut_ptr(), bytes.capacity(), &mut len)?;
+    if len + 4 >= bytes.capacity() {
+        // Maybe cut short (by up to 3 bytes more than the NUL: Node writes
+        // whole characters only): make room for all of it.
+        read(ptr::null_mut(), 0, &mut len)?;
+        bytes.reserve(len + 1);
+        read(bytes.as_mut_ptr(), len + 1, &mut len)?;
+    }
+    // SAFETY: Node wrote `len` bytes (and a NUL) at the start of `bytes`.
+    unsafe { bytes.set_len(len) };
     if bytes.iter().filter(|&&b| b == 0).count() != 2 * pairs {
         // A name or value holds a `\0`: read the object instead.
         return Ok(None);
     }
     // Node writes whole characters, replacing unpaired surrogates, as for every other string.
-    std::str::from_utf8(bytes)
-        .map(Some)
-        .map_err(|_| internal("the packed attributes are not UTF-8"))
+    let text =
+        String::from_utf8(bytes).map_err(|_| internal("the packed attributes are not UTF-8"))?;
+    AttributeBuf::from_packed(text).map(Some)
 }
 
 /// The arguments of both fast paths: `(handle, attributes, packed, flags,
@@ -276,13 +204,14 @@ struct Args {
 }
 
 impl Args {
-    /// The packed attributes, if index.js could pack them (see [`packed`]).
-    fn packed<'a>(
-        &self,
-        stack: &'a mut [MaybeUninit<u8>; STACK],
-        heap: &'a mut Vec<u8>,
-    ) -> Result<Option<&'a str>, Error> {
-        packed(self.env.raw(), self.argv[2], self.pairs, stack, heap)
+    /// The attributes: packed by index.js if it could (see [`packed`]),
+    /// else read from the object.
+    fn attributes(&self) -> Result<AttributeBuf, Error> {
+        if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
+            return Ok(attrs);
+        }
+        let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
+        convert::attributes(&self.env, &attrs)
     }
 
     fn options(&self) -> Result<CheckOptions, Error> {
@@ -291,11 +220,6 @@ impl Args {
         }
         let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[4]) };
         convert::check_options(&self.env, &options, !self.peek)
-    }
-
-    fn attributes_object(&self) -> Result<Attrs, Error> {
-        let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
-        convert::attributes(&self.env, &attrs)
     }
 }
 
@@ -344,26 +268,14 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
 /// arguments and core errors are thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let mut stack = [MaybeUninit::uninit(); STACK];
-    let mut heap = Vec::new();
-    let text = a.packed(&mut stack, &mut heap)?;
-    let (from_text, from_object);
-    let attrs: &dyn Attributes = match text {
-        Some(t) => {
-            from_text = Packed(t);
-            &from_text
-        }
-        None => {
-            from_object = a.attributes_object()?;
-            &from_object
-        }
-    };
+    let attrs = a.attributes()?;
     let opts = a.options()?;
     let answer = if a.peek {
-        a.hot.limiter.peek_in_process(attrs, opts.cost)
+        a.hot.limiter.peek_in_process(&attrs, opts.cost)
     } else {
-        a.hot.limiter.check_in_process(attrs, &opts)
+        a.hot.limiter.check_in_process(&attrs, &opts)
     };
+    attrs.recycle();
     let status = match answer {
         None => -1,
         Some(answer) => {
@@ -376,7 +288,7 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
             // SAFETY: a live Float64Array of `scratch.len` numbers (see
             // `Scratch`), not read by JavaScript while this runs.
             let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, len) };
-            record::write(out, &d, &a.hot.names);
+            record::write(out, &d);
             0
         }
     };
@@ -428,16 +340,11 @@ fn set_scratch(
 /// `code`, and queue nothing.
 fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let mut stack = [MaybeUninit::uninit(); STACK];
-    let mut heap = Vec::new();
-    let attrs = match a.packed(&mut stack, &mut heap)? {
-        Some(t) => OwnedAttrs::Packed(t.to_owned()),
-        None => OwnedAttrs::Pairs(a.attributes_object()?),
-    };
-    let opts = a.options()?;
-    a.hot.pending.borrow_mut().push(Job {
-        attrs,
-        opts,
+    let attributes = a.attributes()?;
+    let options = a.options()?;
+    a.hot.pending.borrow_mut().push(BatchCall {
+        attributes,
+        options,
         peek: a.peek,
     });
     let mut out = ptr::null_mut();
@@ -452,10 +359,9 @@ unsafe fn callback(
     info: sys::napi_callback_info,
     f: fn(sys::napi_env, sys::napi_callback_info) -> Result<sys::napi_value, Error>,
 ) -> sys::napi_value {
-    let err = match catch_unwind(AssertUnwindSafe(|| f(env, info))) {
-        Ok(Ok(v)) => return v,
-        Ok(Err(e)) => e,
-        Err(payload) => panic_error(payload as Box<dyn Any + Send>),
+    let err = match Error::catch_panic(|| f(env, info)) {
+        Ok(v) => return v,
+        Err(e) => e,
     };
     if let Ok(js) = unsafe { js_error(env, &err) } {
         unsafe { sys::napi_throw(env, js) };
@@ -519,8 +425,7 @@ mod tests {
             r#"{"rules": [{"name": "a", "key": "ip:{ip}", "limit": 1, "window": "1m"}]}"#,
         )
         .unwrap();
-        let names: Arc<[throttlegate::RuleName]> = vec![throttlegate::RuleName::new("a")].into();
-        Rc::new(Hot::new(throttlegate::Limiter::in_memory(policy), names))
+        Rc::new(Hot::new(throttlegate::Limiter::in_memory(policy)))
     }
 
     #[test]
@@ -547,19 +452,5 @@ mod tests {
         unregister(hc);
         unregister(hc);
         assert!(lookup(hb as u64).is_none());
-    }
-
-    #[test]
-    fn packed_attributes_read_like_pairs() {
-        let text = "ip\u{0}203.0.113.7\u{0}api_key\u{0}\u{0}route\u{0}/a:b\u{0}";
-        let p = Packed(text);
-        assert_eq!(p.get_attr("ip"), Some("203.0.113.7"));
-        assert_eq!(p.get_attr("api_key"), Some(""));
-        assert_eq!(p.get_attr("route"), Some("/a:b"));
-        assert_eq!(p.get_attr("203.0.113.7"), None);
-        assert_eq!(p.get_attr("tenant"), None);
-        assert_eq!(Packed("").get_attr("ip"), None);
-        let owned = OwnedAttrs::Packed(text.to_string());
-        assert_eq!(owned.get_attr("route"), Some("/a:b"));
     }
 }

@@ -9,11 +9,9 @@
 // themselves are written to pass it.
 #![allow(clippy::new_without_default)]
 
-mod batch;
 mod convert;
 mod errors;
 mod fast;
-mod record;
 mod types;
 
 use std::ptr;
@@ -24,12 +22,9 @@ use indexmap::IndexMap;
 use napi::bindgen_prelude::*;
 use napi::{Env, Unknown};
 use napi_derive::napi;
+use throttlegate::record;
 
-use convert::Attrs;
 use errors::{guard, Code};
-
-/// A result with the core's error (napi's `Result` is in scope as `Result`).
-type CoreResult<T> = std::result::Result<T, throttlegate::Error>;
 
 /// The version of this package (the same for every throttlegate package).
 #[napi]
@@ -250,35 +245,6 @@ pub struct RuleResult {
     pub window_ms: i64,
 }
 
-/// The answer to one check: the most restrictive rule's figures as the
-/// headline, and every applied rule's result.
-#[napi(object)]
-pub struct Decision {
-    /// Whether the request is admitted.
-    pub allowed: bool,
-    /// The headline rule's limit (0 when no rule applied).
-    pub limit: i64,
-    /// The headline rule's remaining units.
-    pub remaining: i64,
-    /// When denied, the longest wait among the denying rules in milliseconds (rounded up); 0 when allowed.
-    pub retry_after_ms: i64,
-    /// Milliseconds (rounded up) until the headline rule is back to full.
-    pub reset_after_ms: i64,
-    /// The most restrictive rule's name; `null` when no rule applied.
-    #[napi(ts_type = "string | null")]
-    pub rule: Either<String, Null>,
-    /// One result per applied rule, in policy order (shadow rules included).
-    pub results: Vec<RuleResult>,
-    /// True when the answer came from the failure policy (`onBackendError`), not from the backend.
-    pub degraded: bool,
-    /// The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial).
-    #[napi(ts_type = "Record<string, string>")]
-    pub headers: IndexMap<String, String>,
-    /// On a denial, an `application/problem+json` body naming the violated rules; `null` when allowed.
-    #[napi(ts_type = "string | null")]
-    pub problem_json: Either<String, Null>,
-}
-
 /// Counters since a limiter was made, for operators.
 #[napi(object)]
 pub struct Stats {
@@ -309,14 +275,6 @@ fn headers(d: &throttlegate::Decision, legacy: bool) -> IndexMap<String, String>
         .collect()
 }
 
-fn problem_json(d: &throttlegate::Decision) -> Either<String, Null> {
-    if d.allowed {
-        Either::B(Null)
-    } else {
-        Either::A(d.problem_json())
-    }
-}
-
 fn rule_results(d: &throttlegate::Decision) -> Vec<RuleResult> {
     d.results
         .iter()
@@ -333,26 +291,6 @@ fn rule_results(d: &throttlegate::Decision) -> Vec<RuleResult> {
         .collect()
 }
 
-fn decision(d: throttlegate::Decision, legacy: bool) -> Decision {
-    let headers = headers(&d, legacy);
-    let problem_json = problem_json(&d);
-    Decision {
-        allowed: d.allowed,
-        limit: d.limit as i64,
-        remaining: d.remaining as i64,
-        retry_after_ms: ms(d.retry_after),
-        reset_after_ms: ms(d.reset_after),
-        rule: match &d.rule {
-            Some(r) => Either::A(r.to_string()),
-            None => Either::B(Null),
-        },
-        results: rule_results(&d),
-        degraded: d.degraded,
-        headers,
-        problem_json,
-    }
-}
-
 /// A rate limiter: a policy bound to a backend (Redis, or the embedded
 /// in-memory backend when no `url` is given).
 ///
@@ -362,6 +300,8 @@ fn decision(d: throttlegate::Decision, legacy: bool) -> Decision {
 #[napi]
 pub struct Limiter {
     inner: throttlegate::Limiter,
+    /// The rule names that decision records refer to by index.
+    names: Vec<throttlegate::RuleName>,
     legacy: bool,
     /// What the fast paths of `check` and `peek` use (see `fast`).
     hot: Rc<fast::Hot>,
@@ -442,10 +382,7 @@ impl ToNapiValue for BatchOut {
 }
 
 /// The records of a batch's outcomes, in call order.
-fn encode(
-    outcomes: Vec<CoreResult<throttlegate::Decision>>,
-    names: &[throttlegate::RuleName],
-) -> BatchOut {
+fn encode(outcomes: Vec<throttlegate::Result<throttlegate::Decision>>) -> BatchOut {
     let size = outcomes
         .iter()
         .map(|o| o.as_ref().map_or(1, record::len))
@@ -457,7 +394,7 @@ fn encode(
         match outcome {
             Ok(d) => {
                 let n = record::len(&d);
-                record::write(&mut records[at..at + n], &d, names);
+                record::write(&mut records[at..at + n], &d);
                 at += n;
             }
             Err(e) => {
@@ -488,50 +425,15 @@ impl Limiter {
     pub fn new(env: &Env, policy: Unknown<'_>, options: Option<Unknown<'_>>) -> Result<Self, Code> {
         guard(|| {
             let policy = convert::any_policy(env, &policy)?;
-            let opts = convert::limiter_options(env, options.as_ref())?;
-            let mut b = throttlegate::Limiter::builder(policy);
-            if let Some(url) = opts.url {
-                b = b.url(url);
-            }
-            if let Some(t) = opts.timeout {
-                b = b.timeout(t);
-            }
-            if let Some(m) = opts.on_backend_error {
-                b = b.on_backend_error(m);
-            }
-            if let Some(p) = opts.key_prefix {
-                b = b.prefix(p);
-            }
-            if let Some(c) = opts.clock {
-                b = b.clock(c);
-            }
-            if let Some(s) = opts.key_secret {
-                b = b.key_secret(s);
-            }
-            if opts.deny_cache {
-                b = b.deny_cache(true);
-            }
-            if let Some(tls) = opts.tls {
-                if let Some(ca) = tls.ca {
-                    b = b.tls_root_cert(ca);
-                }
-                if let Some((cert, key)) = tls.client {
-                    b = b.tls_client_cert(cert, key);
-                }
-            }
-            let inner = b.build()?;
-            let names = inner
-                .policy()
-                .rules()
-                .iter()
-                .map(|r| throttlegate::RuleName::new(&r.name))
-                .collect();
-            let hot = Rc::new(fast::Hot::new(inner.clone(), names));
+            let (options, legacy) = convert::limiter_options(env, options.as_ref())?;
+            let inner = throttlegate::Limiter::with_options(policy, options)?;
+            let hot = Rc::new(fast::Hot::new(inner.clone()));
             Ok(Limiter {
                 handle: fast::register(hot.clone()),
                 hot,
+                names: inner.rule_names(),
                 inner,
-                legacy: opts.legacy_headers,
+                legacy,
             })
         })
     }
@@ -539,60 +441,26 @@ impl Limiter {
     /// Check a request: consume `cost` (default 1) from every applicable
     /// rule if all of them admit it, nothing otherwise.
     //
-    // index.js replaces this method with one that answers embedded checks
-    // in place and batches Redis checks (`_checkNow`, `_enqueue`, `_flush`),
-    // with decisions that build their headers on demand. This one, one
-    // Promise and one eager decision per call, stays as the reference the
-    // tests compare those with (`_checkEager`).
+    // Declared here for index.d.ts; index.js defines it: embedded checks are
+    // answered in place and Redis checks batched per tick (`fast`, `_flush`),
+    // with decisions that build their headers on demand.
     #[napi(
-        ts_args_type = "attributes: Record<string, string | null | undefined>, options?: CheckOptions"
+        ts_args_type = "attributes: Record<string, string | null | undefined>, options?: CheckOptions",
+        ts_return_type = "Promise<Decision>"
     )]
-    pub fn check<'env>(
-        &self,
-        env: &'env Env,
-        attributes: Unknown<'_>,
-        options: Option<Unknown<'_>>,
-    ) -> Result<PromiseRaw<'env, Decision>> {
-        let args =
-            errors::catching(|| convert::check_args(env, &attributes, options.as_ref(), true));
-        let limiter = self.inner.clone();
-        let legacy = self.legacy;
-        errors::spawn(
-            env,
-            self.in_memory(),
-            async move {
-                let (attrs, opts) = args?;
-                limiter.check_with(&attrs, &opts).await
-            },
-            move |d| decision(d, legacy),
-        )
+    pub fn check(&self) -> Result<(), Code> {
+        errors::guard(|| Err(throttlegate::Error::internal("Limiter.check is defined by index.js; load the package through it")))
     }
 
     /// The decision a check of this cost would get now, without consuming anything.
     //
-    // Replaced by index.js like `check` (the reference is `_peekEager`).
+    // Declared here for index.d.ts; index.js defines it, like `check`.
     #[napi(
-        ts_args_type = "attributes: Record<string, string | null | undefined>, options?: PeekOptions"
+        ts_args_type = "attributes: Record<string, string | null | undefined>, options?: PeekOptions",
+        ts_return_type = "Promise<Decision>"
     )]
-    pub fn peek<'env>(
-        &self,
-        env: &'env Env,
-        attributes: Unknown<'_>,
-        options: Option<Unknown<'_>>,
-    ) -> Result<PromiseRaw<'env, Decision>> {
-        let args =
-            errors::catching(|| convert::check_args(env, &attributes, options.as_ref(), false));
-        let limiter = self.inner.clone();
-        let legacy = self.legacy;
-        errors::spawn(
-            env,
-            self.in_memory(),
-            async move {
-                let (attrs, opts) = args?;
-                limiter.peek(&attrs, opts.cost).await
-            },
-            move |d| decision(d, legacy),
-        )
+    pub fn peek(&self) -> Result<(), Code> {
+        errors::guard(|| Err(throttlegate::Error::internal("Limiter.peek is defined by index.js; load the package through it")))
     }
 
     /// This limiter's handle for the fast paths (`_hotPaths`).
@@ -607,37 +475,21 @@ impl Limiter {
     /// `[records, errors]` (see `BatchOut`), one outcome per call, in order.
     #[napi(js_name = "_flush", skip_typescript, enumerable = false)]
     pub fn flush<'env>(&self, env: &'env Env, count: u32) -> Result<PromiseRaw<'env, BatchOut>> {
-        let jobs: Vec<fast::Job> = {
+        let calls: Vec<_> = {
             let mut pending = self.hot.pending.borrow_mut();
             let n = (count as usize).min(pending.len());
             pending.drain(..n).collect()
         };
         let limiter = self.inner.clone();
-        let names = self.hot.names.clone();
         errors::spawn(
             env,
-            false,
-            async move {
-                let calls = jobs.into_iter().map(|job| {
-                    let limiter = limiter.clone();
-                    errors::CatchUnwind::new(async move {
-                        if job.peek {
-                            limiter.peek(&job.attrs, job.opts.cost).await
-                        } else {
-                            limiter.check_with(&job.attrs, &job.opts).await
-                        }
-                    })
-                });
-                let outcomes = batch::JoinOrdered::new(calls).await;
-                Ok(encode(outcomes, &names))
-            },
-            |out| out,
+            async move { Ok(encode(limiter.check_batch(&calls).await)) },
         )
     }
 
     /// The decision of a record, as the core built it.
-    fn rebuilt(&self, record: &[f64]) -> CoreResult<throttlegate::Decision> {
-        record::rebuild(record, &self.hot.names)
+    fn rebuilt(&self, record: &[f64]) -> throttlegate::Result<throttlegate::Decision> {
+        record::rebuild(record, &self.names)
     }
 
     /// The per-rule results of a decision record, given as an array of
@@ -656,8 +508,8 @@ impl Limiter {
     /// The core's problem+json body for a decision record, `null` when
     /// allowed (a decision's `problemJson`, on first use).
     #[napi(js_name = "_problemJson", skip_typescript, enumerable = false)]
-    pub fn problem_json_of(&self, record: Vec<f64>) -> Result<Either<String, Null>, Code> {
-        guard(|| Ok(problem_json(&self.rebuilt(&record)?)))
+    pub fn problem_json_of(&self, record: Vec<f64>) -> Result<Option<String>, Code> {
+        guard(|| Ok(self.rebuilt(&record)?.problem_json()))
     }
 
     /// Forget the state of every rule that applies to these attributes (to
@@ -668,44 +520,24 @@ impl Limiter {
         env: &'env Env,
         attributes: Unknown<'_>,
     ) -> Result<PromiseRaw<'env, i64>> {
-        let attrs = errors::catching(|| convert::attributes(env, &attributes));
+        let attrs = throttlegate::Error::catch_panic(|| convert::attributes(env, &attributes));
         let limiter = self.inner.clone();
-        errors::spawn(
-            env,
-            self.in_memory(),
-            async move {
-                let attrs: Attrs = attrs?;
-                limiter.reset(&attrs).await
-            },
-            |n| n as i64,
-        )
+        errors::spawn(env, async move { Ok(limiter.reset(&attrs?).await? as i64) })
     }
 
     /// Check that the backend answers (a `PING` for Redis) within the timeout.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn ping<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
         let limiter = self.inner.clone();
-        errors::spawn(
-            env,
-            self.in_memory(),
-            async move { limiter.ping().await },
-            |()| (),
-        )
+        errors::spawn(env, async move { limiter.ping().await })
     }
 
     /// Close the limiter and drop its connections. Closing twice is harmless.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
-        let limiter = self.inner.clone();
-        errors::spawn(
-            env,
-            true,
-            async move {
-                limiter.close();
-                Ok(())
-            },
-            |()| (),
-        )
+        // Closed at once: the calls queued in this tick find it closed.
+        self.inner.close();
+        errors::spawn(env, async { Ok(()) })
     }
 
     /// The keys these attributes touch, one per applicable rule, in policy order.
@@ -744,12 +576,6 @@ impl Limiter {
         self.inner.is_closed()
     }
 
-    /// True for the embedded backend, whose calls complete without waiting.
-    /// (A closed limiter answers at once too: with the `closed` error.)
-    fn in_memory(&self) -> bool {
-        matches!(self.inner.backend_name(), "memory" | "closed")
-    }
-
     /// The policy in effect, with the options' overrides applied.
     #[napi(getter)]
     pub fn policy(&self) -> Policy {
@@ -759,22 +585,11 @@ impl Limiter {
     }
 }
 
-/// The runtime behind every Promise that waits on Redis: one worker thread.
-///
-/// JavaScript runs on one thread, so one thread for the network is its
-/// natural partner: a batch of checks, the connection's reads and writes and
-/// the wake-ups of JavaScript all happen on it, with no hand-offs between
-/// workers (measured: about a tenth less CPU per Redis check than napi's
-/// default of one worker per CPU, and no slower). Processes scale with
-/// more processes, as Node applications do.
+/// The runtime behind every Promise: the core's settings for every front
+/// end (one worker thread, see `throttlegate::runtime`), owned by napi.
 #[napi_derive::module_init]
 fn init_runtime() {
-    if let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("throttlegate")
-        .enable_all()
-        .build()
-    {
+    if let Ok(rt) = throttlegate::runtime::new_runtime() {
         napi::bindgen_prelude::create_custom_tokio_runtime(rt);
     }
 }

@@ -1,11 +1,47 @@
 //! Shapes of the plain objects the API accepts, declared for TypeScript.
 //!
 //! The values themselves are read by `convert`, which names the option at
-//! fault in its errors; these structs exist so that `index.d.ts` is generated
-//! from this crate like everything else in it.
+//! fault in its errors, and decisions are made by index.js; these structs
+//! exist so that `index.d.ts` is generated from this crate like everything
+//! else in it.
 #![allow(dead_code)]
 
+use indexmap::IndexMap;
+use napi::bindgen_prelude::{Either, Null};
 use napi_derive::napi;
+
+use crate::RuleResult;
+
+/// The answer to one check: the most restrictive rule's figures as the
+/// headline, and every applied rule's result.
+// index.js makes them: `results`, `headers` and `problemJson` are built by
+// the core when first read (`Limiter._results` and the like).
+#[napi(object)]
+pub struct Decision {
+    /// Whether the request is admitted.
+    pub allowed: bool,
+    /// The headline rule's limit (0 when no rule applied).
+    pub limit: i64,
+    /// The headline rule's remaining units.
+    pub remaining: i64,
+    /// When denied, the longest wait among the denying rules in milliseconds (rounded up); 0 when allowed.
+    pub retry_after_ms: i64,
+    /// Milliseconds (rounded up) until the headline rule is back to full.
+    pub reset_after_ms: i64,
+    /// The most restrictive rule's name; `null` when no rule applied.
+    #[napi(ts_type = "string | null")]
+    pub rule: Either<String, Null>,
+    /// One result per applied rule, in policy order (shadow rules included).
+    pub results: Vec<RuleResult>,
+    /// True when the answer came from the failure policy (`onBackendError`), not from the backend.
+    pub degraded: bool,
+    /// The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial).
+    #[napi(ts_type = "Record<string, string>")]
+    pub headers: IndexMap<String, String>,
+    /// On a denial, an `application/problem+json` body naming the violated rules; `null` when allowed.
+    #[napi(ts_type = "string | null")]
+    pub problem_json: Either<String, Null>,
+}
 
 /// The options of `new Limiter()`; each overrides the policy's own setting.
 #[napi(object)]

@@ -151,7 +151,7 @@ impl LimiterBuilder {
             return Err(Error::invalid_argument("key_secret: must not be empty"));
         }
         let tls = (o.tls_root_cert.is_some() || o.tls_client_cert.is_some())
-            .then(|| TlsOptions { root_cert_pem: o.tls_root_cert, client_cert_pem: o.tls_client_cert });
+            .then_some(TlsOptions { root_cert_pem: o.tls_root_cert, client_cert_pem: o.tls_client_cert });
         let remote = Connection::open(o.url.as_deref(), policy.timeout, tls)?;
         let memory = remote.is_none().then(MemoryBackend::new);
         let deny_cache = (o.deny_cache && remote.is_some()).then(DenyCache::new);
