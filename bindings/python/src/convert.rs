@@ -2,7 +2,6 @@
 
 use pyo3::exceptions::PyUnicodeError;
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 use smallvec::SmallVec;
@@ -308,36 +307,9 @@ pub fn to_json(obj: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Val
     ))
 }
 
-/// A JSON value as plain Python objects.
+/// A JSON value as plain Python objects (through Python's own `json`).
 pub fn from_json<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match value {
-        Value::Null => py.None().into_bound(py),
-        Value::Bool(b) => b.into_bound_py_any(py)?,
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                i.into_bound_py_any(py)?
-            } else if let Some(u) = n.as_u64() {
-                u.into_bound_py_any(py)?
-            } else {
-                n.as_f64().unwrap_or(f64::NAN).into_bound_py_any(py)?
-            }
-        }
-        Value::String(s) => s.into_bound_py_any(py)?,
-        Value::Array(items) => {
-            let list = PyList::empty(py);
-            for item in items {
-                list.append(from_json(py, item)?)?;
-            }
-            list.into_any()
-        }
-        Value::Object(map) => {
-            let dict = PyDict::new(py);
-            for (k, v) in map {
-                dict.set_item(k, from_json(py, v)?)?;
-            }
-            dict.into_any()
-        }
-    })
+    py.import("json")?.call_method1("loads", (value.to_string(),))
 }
 
 /// A PEM document for a TLS option: `bytes` are the PEM data itself; a `str`
