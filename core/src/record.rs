@@ -68,6 +68,31 @@ pub fn write(out: &mut [f64], d: &Decision) {
     }
 }
 
+/// The records of many calls' outcomes, one after the other in call order,
+/// a failed call as the single number -1; and the failures with their
+/// positions among the calls.
+pub fn write_all(outcomes: Vec<Result<Decision, Error>>) -> (Vec<f64>, Vec<(usize, Error)>) {
+    let size = outcomes.iter().map(|o| o.as_ref().map_or(1, len)).sum();
+    let mut records = vec![0.0; size];
+    let mut errors = Vec::new();
+    let mut at = 0;
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(d) => {
+                let n = len(&d);
+                write(&mut records[at..at + n], &d);
+                at += n;
+            }
+            Err(e) => {
+                records[at] = -1.0;
+                at += 1;
+                errors.push((i, e));
+            }
+        }
+    }
+    (records, errors)
+}
+
 fn bad(what: &str) -> Error {
     Error::internal(format_args!("malformed decision record ({what})"))
 }
@@ -199,6 +224,18 @@ mod tests {
                 59_999_001.0
             ]
         );
+    }
+
+    #[test]
+    fn many_outcomes_go_one_after_the_other() {
+        let ok = Decision::from_results(vec![rule("a", true, false, 3, 0)], false);
+        let (records, errors) = write_all(vec![Ok(ok.clone()), Err(Error::closed()), Ok(Decision::unlimited())]);
+        assert_eq!(records.len(), len(&ok) + 1 + HEAD);
+        assert_eq!(rebuild(&records, &names()).unwrap(), ok);
+        assert_eq!(records[len(&ok)], -1.0);
+        assert_eq!(rebuild(&records[len(&ok) + 1..], &names()).unwrap(), Decision::unlimited());
+        assert_eq!(errors.len(), 1);
+        assert_eq!((errors[0].0, errors[0].1.kind()), (1, ErrorKind::Closed));
     }
 
     #[test]

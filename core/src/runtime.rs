@@ -121,6 +121,89 @@ pub fn block_on<F: Future>(fut: F) -> Result<F::Output> {
     Ok(runtime()?.block_on(fut))
 }
 
+/// Answers finished on the runtime, for a caller that waits in an event
+/// loop of its own (Python's asyncio): any thread pushes without waiting for
+/// the caller, only the first push of a batch wakes it (one byte on a socket
+/// pair it watches, or a callback), and the caller takes every answer of the
+/// batch at once on its own thread.
+pub struct Inbox<T> {
+    state: Mutex<(Vec<T>, bool)>,
+    signal: Signal,
+}
+
+/// How an [`Inbox`] wakes its caller.
+enum Signal {
+    /// The pushing thread writes a byte; the caller watches the other end.
+    #[cfg(unix)]
+    Socket { tx: std::os::unix::net::UnixStream, rx: std::os::unix::net::UnixStream },
+    /// The pushing thread calls this.
+    Callback(Box<dyn Fn() + Send + Sync>),
+}
+
+impl<T> Inbox<T> {
+    /// An inbox that wakes its caller through a socket pair: watch
+    /// [`Inbox::fd`] for readability, then [`Inbox::drain`].
+    #[cfg(unix)]
+    pub fn with_socket() -> std::io::Result<Inbox<T>> {
+        let (tx, rx) = std::os::unix::net::UnixStream::pair()?;
+        tx.set_nonblocking(true)?;
+        rx.set_nonblocking(true)?;
+        Ok(Inbox { state: Mutex::new((Vec::new(), false)), signal: Signal::Socket { tx, rx } })
+    }
+
+    /// An inbox that wakes its caller by calling `wake` on the pushing thread.
+    pub fn with_callback(wake: impl Fn() + Send + Sync + 'static) -> Inbox<T> {
+        Inbox { state: Mutex::new((Vec::new(), false)), signal: Signal::Callback(Box::new(wake)) }
+    }
+
+    /// The socket to watch for readability (`None` for a callback inbox).
+    #[cfg(unix)]
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match &self.signal {
+            Signal::Socket { rx, .. } => Some(rx.as_raw_fd()),
+            Signal::Callback(_) => None,
+        }
+    }
+
+    /// Hand over an answer (from any thread); only the first of a batch wakes the caller.
+    pub fn push(&self, item: T) {
+        let first = {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.0.push(item);
+            !std::mem::replace(&mut state.1, true)
+        };
+        if first {
+            match &self.signal {
+                #[cfg(unix)]
+                Signal::Socket { tx, .. } => {
+                    use std::io::Write;
+                    // Non-blocking: a full buffer already means "readable".
+                    let _ = (&*tx).write(&[1]);
+                }
+                Signal::Callback(wake) => wake(),
+            }
+        }
+    }
+
+    /// Every answer handed over since the last drain, in order (on the caller's thread).
+    pub fn drain(&self) -> Vec<T> {
+        #[cfg(unix)]
+        if let Signal::Socket { rx, .. } = &self.signal {
+            use std::io::Read;
+            let mut buf = [0u8; 256];
+            while let Ok(n) = (&*rx).read(&mut buf) {
+                if n < buf.len() {
+                    break;
+                }
+            }
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.1 = false;
+        std::mem::take(&mut state.0)
+    }
+}
+
 thread_local! {
     static RNG: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
 }
@@ -170,6 +253,31 @@ mod tests {
             libc::waitpid(pid, std::ptr::null_mut(), 0);
             String::from_utf8_lossy(&buf[..n.max(0) as usize]).into_owned()
         }
+    }
+
+    #[test]
+    fn an_inbox_wakes_once_per_batch() {
+        use super::Inbox;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let w = wakes.clone();
+        let inbox = Inbox::with_callback(move || {
+            w.fetch_add(1, Ordering::SeqCst);
+        });
+        (0..3).for_each(|i| inbox.push(i));
+        assert_eq!((inbox.drain(), wakes.load(Ordering::SeqCst)), (vec![0, 1, 2], 1));
+        inbox.push(3);
+        assert_eq!((inbox.drain(), wakes.load(Ordering::SeqCst)), (vec![3], 2));
+        let socket = Inbox::with_socket().unwrap();
+        let fd = socket.fd().unwrap();
+        (0..300).for_each(|i| socket.push(i));
+        let mut pending = [0u8; 8];
+        // SAFETY: a non-blocking read of our own socket into a local buffer.
+        let n = unsafe { libc::recv(fd, pending.as_mut_ptr().cast(), 8, libc::MSG_PEEK) };
+        assert_eq!(n, 1, "one byte for the whole batch");
+        assert_eq!(socket.drain().len(), 300);
+        assert!(socket.drain().is_empty());
     }
 
     #[test]

@@ -411,13 +411,21 @@ static void test_wiring(const char *url) {
     CHECK(stats.calls == stats.allowed + stats.denied && stats.denied == 1 && stats.calls >= 9,
           "stats calls %" PRIu64 " allowed %" PRIu64 " denied %" PRIu64, stats.calls, stats.allowed, stats.denied);
 
-    /* Closed: every call says so; closing again is harmless. */
+    /* Closed: every call says so (before any argument error: cost 0 too);
+     * the counters still answer; closing again is harmless. */
     OK(tg_limiter_close(l));
     d = SENTINEL;
     EXPECT_RC(tg_limiter_check(l, attrs, 2, 1, &d), TG_CLOSED, "closed");
     CHECK(d == SENTINEL, "decision written on failure");
+    EXPECT_RC(tg_limiter_check(l, attrs, 2, 0, &d), TG_CLOSED, "closed");
+    CHECK(strcmp(tg_last_error_message(), "the limiter is closed") == 0, "closed message: %s",
+          tg_last_error_message());
     EXPECT_RC(tg_limiter_ping(l), TG_CLOSED, "closed");
     EXPECT_RC(tg_limiter_reset(l, attrs, 2, &deleted), TG_CLOSED, "closed");
+    tg_stats after;
+    OK(tg_limiter_stats(l, &after));
+    CHECK(after.calls == stats.calls && after.denied == stats.denied, "stats after close: calls %" PRIu64,
+          after.calls);
     OK(tg_limiter_close(l));
     tg_limiter_free(l);
     tg_clock_free(clock);

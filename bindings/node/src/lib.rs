@@ -327,7 +327,7 @@ pub fn hot_paths(env: &Env) -> Result<Unknown<'_>> {
 /// call order (a failed call is the single number -1), and the failures.
 pub struct BatchOut {
     records: Vec<f64>,
-    errors: Vec<(u32, throttlegate::Error)>,
+    errors: Vec<(usize, throttlegate::Error)>,
 }
 
 impl ToNapiValue for BatchOut {
@@ -368,7 +368,7 @@ impl ToNapiValue for BatchOut {
             napi::check_status!(unsafe { sys::napi_create_array(env, &mut errors) })?;
             for (i, e) in &val.errors {
                 let js = unsafe { errors::js_error(env, e) }?;
-                napi::check_status!(unsafe { sys::napi_set_element(env, errors, *i, js) })?;
+                napi::check_status!(unsafe { sys::napi_set_element(env, errors, *i as u32, js) })?;
             }
         }
         let mut out = ptr::null_mut();
@@ -383,27 +383,7 @@ impl ToNapiValue for BatchOut {
 
 /// The records of a batch's outcomes, in call order.
 fn encode(outcomes: Vec<throttlegate::Result<throttlegate::Decision>>) -> BatchOut {
-    let size = outcomes
-        .iter()
-        .map(|o| o.as_ref().map_or(1, record::len))
-        .sum();
-    let mut records = vec![0.0; size];
-    let mut errors = Vec::new();
-    let mut at = 0;
-    for (i, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Ok(d) => {
-                let n = record::len(&d);
-                record::write(&mut records[at..at + n], &d);
-                at += n;
-            }
-            Err(e) => {
-                records[at] = -1.0;
-                at += 1;
-                errors.push((i as u32, e));
-            }
-        }
-    }
+    let (records, errors) = record::write_all(outcomes);
     BatchOut { records, errors }
 }
 

@@ -192,8 +192,12 @@ describe('decisions', () => {
     assert.equal(limiter.closed, true);
     assert.equal(limiter.backend, 'closed');
     for (const call of [() => limiter.check({ ip: 'a' }), () => limiter.peek({ ip: 'a' }), () => limiter.reset({ ip: 'a' }), () => limiter.ping()]) {
-      await assert.rejects(call(), { code: 'closed', message: /closed/ });
+      await assert.rejects(call(), { code: 'closed', message: 'the limiter is closed' });
     }
+    // As in every language: the counters, keys and policy still answer.
+    assert.equal(limiter.stats().calls, 0);
+    assert.deepEqual(limiter.keys({ ip: 'a' }).length, 1);
+    assert.ok(limiter.policy.ruleNames.length > 0);
   });
 });
 

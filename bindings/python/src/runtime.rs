@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use pyo3::exceptions::PyNotImplementedError;
 use pyo3::prelude::*;
@@ -80,98 +80,16 @@ pub fn settle(py: Python<'_>, fut: &Bound<'_, PyAny>, outcome: Outcome) {
     }
 }
 
-/// How a loop is told that its inbox has answers.
-enum Signal {
-    /// A socket pair: the runtime writes a byte, the loop watches the other end.
-    #[cfg(unix)]
-    Socket {
-        tx: std::os::unix::net::UnixStream,
-        rx: std::os::unix::net::UnixStream,
-    },
-    /// `loop.call_soon_threadsafe(drain)`, from a blocking-pool thread. The
-    /// loop is held weakly when it can be (the registry's entry must not keep
-    /// its key alive): `weak` says `event_loop` is a `weakref.ref`.
-    Threadsafe { event_loop: Py<PyAny>, weak: bool },
-}
+/// One event loop's inbox of finished calls: the core's, woken through a
+/// socket pair the loop watches (`loop.add_reader`), or by
+/// `loop.call_soon_threadsafe(drain)` from a blocking-pool thread where the
+/// loop has no `add_reader` (Windows' proactor).
+type LoopWaker = core::runtime::Inbox<(Py<PyAny>, Outcome)>;
 
-struct Inbox {
-    done: Vec<(Py<PyAny>, Outcome)>,
-    /// A wake-up is on its way: later pushes of the batch need not send one.
-    armed: bool,
-}
-
-/// One event loop's inbox of finished calls.
-pub struct LoopWaker {
-    inbox: Mutex<Inbox>,
-    signal: Signal,
-}
-
-impl LoopWaker {
-    /// Hand `outcome` for `fut` to the loop (from any thread, without the GIL).
-    fn complete(self: &Arc<Self>, fut: Py<PyAny>, outcome: Outcome) {
-        let first = {
-            let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
-            inbox.done.push((fut, outcome));
-            !std::mem::replace(&mut inbox.armed, true)
-        };
-        if first {
-            self.wake();
-        }
-    }
-
-    fn wake(self: &Arc<Self>) {
-        match &self.signal {
-            #[cfg(unix)]
-            Signal::Socket { tx, .. } => {
-                use std::io::Write;
-                // Non-blocking: a full buffer already means "readable".
-                let _ = (&*tx).write(&[1]);
-            }
-            Signal::Threadsafe { .. } => {
-                let me = Arc::clone(self);
-                let wake = move || {
-                    Python::attach(|py| {
-                        let Signal::Threadsafe { event_loop, weak } = &me.signal else { return };
-                        let mut event_loop = event_loop.bind(py).clone();
-                        if *weak {
-                            match event_loop.call0() {
-                                Ok(lp) if !lp.is_none() => event_loop = lp,
-                                _ => return, // the loop is gone, and its futures with it
-                            }
-                        }
-                        let drain = Drain { waker: Arc::clone(&me), generation: generation() };
-                        // A closed loop refuses: its futures are gone with it.
-                        let _ = event_loop.call_method1("call_soon_threadsafe", (drain,));
-                    })
-                };
-                match tokio::runtime::Handle::try_current() {
-                    Ok(h) => drop(h.spawn_blocking(wake)),
-                    Err(_) => wake(),
-                }
-            }
-        }
-    }
-
-    /// Set every result in the inbox (on the loop's thread).
-    fn drain(&self, py: Python<'_>) {
-        #[cfg(unix)]
-        if let Signal::Socket { rx, .. } = &self.signal {
-            use std::io::Read;
-            let mut buf = [0u8; 256];
-            while let Ok(n) = (&*rx).read(&mut buf) {
-                if n < buf.len() {
-                    break;
-                }
-            }
-        }
-        let done = {
-            let mut inbox = self.inbox.lock().unwrap_or_else(|p| p.into_inner());
-            inbox.armed = false;
-            std::mem::take(&mut inbox.done)
-        };
-        for (fut, outcome) in done {
-            settle(py, fut.bind(py), outcome);
-        }
+/// Set every result in the inbox (on the loop's thread).
+fn drain(waker: &LoopWaker, py: Python<'_>) {
+    for (fut, outcome) in waker.drain() {
+        settle(py, fut.bind(py), outcome);
     }
 }
 
@@ -186,7 +104,7 @@ struct Drain {
 #[pymethods]
 impl Drain {
     fn __call__(&self, py: Python<'_>) {
-        self.waker.drain(py);
+        drain(&self.waker, py);
     }
 }
 
@@ -257,24 +175,15 @@ impl LoopCtx {
 
     #[cfg(unix)]
     fn new_waker(py: Python<'_>, event_loop: &Bound<'_, PyAny>, known: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWaker>> {
-        use std::os::fd::AsRawFd;
         // A waker inherited through fork shares its socket with the parent.
-        if let Ok(old) = known.cast::<Drain>() {
-            if let Signal::Socket { rx, .. } = &old.get().waker.signal {
-                let _ = event_loop.call_method1("remove_reader", (rx.as_raw_fd(),));
-            }
+        if let Some(fd) = known.cast::<Drain>().ok().and_then(|old| old.get().waker.fd()) {
+            let _ = event_loop.call_method1("remove_reader", (fd,));
         }
-        let pair = std::os::unix::net::UnixStream::pair().and_then(|(tx, rx)| {
-            tx.set_nonblocking(true)?;
-            rx.set_nonblocking(true)?;
-            Ok((tx, rx))
-        });
-        let (tx, rx) = pair.map_err(|e| internal(py, format!("cannot make the event loop's wake-up socket: {e}")))?;
-        let fd = rx.as_raw_fd();
-        let waker = Arc::new(LoopWaker {
-            inbox: Mutex::new(Inbox { done: Vec::new(), armed: false }),
-            signal: Signal::Socket { tx, rx },
-        });
+        let waker = Arc::new(
+            LoopWaker::with_socket()
+                .map_err(|e| internal(py, format!("cannot make the event loop's wake-up socket: {e}")))?,
+        );
+        let fd = waker.fd();
         let drain = Drain { waker: Arc::clone(&waker), generation: generation() };
         match event_loop.call_method1("add_reader", (fd, drain)) {
             Ok(_) => Ok(waker),
@@ -288,13 +197,41 @@ impl LoopCtx {
         LoopCtx::threadsafe_waker(event_loop)
     }
 
+    /// A waker calling `loop.call_soon_threadsafe(drain)` from a blocking-pool
+    /// thread. The loop is held weakly when it can be (the registry's entry
+    /// must not keep its key alive).
     fn threadsafe_waker(event_loop: &Bound<'_, PyAny>) -> PyResult<Arc<LoopWaker>> {
         let py = event_loop.py();
-        let signal = match py.import("weakref")?.getattr("ref")?.call1((event_loop,)) {
-            Ok(weak) => Signal::Threadsafe { event_loop: weak.unbind(), weak: true },
-            Err(_) => Signal::Threadsafe { event_loop: event_loop.clone().unbind(), weak: false },
+        let (target, weak) = match py.import("weakref")?.getattr("ref")?.call1((event_loop,)) {
+            Ok(weak) => (weak.unbind(), true),
+            Err(_) => (event_loop.clone().unbind(), false),
         };
-        Ok(Arc::new(LoopWaker { inbox: Mutex::new(Inbox { done: Vec::new(), armed: false }), signal }))
+        Ok(Arc::new_cyclic(|me: &std::sync::Weak<LoopWaker>| {
+            let me = me.clone();
+            let target = Arc::new(target);
+            LoopWaker::with_callback(move || {
+                let (me, target) = (me.clone(), Arc::clone(&target));
+                let wake = move || {
+                    Python::attach(|py| {
+                        let Some(me) = me.upgrade() else { return };
+                        let mut event_loop = target.bind(py).clone();
+                        if weak {
+                            match event_loop.call0() {
+                                Ok(lp) if !lp.is_none() => event_loop = lp,
+                                _ => return, // the loop is gone, and its futures with it
+                            }
+                        }
+                        let drain = Drain { waker: me, generation: generation() };
+                        // A closed loop refuses: its futures are gone with it.
+                        let _ = event_loop.call_method1("call_soon_threadsafe", (drain,));
+                    })
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) => drop(h.spawn_blocking(wake)),
+                    Err(_) => wake(),
+                }
+            })
+        }))
     }
 
     /// A new pending future of this loop.
@@ -317,7 +254,7 @@ impl LoopCtx {
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|payload| Err(core::Error::from_panic(payload.as_ref())));
-            waker.complete(target, outcome);
+            waker.push((target, outcome));
         }));
         Ok(())
     }
