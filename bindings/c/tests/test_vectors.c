@@ -152,6 +152,29 @@ static tg_attribute *step_attributes(const json_value *step, size_t *len) {
     return out;
 }
 
+/* Run one step's op (check, with a call id or not, peek, reset) on its
+ * attributes; false (and a mismatch) for an unknown op. */
+static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, uint64_t cost,
+                   const json_value *call_id, tg_result *rc, tg_decision **d, uint64_t *deleted) {
+    size_t attrs_len;
+    tg_attribute *attrs = step_attributes(step, &attrs_len);
+    bool known = true;
+    if (strcmp(op, "check") == 0 && call_id != NULL && call_id->type == JSON_STRING) {
+        *rc = tg_limiter_check_with_call_id(limiter, attrs, attrs_len, cost, call_id->string, d);
+    } else if (strcmp(op, "check") == 0) {
+        *rc = tg_limiter_check(limiter, attrs, attrs_len, cost, d);
+    } else if (strcmp(op, "peek") == 0) {
+        *rc = tg_limiter_peek(limiter, attrs, attrs_len, cost, d);
+    } else if (strcmp(op, "reset") == 0) {
+        *rc = tg_limiter_reset(limiter, attrs, attrs_len, deleted);
+    } else {
+        mismatch("unknown op %s", op);
+        known = false;
+    }
+    free(attrs);
+    return known;
+}
+
 static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *clock) {
     const json_value *steps = json_get(vector, "steps");
     if (steps == NULL || steps->type != JSON_ARRAY) {
@@ -173,26 +196,10 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
         const json_value *call_id = json_get(step, "call_id");
         const json_value *expect = json_get(step, "expect");
         const json_value *expect_error = json_get(step, "expect_error");
-        size_t attrs_len;
-        tg_attribute *attrs = step_attributes(step, &attrs_len);
-
         tg_result rc;
         tg_decision *d = NULL;
         uint64_t deleted = 0;
-        if (strcmp(op, "check") == 0 && call_id != NULL && call_id->type == JSON_STRING) {
-            rc = tg_limiter_check_with_call_id(limiter, attrs, attrs_len, cost, call_id->string, &d);
-        } else if (strcmp(op, "check") == 0) {
-            rc = tg_limiter_check(limiter, attrs, attrs_len, cost, &d);
-        } else if (strcmp(op, "peek") == 0) {
-            rc = tg_limiter_peek(limiter, attrs, attrs_len, cost, &d);
-        } else if (strcmp(op, "reset") == 0) {
-            rc = tg_limiter_reset(limiter, attrs, attrs_len, &deleted);
-        } else {
-            mismatch("unknown op %s", op);
-            free(attrs);
-            continue;
-        }
-        free(attrs);
+        if (!run_op(limiter, step, op, cost, call_id, &rc, &d, &deleted)) continue;
 
         if (expect_error != NULL) {
             if (rc == TG_OK) {
@@ -299,25 +306,10 @@ static void run_error_steps(const json_value *c, tg_limiter *limiter) {
         const json_value *cost_v = json_get(step, "cost");
         uint64_t cost = cost_v != NULL ? (uint64_t)cost_v->integer : 1;
         const json_value *call_id = json_get(step, "call_id");
-        size_t attrs_len;
-        tg_attribute *attrs = step_attributes(step, &attrs_len);
         tg_result rc;
         tg_decision *d = NULL;
         uint64_t deleted = 0;
-        if (strcmp(op, "check") == 0 && call_id != NULL && call_id->type == JSON_STRING) {
-            rc = tg_limiter_check_with_call_id(limiter, attrs, attrs_len, cost, call_id->string, &d);
-        } else if (strcmp(op, "check") == 0) {
-            rc = tg_limiter_check(limiter, attrs, attrs_len, cost, &d);
-        } else if (strcmp(op, "peek") == 0) {
-            rc = tg_limiter_peek(limiter, attrs, attrs_len, cost, &d);
-        } else if (strcmp(op, "reset") == 0) {
-            rc = tg_limiter_reset(limiter, attrs, attrs_len, &deleted);
-        } else {
-            mismatch("unknown op %s", op);
-            free(attrs);
-            continue;
-        }
-        free(attrs);
+        if (!run_op(limiter, step, op, cost, call_id, &rc, &d, &deleted)) continue;
         expect_failure(rc, tg_last_error_message(), step);
         tg_decision_free(d);
     }
