@@ -84,21 +84,27 @@ impl AttributeBuf {
     /// left out), names and values holding no `\0`: one string from another
     /// language, split here once.
     pub fn from_packed(text: String) -> Result<AttributeBuf> {
-        let mut buf = SPARE.with(Cell::take);
-        buf.spans.clear();
+        let mut buf = AttributeBuf::take();
         buf.text = text;
-        let (text, spans) = (&buf.text, &mut buf.spans);
-        let bytes = text.as_bytes();
+        buf.read_packed()?;
+        Ok(buf)
+    }
+
+    /// Read the buffer's own text (written through [`AttributeBuf::text_mut`])
+    /// as packed attributes, as [`AttributeBuf::from_packed`] does.
+    pub fn read_packed(&mut self) -> Result<()> {
+        self.spans.clear();
+        let bytes = self.text.as_bytes();
         let mut at = 0;
         while at < bytes.len() {
             let field_end = |from: usize| from + bytes[from..].iter().position(|&b| b == 0).unwrap_or(bytes.len() - from);
             let name_end = field_end(at);
             let value_start = (name_end + 1).min(bytes.len());
             let end = field_end(value_start);
-            spans.push([offset(at)?, offset(name_end)?, offset(value_start)?, offset(end)?]);
+            self.spans.push([offset(at)?, offset(name_end)?, offset(value_start)?, offset(end)?]);
             at = end + 1;
         }
-        Ok(buf)
+        Ok(())
     }
 
     /// Number of attributes.

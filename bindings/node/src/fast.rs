@@ -162,7 +162,8 @@ fn packed(
     if value_type(env, text)? != sys::ValueType::napi_string {
         return Ok(None);
     }
-    let mut bytes = std::mem::take(AttributeBuf::take().text_mut()).into_bytes();
+    let mut attrs = AttributeBuf::take();
+    let mut bytes = std::mem::take(attrs.text_mut()).into_bytes();
     let read = |buf: *mut u8, size: usize, len: &mut usize| {
         check!(
             sys::napi_get_value_string_utf8(env, text, buf.cast(), size, len),
@@ -186,9 +187,10 @@ fn packed(
         return Ok(None);
     }
     // Node writes whole characters, replacing unpaired surrogates, as for every other string.
-    let text =
+    *attrs.text_mut() =
         String::from_utf8(bytes).map_err(|_| internal("the packed attributes are not UTF-8"))?;
-    AttributeBuf::from_packed(text).map(Some)
+    attrs.read_packed()?;
+    Ok(Some(attrs))
 }
 
 /// The arguments of both fast paths: `(handle, attributes, packed, flags,

@@ -21,6 +21,15 @@ pub struct Limiter {
 }
 
 impl Limiter {
+    /// The embedded backend's answer, given at once (`None` for Redis).
+    fn in_place(&self, attrs: &convert::OwnedAttrs, opts: &core::CheckOptions, peek: bool) -> Option<core::Result<core::Decision>> {
+        if peek {
+            self.inner.peek_in_process(attrs, opts.cost)
+        } else {
+            self.inner.check_in_process(attrs, opts)
+        }
+    }
+
     /// A check (`peek` false) or peek: answered in place on the embedded
     /// backend (no GIL release), else the core's blocking call with the GIL
     /// released.
@@ -29,8 +38,7 @@ impl Limiter {
             let attrs = convert::attributes(attributes)?;
             let opts = core::CheckOptions { cost: convert::opt_cost(cost)?, call_id: convert::opt_text(call_id, "call_id")? };
             let l = &self.inner;
-            let in_place = if peek { l.peek_in_process(&attrs, opts.cost) } else { l.check_in_process(&attrs, &opts) };
-            let answer = match in_place {
+            let answer = match self.in_place(&attrs, &opts, peek) {
                 Some(answer) => answer,
                 None if peek => py.detach(|| l.peek_blocking(&attrs, opts.cost)),
                 None => py.detach(|| l.check_blocking(&attrs, &opts)),
@@ -48,8 +56,7 @@ impl Limiter {
             let ctx = runtime::LoopCtx::current(py)?;
             let fut = ctx.create_future(py)?;
             let l = &self.inner;
-            let in_place = if peek { l.peek_in_process(&attrs, opts.cost) } else { l.check_in_process(&attrs, &opts) };
-            if let Some(answer) = in_place {
+            if let Some(answer) = self.in_place(&attrs, &opts, peek) {
                 attrs.recycle();
                 runtime::settle(py, &fut, answer.map(Value::Decision));
                 return Ok(fut);
