@@ -11,6 +11,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use crate::error::{Error, Result};
+use crate::options::OptionValue;
 
 /// A network in CIDR form, such as `10.0.0.0/8` or `2001:db8::/32`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +88,15 @@ impl Default for ClientIpConfig {
     }
 }
 
+/// The settings of [`ClientIpConfig::from_options`], by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientIpOption {
+    /// Proxies whose forwarded headers are believed.
+    TrustedProxies,
+    /// Bits of an IPv6 client address that identify it.
+    Ipv6Prefix,
+}
+
 impl ClientIpConfig {
     /// Trust these proxies (addresses or CIDR networks) and group IPv6
     /// clients by `ipv6_prefix` bits (1..=128; 64 is the usual choice).
@@ -105,6 +115,35 @@ impl ClientIpConfig {
             .map(|s| Net::parse(s.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         Ok(ClientIpConfig { trusted, ipv6_prefix })
+    }
+
+    /// A config from options given by name, as a front end read them
+    /// (`(option, what, value)`, where `what` names the option as the caller
+    /// wrote it): `TrustedProxies` a list of addresses or CIDR networks
+    /// (default none), `Ipv6Prefix` a whole number (default 64).
+    pub fn from_options(options: Vec<(ClientIpOption, String, OptionValue)>) -> Result<ClientIpConfig> {
+        let (mut trusted, mut prefix) = (Vec::new(), 64u8);
+        for (option, what, value) in options {
+            match (option, value) {
+                (_, OptionValue::Unset) => {}
+                (ClientIpOption::TrustedProxies, OptionValue::List(items)) => {
+                    for (i, item) in items.into_iter().enumerate() {
+                        trusted.push(item.text(&format!("{what}[{i}]"))?);
+                    }
+                }
+                (ClientIpOption::TrustedProxies, other) => {
+                    return Err(other.expected(&what, "a list of addresses or CIDR networks"))
+                }
+                (ClientIpOption::Ipv6Prefix, OptionValue::Number(n)) if n.fract() == 0.0 && (1.0..=128.0).contains(&n) => {
+                    prefix = n as u8
+                }
+                (ClientIpOption::Ipv6Prefix, OptionValue::Number(n)) => {
+                    return Err(Error::invalid_argument(format!("{what}: must be between 1 and 128, not {n}")))
+                }
+                (ClientIpOption::Ipv6Prefix, other) => return Err(other.expected(&what, "a whole number")),
+            }
+        }
+        ClientIpConfig::new(trusted, prefix)
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {

@@ -92,6 +92,7 @@ pub struct Error {
     kind: ErrorKind,
     message: String,
     temporary: bool,
+    wrong_type: bool,
     source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -105,6 +106,7 @@ impl Error {
             kind,
             message: message.into(),
             temporary: matches!(kind, ErrorKind::BackendUnavailable | ErrorKind::Timeout),
+            wrong_type: false,
             source: None,
         }
     }
@@ -142,6 +144,18 @@ impl Error {
 
     pub(crate) fn invalid_argument(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidArgument, message)
+    }
+
+    /// An [`ErrorKind::InvalidArgument`] error for a value of the wrong type
+    /// (see [`Error::is_wrong_type`]).
+    pub(crate) fn wrong_type(message: impl Into<String>) -> Self {
+        Error { wrong_type: true, ..Error::invalid_argument(message) }
+    }
+
+    /// True for an [`ErrorKind::InvalidArgument`] error about a value's type
+    /// rather than its value (Python raises these as a `TypeError` too).
+    pub fn is_wrong_type(&self) -> bool {
+        self.wrong_type
     }
 
     /// Run `f`, turning a panic into [`Error::from_panic`]: the guard of

@@ -37,6 +37,7 @@ mod attributes;
 mod policy;
 mod client_ip;
 mod decision;
+pub mod options;
 pub mod record;
 mod algo;
 mod plan;
@@ -47,12 +48,16 @@ mod limiter;
 
 pub use backend::script::CHECK_SCRIPT;
 pub use attributes::AttributeBuf;
-pub use client_ip::ClientIpConfig;
+pub use client_ip::{ClientIpConfig, ClientIpOption};
 pub use clock::{Clock, ManualClock};
 pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult};
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
-pub use limiter::{BatchCall, CheckOptions, Limiter, LimiterBuilder, LimiterOptions, Stats, DEGRADED_RETRY_AFTER};
+pub use limiter::{
+    BatchCall, CheckOption, CheckOptions, Limiter, LimiterBuilder, LimiterOption, LimiterOptions, Stats,
+    DEGRADED_RETRY_AFTER,
+};
+pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     Algorithm, FailureMode, Policy, Rule, DEFAULT_PREFIX, DEFAULT_TIMEOUT, MAX_LIMIT,
     MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_REFILL_RATE, MAX_TIMEOUT, MAX_WINDOW, MIN_REFILL_RATE,

@@ -2,12 +2,12 @@
 //! or option at fault (never napi's generic conversion errors).
 
 use std::ptr;
-use std::time::Duration;
 
 use napi::bindgen_prelude::{Buffer, ClassInstance, FromNapiValue};
 use napi::{sys, Env, JsValue, Unknown, ValueType};
 use throttlegate::{
-    AttributeBuf, CheckOptions, Clock, Error, ErrorKind, FailureMode, LimiterOptions,
+    unknown_option, AttributeBuf, ClientIpConfig, ClientIpOption, CheckOption, CheckOptions, Clock, DurationUnit, Error,
+    ErrorKind, LimiterOption, LimiterOptions, OptionValue,
 };
 
 use crate::errors::{internal, invalid_argument};
@@ -230,160 +230,90 @@ pub(crate) fn any_policy(env: &Env, v: &Unknown<'_>) -> Result<throttlegate::Pol
     }
 }
 
-/// Bytes from a string (UTF-8) or a Buffer.
-fn bytes(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Vec<u8>, Error> {
-    let t = type_of(v)?;
-    if t == ValueType::String {
-        return string(env, v, what).map(String::into_bytes);
-    }
-    match unsafe { Buffer::from_napi_value(env.raw(), v.raw()) } {
-        Ok(b) => Ok(b.to_vec()),
-        Err(_) => Err(invalid_argument(format!(
-            "{what}: expected a string or a Buffer, got {}",
-            type_name(t)
-        ))),
-    }
+/// A JavaScript value as the core's [`OptionValue`] (options are checked by
+/// the core, which words the errors). A `ManualClock` is a clock, a Buffer
+/// bytes, an array a list, any other object its own properties.
+fn option_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<OptionValue, Error> {
+    Ok(match type_of(v)? {
+        ValueType::Undefined | ValueType::Null => OptionValue::Unset,
+        ValueType::Boolean => OptionValue::Bool(
+            unsafe { bool::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))?,
+        ),
+        ValueType::Number => OptionValue::Number(
+            unsafe { f64::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))?,
+        ),
+        ValueType::String => OptionValue::Text(string(env, v, what)?),
+        ValueType::Object if is_array(env, v.raw()) => {
+            let mut items = Vec::new();
+            for (i, (_, item)) in entries(env, v, what)?.into_iter().enumerate() {
+                items.push(option_value(env, &item, &format!("{what}[{i}]"))?);
+            }
+            OptionValue::List(items)
+        }
+        ValueType::Object => {
+            if let Ok(c) = unsafe { ClassInstance::<ManualClock>::from_napi_value(env.raw(), v.raw()) } {
+                return Ok(OptionValue::Clock(Clock::Manual(c.inner.clone())));
+            }
+            if let Ok(b) = unsafe { Buffer::from_napi_value(env.raw(), v.raw()) } {
+                return Ok(OptionValue::Bytes(b.to_vec()));
+            }
+            let mut items = Vec::new();
+            for (name, item) in entries(env, v, what)? {
+                let value = option_value(env, &item, &format!("{what}.{name}"))?;
+                items.push((name, value));
+            }
+            OptionValue::Map(items)
+        }
+        t => OptionValue::Other(type_name(t).to_string()),
+    })
 }
 
-/// The `tls` option of `new Limiter()`, as PEM bytes.
-fn tls_options(
+/// This package's names of the limiter options.
+const LIMITER_OPTIONS: [(&str, LimiterOption); 9] = [
+    ("url", LimiterOption::Url),
+    ("timeout", LimiterOption::Timeout),
+    ("onBackendError", LimiterOption::OnBackendError),
+    ("keyPrefix", LimiterOption::Prefix),
+    ("clock", LimiterOption::Clock),
+    ("keySecret", LimiterOption::KeySecret),
+    ("legacyHeaders", LimiterOption::LegacyHeaders),
+    ("denyCache", LimiterOption::DenyCache),
+    ("tls", LimiterOption::Tls),
+];
+
+/// Each property of an options object, with its option among `known`:
+/// unknown names are refused.
+fn named<O: Copy>(
     env: &Env,
     v: &Unknown<'_>,
-    what: &str,
-    opts: &mut LimiterOptions,
-) -> Result<(), Error> {
-    expect_object(env, v, what)?;
-    let (mut cert, mut key) = (None, None);
-    for (name, value) in entries(env, v, what)? {
-        if matches!(type_of(&value)?, ValueType::Undefined | ValueType::Null) {
-            continue;
-        }
-        let field = format!("{what}.{name}");
-        match name.as_str() {
-            "ca" if is_array(env, value.raw()) => {
-                // PEM files concatenate: one bundle holds every listed CA.
-                let mut pem = Vec::new();
-                for (i, (_, item)) in entries(env, &value, &field)?.into_iter().enumerate() {
-                    pem.extend(bytes(env, &item, &format!("{field}[{i}]"))?);
-                    pem.push(b'\n');
-                }
-                opts.tls_root_cert = Some(pem);
-            }
-            "ca" => opts.tls_root_cert = Some(bytes(env, &value, &field)?),
-            "cert" => cert = Some(bytes(env, &value, &field)?),
-            "key" => key = Some(bytes(env, &value, &field)?),
-            _ => {
-                return Err(invalid_argument(format!(
-                    "{what}: unknown option {name:?} (known: ca, cert, key)"
-                )))
-            }
-        }
-    }
-    opts.tls_client_cert = match (cert, key) {
-        (Some(c), Some(k)) => Some((c, k)),
-        (None, None) => None,
-        (Some(_), None) => {
-            return Err(invalid_argument(format!(
-                "{what}.key: required with {what}.cert (the client certificate's private key)"
-            )))
-        }
-        (None, Some(_)) => {
-            return Err(invalid_argument(format!(
-                "{what}.cert: required with {what}.key (the client certificate)"
-            )))
-        }
-    };
-    Ok(())
-}
-
-fn duration(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Duration, Error> {
-    match type_of(v)? {
-        ValueType::Number => Ok(Duration::from_micros(millis_to_micros(env, v, what)?)),
-        ValueType::String => {
-            let text = string(env, v, what)?;
-            throttlegate::duration::parse_duration(&text)
-                .map_err(|m| invalid_argument(format!("{what}: {m}")))
-        }
-        t => Err(invalid_argument(format!(
-            "{what}: expected milliseconds or a duration string such as \"100ms\", got {}",
-            type_name(t)
-        ))),
-    }
-}
-
-fn boolean(env: &Env, v: &Unknown<'_>, what: &str) -> Result<bool, Error> {
-    let t = type_of(v)?;
-    if t != ValueType::Boolean {
-        return Err(invalid_argument(format!(
-            "{what}: expected a boolean, got {}",
-            type_name(t)
-        )));
-    }
-    unsafe { bool::from_napi_value(env.raw(), v.raw()) }.map_err(|e| napi_failed(what, e))
-}
-
-/// The options of `new Limiter()`: the core's options, and whether to add
-/// the legacy headers (`legacyHeaders`, a header option of this package).
-pub(crate) fn limiter_options(
-    env: &Env,
-    v: Option<&Unknown<'_>>,
-) -> Result<(LimiterOptions, bool), Error> {
-    let (mut opts, mut legacy) = (LimiterOptions::default(), false);
-    let Some(v) = v else {
-        return Ok((opts, legacy));
-    };
-    if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
-        return Ok((opts, legacy));
-    }
+    known: &[(&str, O)],
+) -> Result<Vec<(O, String, OptionValue)>, Error> {
     expect_object(env, v, "options")?;
+    let mut out = Vec::new();
     for (name, value) in entries(env, v, "options")? {
-        if matches!(type_of(&value)?, ValueType::Undefined) {
-            continue;
-        }
+        let Some(&(_, option)) = known.iter().find(|(n, _)| *n == name) else {
+            let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+            return Err(unknown_option("options", &name, &names));
+        };
         let what = format!("options.{name}");
-        match name.as_str() {
-            "url" => opts.url = opt_string(env, &value, &what)?,
-            "timeout" => opts.timeout = Some(duration(env, &value, &what)?),
-            "onBackendError" => {
-                let text = string(env, &value, &what)?;
-                opts.on_backend_error =
-                    Some(FailureMode::parse(&text).map_err(|e| invalid_argument(format!("{what}: {}", e.message())))?);
-            }
-            "keyPrefix" => opts.prefix = Some(string(env, &value, &what)?),
-            "clock" => {
-                opts.clock = match type_of(&value)? {
-                    ValueType::String => match string(env, &value, &what)?.as_str() {
-                        "backend" => Clock::Backend,
-                        "system" => Clock::System,
-                        other => {
-                            return Err(invalid_argument(format!(
-                                "{what}: expected a ManualClock, \"backend\" or \"system\", got {other:?}"
-                            )))
-                        }
-                    },
-                    _ => match unsafe { ClassInstance::<ManualClock>::from_napi_value(env.raw(), value.raw()) } {
-                        Ok(c) => Clock::Manual(c.inner.clone()),
-                        Err(_) => {
-                            return Err(invalid_argument(format!(
-                                "{what}: expected a ManualClock, \"backend\" or \"system\""
-                            )))
-                        }
-                    },
-                }
-            }
-            "keySecret" => opts.key_secret = Some(bytes(env, &value, &what)?),
-            "legacyHeaders" => legacy = boolean(env, &value, &what)?,
-            "denyCache" => opts.deny_cache = boolean(env, &value, &what)?,
-            "tls" if matches!(type_of(&value)?, ValueType::Null) => {}
-            "tls" => tls_options(env, &value, &what, &mut opts)?,
-            _ => {
-                return Err(invalid_argument(format!(
-                    "options: unknown option {name:?} (known: url, timeout, onBackendError, keyPrefix, clock, keySecret, legacyHeaders, denyCache, tls)"
-                )))
+        let value = option_value(env, &value, &what)?;
+        out.push((option, what, value));
+    }
+    Ok(out)
+}
+
+/// The options of `new Limiter()`, checked by the core.
+pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<LimiterOptions, Error> {
+    let mut opts = LimiterOptions::default();
+    match v {
+        Some(v) if !matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) => {
+            for (option, what, value) in named(env, v, &LIMITER_OPTIONS)? {
+                opts.set(option, &what, value, DurationUnit::Millis)?;
             }
         }
+        _ => {}
     }
-    Ok((opts, legacy))
+    Ok(opts)
 }
 
 /// A request's attributes: an object of name -> string. `undefined` and
@@ -411,9 +341,8 @@ pub(crate) fn attributes(env: &Env, v: &Unknown<'_>) -> Result<AttributeBuf, Err
     Ok(out)
 }
 
-/// The options of `check` (`allow_call_id`) or `peek`: `undefined` and
-/// `null` mean the defaults. A cost is a whole number, not negative; the
-/// core says which costs a check admits (0 never).
+/// The options of `check` (with `callId`, `allow_call_id`) or `peek`,
+/// checked by the core; `undefined` and `null` mean the defaults.
 pub(crate) fn check_options(
     env: &Env,
     v: &Unknown<'_>,
@@ -423,78 +352,24 @@ pub(crate) fn check_options(
     if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
         return Ok(opts);
     }
-    expect_object(env, v, "options")?;
-    for (name, value) in entries(env, v, "options")? {
-        let what = format!("options.{name}");
-        match name.as_str() {
-            "cost" => match opt_integer(env, &value, &what, i64::MIN, i64::MAX)? {
-                Some(c) if c < 0 => {
-                    return Err(invalid_argument(format!(
-                        "{what}: expected a whole number of at least 1, got {c}"
-                    )))
-                }
-                Some(c) => opts.cost = c as u64,
-                None => {}
-            },
-            "callId" if allow_call_id => opts.call_id = opt_string(env, &value, &what)?,
-            _ => {
-                let known = if allow_call_id {
-                    "cost, callId"
-                } else {
-                    "cost"
-                };
-                return Err(invalid_argument(format!(
-                    "options: unknown option {name:?} (known: {known})"
-                )));
-            }
-        }
+    let known: &[(&str, CheckOption)] =
+        &[("cost", CheckOption::Cost), ("callId", CheckOption::CallId)];
+    let known = if allow_call_id { known } else { &known[..1] };
+    for (option, what, value) in named(env, v, known)? {
+        opts.set(option, &what, value)?;
     }
     Ok(opts)
 }
 
-/// The options of `new ClientIp()`: trusted proxies and the IPv6 prefix.
-pub(crate) fn client_ip_options(
-    env: &Env,
-    v: Option<&Unknown<'_>>,
-) -> Result<(Vec<String>, u8), Error> {
-    let mut trusted = Vec::new();
-    let mut prefix = 64u8;
-    let Some(v) = v else {
-        return Ok((trusted, prefix));
-    };
-    if matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
-        return Ok((trusted, prefix));
-    }
-    expect_object(env, v, "options")?;
-    for (name, value) in entries(env, v, "options")? {
-        let what = format!("options.{name}");
-        match name.as_str() {
-            "trustedProxies" => {
-                if matches!(type_of(&value)?, ValueType::Undefined | ValueType::Null) {
-                    continue;
-                }
-                if !is_array(env, value.raw()) {
-                    return Err(invalid_argument(format!(
-                        "{what}: expected an array of addresses or CIDR networks"
-                    )));
-                }
-                for (i, (_, item)) in entries(env, &value, &what)?.into_iter().enumerate() {
-                    trusted.push(string(env, &item, &format!("{what}[{i}]"))?);
-                }
-            }
-            "ipv6Prefix" => {
-                if let Some(p) = opt_integer(env, &value, &what, 0, 255)? {
-                    prefix = p as u8;
-                }
-            }
-            _ => {
-                return Err(invalid_argument(format!(
-                    "options: unknown option {name:?} (known: trustedProxies, ipv6Prefix)"
-                )))
-            }
+/// The options of `new ClientIp()`, checked by the core.
+pub(crate) fn client_ip_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<ClientIpConfig, Error> {
+    let known = [("trustedProxies", ClientIpOption::TrustedProxies), ("ipv6Prefix", ClientIpOption::Ipv6Prefix)];
+    match v {
+        Some(v) if !matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) => {
+            ClientIpConfig::from_options(named(env, v, &known)?)
         }
+        _ => ClientIpConfig::from_options(Vec::new()),
     }
-    Ok((trusted, prefix))
 }
 
 /// A request header value: a string, an array of strings (joined with

@@ -189,9 +189,8 @@ impl ClientIp {
     #[napi(constructor, ts_args_type = "options?: ClientIpOptions")]
     pub fn new(env: &Env, options: Option<Unknown<'_>>) -> Result<Self, Code> {
         guard(|| {
-            let (trusted, prefix) = convert::client_ip_options(env, options.as_ref())?;
             Ok(ClientIp {
-                inner: throttlegate::ClientIpConfig::new(trusted, prefix)?,
+                inner: convert::client_ip_options(env, options.as_ref())?,
             })
         })
     }
@@ -268,8 +267,8 @@ fn ms(d: Duration) -> i64 {
     throttlegate::ceil_millis(d) as i64
 }
 
-fn headers(d: &throttlegate::Decision, legacy: bool) -> IndexMap<String, String> {
-    d.headers_with(throttlegate::HeaderOptions { legacy })
+fn headers(d: &throttlegate::Decision, options: throttlegate::HeaderOptions) -> IndexMap<String, String> {
+    d.headers_with(options)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
@@ -302,7 +301,6 @@ pub struct Limiter {
     inner: throttlegate::Limiter,
     /// The rule names that decision records refer to by index.
     names: Vec<throttlegate::RuleName>,
-    legacy: bool,
     /// What the fast paths of `check` and `peek` use (see `fast`).
     hot: Rc<fast::Hot>,
     /// The number that names `hot` to the fast paths.
@@ -405,7 +403,7 @@ impl Limiter {
     pub fn new(env: &Env, policy: Unknown<'_>, options: Option<Unknown<'_>>) -> Result<Self, Code> {
         guard(|| {
             let policy = convert::any_policy(env, &policy)?;
-            let (options, legacy) = convert::limiter_options(env, options.as_ref())?;
+            let options = convert::limiter_options(env, options.as_ref())?;
             let inner = throttlegate::Limiter::with_options(policy, options)?;
             let hot = Rc::new(fast::Hot::new(inner.clone()));
             Ok(Limiter {
@@ -413,7 +411,6 @@ impl Limiter {
                 hot,
                 names: inner.rule_names(),
                 inner,
-                legacy,
             })
         })
     }
@@ -482,7 +479,7 @@ impl Limiter {
     /// The core's headers for a decision record (a decision's `headers`, on first use).
     #[napi(js_name = "_headers", skip_typescript, enumerable = false)]
     pub fn headers_of(&self, record: Vec<f64>) -> Result<IndexMap<String, String>, Code> {
-        guard(|| Ok(headers(&self.rebuilt(&record)?, self.legacy)))
+        guard(|| Ok(headers(&self.rebuilt(&record)?, self.inner.header_options())))
     }
 
     /// The core's problem+json body for a decision record, `null` when

@@ -127,10 +127,10 @@ describe('TLS with a private CA', () => {
     const cases = [
       [{ cert: certs.pem('client.pem') }, /options\.tls\.key: required with options\.tls\.cert/],
       [{ key: certs.pem('client.key') }, /options\.tls\.cert: required with options\.tls\.key/],
-      [{ ca: 42 }, /options\.tls\.ca: expected a string or a Buffer, got a number/],
-      [{ ca: [ca, {}] }, /options\.tls\.ca\[1\]: expected a string or a Buffer, got an object/],
+      [{ ca: 42 }, /options\.tls\.ca: expected a string or bytes, got a number/],
+      [{ ca: [ca, {}] }, /options\.tls\.ca\[1\]: expected a string or bytes, got an object/],
       [{ ca, rejectUnauthorized: false }, /options\.tls: unknown option "rejectUnauthorized" \(known: ca, cert, key\)/],
-      ['ca.pem', /options\.tls: expected an object, got a string/],
+      ['ca.pem', /options\.tls: expected an object of ca, cert and key, got a string/],
       [{ ca, cert: certs.pem('client.pem'), key: 'not a key' }, /private key/],
     ];
     for (const [tls, message] of cases) {

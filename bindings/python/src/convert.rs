@@ -4,6 +4,7 @@ use pyo3::exceptions::PyUnicodeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
+use throttlegate::OptionValue;
 use smallvec::SmallVec;
 
 use crate::errors::{invalid_argument, invalid_type};
@@ -229,15 +230,31 @@ pub fn cost(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
         .map_err(|_| invalid_argument(py, format!("cost: {} is not an integer >= 1", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
 }
 
-/// A duration in seconds (`int` or `float`), for `timeout`.
-pub fn seconds(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<std::time::Duration> {
-    let py = obj.py();
-    if obj.is_instance_of::<PyBool>() || !(obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>()) {
-        return Err(invalid_type(py, format!("{what}: expected seconds as int or float, got {}", type_name(obj))));
-    }
-    let secs: f64 = obj.extract()?;
-    std::time::Duration::try_from_secs_f64(secs)
-        .map_err(|_| invalid_argument(py, format!("{what}: {secs} is not a valid number of seconds")))
+/// A keyword argument as the core's [`OptionValue`] (the core checks it and
+/// words the errors): `None`, `bool`, `int`/`float`, `str` (checked for lone
+/// surrogates), `bytes`, a `ManualClock`, or a list or tuple of these.
+pub fn option_value(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<OptionValue> {
+    Ok(if obj.is_none() {
+        OptionValue::Unset
+    } else if let Ok(b) = obj.cast::<PyBool>() {
+        OptionValue::Bool(b.is_true())
+    } else if obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>() {
+        OptionValue::Number(obj.extract()?)
+    } else if obj.is_instance_of::<PyString>() {
+        OptionValue::Text(text(obj, what)?)
+    } else if let Ok(b) = obj.cast::<PyBytes>() {
+        OptionValue::Bytes(b.as_bytes().to_vec())
+    } else if let Ok(c) = obj.cast::<crate::types::ManualClock>() {
+        OptionValue::Clock(throttlegate::Clock::Manual(c.get().inner.clone()))
+    } else if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+        let mut items = Vec::new();
+        for (i, item) in obj.try_iter()?.enumerate() {
+            items.push(option_value(&item?, &format!("{what}[{i}]"))?);
+        }
+        OptionValue::List(items)
+    } else {
+        OptionValue::Other(type_name(obj))
+    })
 }
 
 /// `InvalidPolicyError`: everything wrong inside a policy tree is a policy error.

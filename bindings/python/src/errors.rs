@@ -43,7 +43,8 @@ pub fn make(py: Python<'_>, kind: &str, message: &str, temporary: bool) -> PyErr
 
 /// A core error as the matching `ThrottlegateError` subclass.
 pub fn core_to_py(py: Python<'_>, err: &Error) -> PyErr {
-    make(py, err.kind().as_str(), &err.to_string(), err.is_temporary())
+    let kind = if err.is_wrong_type() { INVALID_TYPE } else { err.kind().as_str() };
+    make(py, kind, &err.to_string(), err.is_temporary())
 }
 
 /// `InvalidArgumentError` (a `ValueError`) naming what is wrong.

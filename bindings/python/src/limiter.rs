@@ -2,13 +2,13 @@
 
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::PyDict;
 use throttlegate as core;
 
 use crate::convert;
-use crate::errors::{core_to_py, guard, invalid_type};
+use crate::errors::{core_to_py, guard};
 use crate::runtime::{self, Value};
-use crate::types::{Decision, ManualClock, Policy};
+use crate::types::{Decision, Policy};
 
 /// A rate limiter: a policy bound to Redis or to the embedded backend.
 ///
@@ -80,7 +80,7 @@ impl Limiter {
     /// Bind `policy` (a `Policy`, a path to a TOML/JSON file, or plain dicts)
     /// to a backend: `url` is `redis://...`, `rediss://...` (TLS),
     /// `redis+cluster://host:port,host:port` (Redis Cluster), `memory://`, or
-    /// None (embedded).
+    /// None (embedded). `timeout` is seconds, or text such as `"250ms"`.
     ///
     /// For TLS URLs, `tls_root_cert` is a CA certificate to trust instead of
     /// the system's roots (a private CA), and `tls_client_cert` a
@@ -109,40 +109,29 @@ impl Limiter {
     ) -> PyResult<Self> {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
-            let mut o = core::LimiterOptions { url: convert::opt_text(url, "url")?, ..Default::default() };
-            if let Some(t) = timeout.filter(|o| !o.is_none()) {
-                o.timeout = Some(convert::seconds(t, "timeout")?);
+            let mut o = core::LimiterOptions::default();
+            let tls_root_cert = match tls_root_cert.filter(|c| !c.is_none()) {
+                Some(ca) => Some(core::OptionValue::Bytes(convert::pem(ca, "tls_root_cert")?)),
+                None => None,
+            };
+            let tls_client_cert = match tls_client_cert.map(|p| (p, p.cast::<pyo3::types::PyTuple>())) {
+                Some((_, Ok(pair))) if pair.len() == 2 => Some(core::OptionValue::List(vec![
+                    core::OptionValue::Bytes(convert::pem(&pair.get_item(0)?, "tls_client_cert: the certificate")?),
+                    core::OptionValue::Bytes(convert::pem(&pair.get_item(1)?, "tls_client_cert: the key")?),
+                ])),
+                Some((other, _)) => Some(convert::option_value(other, "tls_client_cert")?),
+                None => None,
+            };
+            use core::LimiterOption as O;
+            let given = [(O::Url, "url", url), (O::Timeout, "timeout", timeout), (O::OnBackendError, "on_backend_error", on_backend_error), (O::Prefix, "prefix", prefix), (O::Clock, "clock", clock), (O::KeySecret, "key_secret", key_secret), (O::DenyCache, "deny_cache", deny_cache)];
+            for (option, what, value) in given {
+                if let Some(value) = value {
+                    o.set(option, what, convert::option_value(value, what)?, core::DurationUnit::Seconds).map_err(|e| core_to_py(py, &e))?;
+                }
             }
-            if let Some(m) = convert::opt_text(on_backend_error, "on_backend_error")? {
-                o.on_backend_error = Some(core::FailureMode::parse(&m).map_err(|e| core_to_py(py, &e))?);
-            }
-            o.prefix = convert::opt_text(prefix, "prefix")?;
-            if let Some(c) = clock.filter(|o| !o.is_none()) {
-                o.clock = resolve_clock(c)?;
-            }
-            if let Some(s) = key_secret.filter(|o| !o.is_none()) {
-                o.key_secret = Some(if s.is_instance_of::<PyString>() {
-                    convert::text(s, "key_secret")?.into_bytes()
-                } else if let Ok(b) = s.cast::<pyo3::types::PyBytes>() {
-                    b.as_bytes().to_vec()
-                } else {
-                    return Err(invalid_type(py, "key_secret: expected str or bytes"));
-                });
-            }
-            if let Some(ca) = tls_root_cert.filter(|o| !o.is_none()) {
-                o.tls_root_cert = Some(convert::pem(ca, "tls_root_cert")?);
-            }
-            if let Some(pair) = tls_client_cert.filter(|o| !o.is_none()) {
-                let (cert, key) = client_cert_pair(pair)?;
-                o.tls_client_cert = Some((
-                    convert::pem(&cert, "tls_client_cert: the certificate")?,
-                    convert::pem(&key, "tls_client_cert: the key")?,
-                ));
-            }
-            if let Some(on) = deny_cache.filter(|o| !o.is_none()) {
-                match on.cast::<pyo3::types::PyBool>() {
-                    Ok(on) => o.deny_cache = on.is_true(),
-                    Err(_) => return Err(invalid_type(py, "deny_cache: expected a bool")),
+            for (option, what, value) in [(O::TlsRootCert, "tls_root_cert", tls_root_cert), (O::TlsClientCert, "tls_client_cert", tls_client_cert)] {
+                if let Some(value) = value {
+                    o.set(option, what, value, core::DurationUnit::Seconds).map_err(|e| core_to_py(py, &e))?;
                 }
             }
             let inner = core::Limiter::with_options(policy, o).map_err(|e| core_to_py(py, &e))?;
@@ -277,34 +266,4 @@ impl Limiter {
             if self.closed() { "True" } else { "False" }
         )
     }
-}
-
-fn resolve_clock(obj: &Bound<'_, PyAny>) -> PyResult<core::Clock> {
-    let py = obj.py();
-    if let Ok(m) = obj.cast::<ManualClock>() {
-        return Ok(core::Clock::Manual(m.get().inner.clone()));
-    }
-    if obj.is_instance_of::<PyString>() {
-        return match convert::text(obj, "clock")?.as_str() {
-            "backend" => Ok(core::Clock::Backend),
-            "system" => Ok(core::Clock::System),
-            other => Err(crate::errors::invalid_argument(
-                py,
-                format!("clock: {other:?} is not \"backend\", \"system\" or a ManualClock"),
-            )),
-        };
-    }
-    Err(invalid_type(py, "clock: expected \"backend\", \"system\" or a ManualClock"))
-}
-
-/// The `tls_client_cert` argument: a `(certificate, key)` tuple, like the
-/// `cert` argument of `requests`.
-fn client_cert_pair<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let py = obj.py();
-    let wrong = || invalid_type(py, "tls_client_cert: expected a (certificate, key) tuple");
-    let pair = obj.cast::<pyo3::types::PyTuple>().map_err(|_| wrong())?;
-    if pair.len() != 2 {
-        return Err(wrong());
-    }
-    Ok((pair.get_item(0)?, pair.get_item(1)?))
 }

@@ -407,30 +407,13 @@ impl ClientIp {
     #[pyo3(signature = (trusted_proxies = None, ipv6_prefix = None))]
     fn new(py: Python<'_>, trusted_proxies: Option<&Bound<'_, PyAny>>, ipv6_prefix: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         guard(py, || {
-            let mut proxies = Vec::new();
-            if let Some(list) = trusted_proxies.filter(|o| !o.is_none()) {
-                if list.is_instance_of::<PyString>() {
-                    return Err(invalid_type(py, "trusted_proxies: expected a list of str, got a single str"));
-                }
-                let iter = list
-                    .try_iter()
-                    .map_err(|_| invalid_type(py, "trusted_proxies: expected a list of str"))?;
-                for (i, item) in iter.enumerate() {
-                    proxies.push(convert::text(&item?, &format!("trusted_proxies[{i}]"))?);
+            let mut given = Vec::new();
+            for (option, what, value) in [(core::ClientIpOption::TrustedProxies, "trusted_proxies", trusted_proxies), (core::ClientIpOption::Ipv6Prefix, "ipv6_prefix", ipv6_prefix)] {
+                if let Some(value) = value {
+                    given.push((option, what.to_string(), convert::option_value(value, what)?));
                 }
             }
-            // 64 is the core's default grouping (one subscriber's network).
-            let prefix = match ipv6_prefix.filter(|o| !o.is_none()) {
-                None => 64,
-                Some(p) => {
-                    if !p.is_instance_of::<pyo3::types::PyInt>() || p.is_instance_of::<pyo3::types::PyBool>() {
-                        return Err(invalid_type(py, "ipv6_prefix: expected int"));
-                    }
-                    p.extract::<u8>()
-                        .map_err(|_| invalid_argument(py, "ipv6_prefix: must be between 1 and 128"))?
-                }
-            };
-            let inner = core::ClientIpConfig::new(proxies, prefix).map_err(|e| core_to_py(py, &e))?;
+            let inner = core::ClientIpConfig::from_options(given).map_err(|e| core_to_py(py, &e))?;
             Ok(ClientIp { inner })
         })
     }

@@ -61,7 +61,8 @@ def test_wrong_types_are_type_errors() -> None:
     raises(T, lambda: tg.Limiter(42), "policy")  # type: ignore[arg-type]
     raises(T, lambda: tg.Limiter([RULE], url=5), "url")  # type: ignore[arg-type]
     raises(T, lambda: tg.Limiter([RULE], prefix=5), "prefix")  # type: ignore[arg-type]
-    raises(T, lambda: tg.Limiter([RULE], timeout="1s"), "timeout")  # type: ignore[arg-type]
+    raises(T, lambda: tg.Limiter([RULE], timeout=[1]), "timeout")  # type: ignore[arg-type]
+    assert tg.Limiter([RULE], timeout="250ms").policy.timeout == 0.25
     raises(T, lambda: tg.Limiter([RULE], timeout=True), "timeout")
     raises(T, lambda: tg.Limiter([RULE], clock=5), "clock")  # type: ignore[arg-type]
     raises(T, lambda: tg.Limiter([RULE], key_secret=5), "key_secret")  # type: ignore[arg-type]

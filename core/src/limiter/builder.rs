@@ -11,6 +11,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::TlsOptions;
 use crate::backend::Connection;
 use crate::clock::{system_now_us, Clock};
+use crate::decision::HeaderOptions;
 use crate::deny_cache::DenyCache;
 use crate::error::{Error, Result};
 use crate::plan::Rules;
@@ -46,6 +47,8 @@ pub struct LimiterOptions {
     pub tls_client_cert: Option<(Vec<u8>, Vec<u8>)>,
     /// Remember denials in process (see [`LimiterBuilder::deny_cache`]).
     pub deny_cache: bool,
+    /// Also give the `X-RateLimit-*` headers (see [`crate::Limiter::header_options`]).
+    pub legacy_headers: bool,
 }
 
 /// Builds a [`Limiter`]; see [`Limiter::builder`].
@@ -120,6 +123,13 @@ impl LimiterBuilder {
         self
     }
 
+    /// Also give the legacy `X-RateLimit-*` headers with every decision's
+    /// headers, where a front end makes them per limiter (default off).
+    pub fn legacy_headers(mut self, on: bool) -> Self {
+        self.options.legacy_headers = on;
+        self
+    }
+
     /// Where "now" comes from (default: the backend's clock).
     pub fn clock(mut self, clock: Clock) -> Self {
         self.options.clock = clock;
@@ -163,6 +173,7 @@ impl LimiterBuilder {
                 remote,
                 deny_cache,
                 clock: o.clock,
+                headers: HeaderOptions { legacy: o.legacy_headers },
                 started: Instant::now(),
                 epoch_us: system_now_us(),
                 closed: AtomicBool::new(false),

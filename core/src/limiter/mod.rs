@@ -7,9 +7,11 @@
 //! shells around that path.
 
 mod builder;
+mod options;
 mod stats;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
+pub use options::{CheckOption, LimiterOption};
 pub use stats::Stats;
 
 use std::future::Future;
@@ -23,7 +25,7 @@ use futures_util::FutureExt;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::Connection;
 use crate::clock::{system_now_us, Clock};
-use crate::decision::{Decision, RuleName, RuleResult};
+use crate::decision::{Decision, HeaderOptions, RuleName, RuleResult};
 use crate::deny_cache::DenyCache;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Attributes;
@@ -74,6 +76,8 @@ struct Inner {
     /// Remembered denials, when asked for (network backends only).
     deny_cache: Option<DenyCache>,
     clock: Clock,
+    /// The headers decisions get where a front end makes them per limiter.
+    headers: HeaderOptions,
     started: Instant,
     epoch_us: i64,
     closed: AtomicBool,
@@ -127,6 +131,12 @@ impl Limiter {
     /// The policy, with the builder's overrides applied.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// The header options given when the limiter was made
+    /// ([`LimiterOptions::legacy_headers`]), for [`Decision::headers_with`].
+    pub fn header_options(&self) -> HeaderOptions {
+        self.inner.headers
     }
 
     /// The rule names in policy order: what [`RuleResult::index`] refers to.

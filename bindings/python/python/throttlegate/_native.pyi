@@ -124,7 +124,7 @@ class Limiter:
         policy: _PolicySource,
         url: Optional[str] = None,
         *,
-        timeout: Optional[float] = None,
+        timeout: Union[float, str, None] = None,
         on_backend_error: Optional[Literal["allow", "deny", "error"]] = None,
         prefix: Optional[str] = None,
         clock: Union[ManualClock, Literal["backend", "system"], None] = None,
