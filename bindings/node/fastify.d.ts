@@ -6,8 +6,11 @@ type Attributes = Record<string, string | null | undefined>;
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The decision of the request's check (null when it was not checked). */
-    rateLimit: Decision | null;
+    /**
+     * The decision of the request's check: null when the route was not
+     * checked, undefined outside the contexts the plugin is registered in.
+     */
+    rateLimit?: Decision | null;
   }
   interface FastifyContextConfig {
     /** `false`: this route is not checked; an object: its own attributes, cost or skip. */

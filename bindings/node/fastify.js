@@ -19,7 +19,10 @@ const WHERE = 'throttlegate/fastify';
 const ROUTE_KEYS = new Set(['attributes', 'cost', 'skip']);
 
 function defaultOnDenied(request, reply, decision) {
-  return reply.code(429).headers(decision.headers).type('application/problem+json').send(decision.problemJson);
+  // A Buffer: Fastify would add `; charset=utf-8` to a string's type, and the
+  // type is the Express middleware's, byte for byte.
+  return reply.code(429).headers(decision.headers).type('application/problem+json')
+    .send(Buffer.from(decision.problemJson));
 }
 
 function defaultOnError(err) {

@@ -240,7 +240,7 @@ describe('throttlegate/fastify', () => {
         });
       });
       fastify.register(async (sibling) => {
-        sibling.get('/sibling', async (request) => ({ checked: request.rateLimit !== null }));
+        sibling.get('/sibling', async (request) => ({ checked: request.rateLimit != null }));
       });
     }, async (url) => {
       assert.deepEqual(JSON.parse((await request(`${url}/limited`)).body), { remaining: 1 });
