@@ -124,7 +124,7 @@ RATE_HEADERS = (b"ratelimit", b"x-ratelimit", b"retry-after")
 
 
 def rate_headers(r: httpx.Response) -> list[tuple[bytes, bytes]]:
-    return [(k.lower(), v) for k, v in r.headers.raw if k.lower().startswith(RATE_HEADERS)]
+    return [(k, v) for k, v in r.headers.raw if k.lower().startswith(RATE_HEADERS)]
 
 
 def drive(base: str, path: str = "/") -> list[tuple[int, list[tuple[bytes, bytes]], str, str]]:
@@ -173,9 +173,9 @@ def test_every_integration_sends_the_same_headers_for_the_same_state() -> None:
     statuses = [status for status, _, _, _ in reference]
     assert statuses == [200, 200, 200, 429, 429]
     assert reference[0][1] == [
-        (b"ratelimit-limit", b"3"), (b"ratelimit-remaining", b"2"), (b"ratelimit-reset", b"60"),
-        (b"ratelimit-policy", b'"per-ip";q=3;w=60, "bucket";q=5;w=10'),
-        (b"ratelimit", b'"per-ip";r=2;t=60, "bucket";r=4;t=2'),
+        (b"RateLimit-Limit", b"3"), (b"RateLimit-Remaining", b"2"), (b"RateLimit-Reset", b"60"),
+        (b"RateLimit-Policy", b'"per-ip";q=3;w=60, "bucket";q=5;w=10'),
+        (b"RateLimit", b'"per-ip";r=2;t=60, "bucket";r=4;t=2'),
     ]
     assert reference[3][2] == "application/problem+json"
     servers: dict[str, Callable[[], Any]] = {
