@@ -1,7 +1,7 @@
 """throttlegate.django, throttlegate.asgi and throttlegate.wsgi served by real
 servers (uvicorn, werkzeug) in this process: the same state gives the same
 header bytes as the Flask and FastAPI integrations, Django's decorators and
-settings, Litestar as it is, and importing throttlegate without any
+settings, Litestar and Falcon (WSGI and ASGI) as they are, and importing throttlegate without any
 framework installed."""
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from typing import Any, Callable
 
 import django
+import falcon
+import falcon.asgi
 import httpx
 import pytest
 from django.conf import settings
@@ -167,6 +169,26 @@ async def litestar_index() -> str:
     return "ok"
 
 
+class FalconIndex:
+    def on_get(self, req: Any, resp: Any) -> None:
+        resp.text = "ok"
+
+    async def on_get_async(self, req: Any, resp: Any) -> None:
+        resp.text = "ok"
+
+
+def falcon_wsgi() -> Any:
+    app = falcon.App()
+    app.add_route("/", FalconIndex())
+    return app
+
+
+def falcon_asgi() -> Any:
+    app = falcon.asgi.App()
+    app.add_route("/", FalconIndex(), suffix="async")
+    return app
+
+
 def test_every_integration_sends_the_same_headers_for_the_same_state() -> None:
     with werkzeug_server(flask_app()) as base:
         reference = drive(base)
@@ -183,6 +205,8 @@ def test_every_integration_sends_the_same_headers_for_the_same_state() -> None:
         "asgi": lambda: uvicorn_server(asgi.RateLimitMiddleware(bare_asgi, limiter=limiter())),  # type: ignore[arg-type]
         "litestar": lambda: uvicorn_server(
             asgi.RateLimitMiddleware(Litestar([litestar_index]), limiter=limiter())),  # type: ignore[arg-type]
+        "falcon-wsgi": lambda: werkzeug_server(wsgi.RateLimitMiddleware(falcon_wsgi(), limiter=limiter())),
+        "falcon-asgi": lambda: uvicorn_server(asgi.RateLimitMiddleware(falcon_asgi(), limiter=limiter())),
         "fastapi": lambda: uvicorn_server(fastapi_app()),
         "django-asgi": lambda: django_server("asgi", {"limiter": limiter()}),
         "django-wsgi": lambda: django_server("wsgi", {"limiter": limiter()}),
