@@ -60,7 +60,9 @@ def main() -> None:
     parser.add_argument("--prefix", default=None)
     parser.add_argument("--trusted-proxy", action="append", default=[])
     args = parser.parse_args()
-    uvicorn.run(create_app(args.url, args.trusted_proxy, args.prefix), host=args.host, port=args.port, log_level="warning")
+    # proxy_headers=False: only throttlegate's trusted proxies may speak for a client.
+    uvicorn.run(create_app(args.url, args.trusted_proxy, args.prefix), host=args.host, port=args.port,
+                log_level="warning", proxy_headers=False)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ const assert = require("node:assert/strict");
 const { Limiter, VERSION } = require("throttlegate");
 const { rateLimit } = require("throttlegate/express");
 assert.equal(typeof rateLimit, "function");
+// Neither express nor fastify is installed here: both entries still load.
+assert.throws(() => require("fastify"), { code: "MODULE_NOT_FOUND" });
+assert.equal(typeof require("throttlegate/fastify"), "function");
 const limiter = new Limiter({ rules: [{ name: "a", key: "ip:{ip}", limit: 1, window: "1m" }] });
 limiter.check({ ip: "203.0.113.7" }).then(async (d) => {
   assert.equal(d.allowed, true);

@@ -35,6 +35,11 @@ describe('TypeScript declarations', () => {
         "async function f(): Promise<void> { const d = await l.check({ ip: '1' }); const s: string = d.allowed; console.log(s); }",
         "rateLimit({ policy: 'p.toml', cost: 'two' });",
         "new Limiter({ rules: [] }, { tls: { ca: 42 } });",
+        "import Fastify from 'fastify';",
+        "import throttlegateFastify from 'throttlegate/fastify';",
+        "const app = Fastify();",
+        "void app.register(throttlegateFastify, { limiter: l, headers: 'yes' });",
+        "app.get('/x', { config: { rateLimit: { cost: 'two' } } }, async () => 'x');",
         'void f();',
         '',
       ].join('\n'),
@@ -47,6 +52,8 @@ describe('TypeScript declarations', () => {
       assert.match(out, /Type 'boolean' is not assignable to type 'string'/);
       assert.match(out, /'string' is not assignable to type 'number \| \(\(req/);
       assert.match(out, /Type 'number' is not assignable to type 'string \| Buffer/);
+      assert.match(out, /Type 'string' is not assignable to type 'boolean/);
+      assert.match(out, /is not assignable to type 'RouteRateLimitOptions & \{ cost: string; \}'/);
     } finally {
       fs.rmSync(bad, { force: true });
     }

@@ -4,10 +4,14 @@ stubs (test_typing.py); it is also run, so the types describe real behaviour."""
 from __future__ import annotations
 
 import asyncio
-from typing import Optional
+from collections.abc import Iterable
+from typing import Any, Callable, Optional
 
 import throttlegate
 from throttlegate import Decision, Limiter, ManualClock, Policy, RuleResult
+from throttlegate.asgi import RateLimitMiddleware as AsgiRateLimit
+from throttlegate.wsgi import DECISION_KEY
+from throttlegate.wsgi import RateLimitMiddleware as WsgiRateLimit
 
 policy: Policy = Policy([{"name": "per-ip", "key": "ip:{ip}", "limit": 3, "window": "1s"}])
 clock = ManualClock(1_000_000)
@@ -39,6 +43,26 @@ async def main() -> Decision:
 with limiter:
     final: Decision = asyncio.run(main())
     assert final.allowed and decision.allowed and deleted == 1 and client == "192.0.2.1"
+
+
+
+async def asgi_app(scope: Any, receive: Any, send: Any) -> None:
+    decision: Decision = scope["state"]["ratelimit"]
+    assert decision.allowed
+
+
+def wsgi_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    decision: Decision = environ[DECISION_KEY]
+    start_response("200 OK", [])
+    return [str(decision.remaining).encode()]
+
+
+web_limiter = Limiter(policy)
+wrapped_asgi = AsgiRateLimit(asgi_app, limiter=web_limiter, client_ip=throttlegate.ClientIp(["10.0.0.1"]),
+                             attributes=lambda scope: {"ip": scope["client"][0]}, cost=lambda scope: 1)
+wrapped_wsgi = WsgiRateLimit(wsgi_app, limiter=web_limiter, legacy_headers=True, cost=2)
+body_parts: list[bytes] = list(wrapped_wsgi({"REMOTE_ADDR": "203.0.113.9", "PATH_INFO": "/"}, lambda status, headers: lambda b: None))
+assert body_parts == [b"1"], body_parts
 
 try:
     Limiter({"rules": []})

@@ -5,6 +5,9 @@ import type { Decision, LimiterOptions, PolicyObject, RuleResult, Stats, TlsOpti
 import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
 import { createServer } from 'node:http';
+import Fastify from 'fastify';
+import throttlegateFastify from 'throttlegate/fastify';
+import type { FastifyRateLimitOptions } from 'throttlegate/fastify';
 
 const policy: PolicyObject = {
   prefix: 'app:',
@@ -74,6 +77,21 @@ async function main(): Promise<void> {
   });
   createServer((req, res) => middleware(req, res, () => res.end('ok')));
   await middleware.limiter.close();
+  const fastify = Fastify();
+  const fastifyOptions: FastifyRateLimitOptions = {
+    limiter: fromFile,
+    trustedProxies: ['10.0.0.0/8'],
+    attributes: (request, clientIp) => ({ ip: clientIp, route: request.routeOptions.url }),
+    cost: async (request) => (request.headers['x-heavy'] ? 2 : 1),
+    onDenied: (request, reply, decision) => reply.code(429).send(decision.problemJson),
+    onError: (err, request, reply) => reply.code(503).send({ code: err.code }),
+  };
+  await fastify.register(throttlegateFastify, fastifyOptions);
+  await fastify.register(throttlegateFastify, { policy, limiterOptions: { url: 'redis://127.0.0.1:6379' }, onBackendError: 'deny' });
+  fastify.get('/export', { config: { rateLimit: { cost: 5, skip: (request) => request.ip === '127.0.0.1' } } },
+    async (request) => ({ remaining: request.rateLimit?.remaining ?? null }));
+  fastify.get('/health', { config: { rateLimit: false } }, async () => 'ok');
+  await fastify.close();
   console.log(VERSION, allowed, wait, rule, results, headers, degraded, peeked, deleted, keys, stats, backend, ip);
 }
 

@@ -1,7 +1,9 @@
 """FastAPI / Starlette integration, without blocking the event loop.
 
-:class:`RateLimitMiddleware` checks every HTTP request (a plain ASGI
-middleware); :class:`RateLimit` is a dependency for chosen routes::
+:class:`RateLimitMiddleware` checks every HTTP request (the generic
+:class:`throttlegate.asgi.RateLimitMiddleware`, whose ``attributes`` and
+``cost`` functions here receive a Starlette ``Request``); :class:`RateLimit`
+is a dependency for chosen routes::
 
     app = FastAPI()
     app.add_middleware(RateLimitMiddleware, limiter=limiter)
@@ -16,78 +18,45 @@ are ``ip`` (the client address per :class:`throttlegate.ClientIp`), ``method``
 and ``path``. A denial is a 429 with the rate-limit headers and (middleware)
 an ``application/problem+json`` body or (dependency) an ``HTTPException``
 whose detail is that problem object; allowed responses get the headers too
-(a route's own ``RateLimit`` headers win over the middleware's).
+(a route's own ``RateLimit`` headers win over the middleware's). The
+middleware's decision is ``request.state.ratelimit``.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from typing import Any, Callable, Optional, Union
 
 from fastapi import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from throttlegate import asgi
+from throttlegate._http import AttributeMap
 from throttlegate._native import ClientIp, Decision, Limiter
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "default_attributes"]
 
-AttributeMap = Mapping[str, Union[str, int, None]]
 AttributesFn = Callable[[Request], Union[AttributeMap, Awaitable[AttributeMap]]]
 CostFn = Callable[[Request], int]
 
 
-def _joined(req: Request, name: str) -> Optional[str]:
-    values = req.headers.getlist(name)
-    return ",".join(values) if values else None
-
-
 def default_attributes(req: Request, client_ip: ClientIp) -> dict[str, Optional[str]]:
     """``ip``, ``method`` and ``path`` of a request (``ip`` is None when the
-    peer is not an IP address, so rules keyed on it do not apply)."""
-    ip = None
-    if req.client is not None and req.client.host:
-        ip = client_ip.client_ip(req.client.host, _joined(req, "forwarded"), _joined(req, "x-forwarded-for"))
-    return {"ip": ip, "method": req.method, "path": req.url.path}
+    peer is not an IP address, so rules keyed on it do not apply): those of
+    :func:`throttlegate.asgi.default_attributes` for its scope."""
+    return asgi.default_attributes(req.scope, client_ip)
 
 
-class _Checker:
-    def __init__(
-        self,
-        limiter: Limiter,
-        attributes: Optional[AttributesFn],
-        client_ip: Optional[ClientIp],
-        cost: Union[int, CostFn],
-        legacy_headers: bool,
-    ) -> None:
-        self.limiter = limiter
-        self.attributes = attributes
-        self.client_ip = client_ip if client_ip is not None else ClientIp()
-        self.cost = cost
-        self.legacy_headers = legacy_headers
-
-    async def decide(self, req: Request) -> Decision:
-        if self.attributes is None:
-            attrs: AttributeMap = default_attributes(req, self.client_ip)
-        else:
-            got = self.attributes(req)
-            attrs = await got if inspect.isawaitable(got) else got
-        units = self.cost(req) if callable(self.cost) else self.cost
-        return await self.limiter.check_async(attrs, units)
-
-    def headers(self, decision: Decision) -> dict[str, str]:
-        return decision.headers_with(legacy=self.legacy_headers)
-
-
-class RateLimitMiddleware:
-    """ASGI middleware checking every HTTP request with a :class:`Limiter`."""
+class RateLimitMiddleware(asgi.RateLimitMiddleware):
+    """ASGI middleware checking every HTTP request with a :class:`Limiter`;
+    ``attributes`` and ``cost`` receive the Starlette ``Request``."""
 
     def __init__(
         self,
-        app: ASGIApp,
+        app: asgi.ASGIApp,
         *,
         limiter: Limiter,
         attributes: Optional[AttributesFn] = None,
@@ -95,35 +64,21 @@ class RateLimitMiddleware:
         cost: Union[int, CostFn] = 1,
         legacy_headers: bool = False,
     ) -> None:
-        self.app = app
-        self.checker = _Checker(limiter, attributes, client_ip, cost, legacy_headers)
+        super().__init__(app, limiter=limiter, client_ip=client_ip, legacy_headers=legacy_headers)
+        self.request_attributes_fn = attributes
+        self.request_cost_fn = cost
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        decision = await self.checker.decide(Request(scope))
-        headers = self.checker.headers(decision)
-        if not decision.allowed:
-            response = Response(
-                decision.problem_json() or "", status_code=429, headers=headers, media_type="application/problem+json"
-            )
-            await response(scope, receive, send)
-            return
-        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    async def request_attributes(self, scope: asgi.Scope) -> AttributeMap:
+        """The attributes of the request: ``attributes(Request(scope))`` or the defaults."""
+        if self.request_attributes_fn is None:
+            return asgi.default_attributes(scope, self.client_ip)
+        got = self.request_attributes_fn(Request(scope))
+        return await got if inspect.isawaitable(got) else got
 
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                # Headers already set by a route's own check (RateLimit) are
-                # more specific than the middleware's: keep them.
-                present = {bytes(k).lower() for k, _ in message.get("headers", [])}
-                message = dict(message)
-                message["headers"] = list(message.get("headers", [])) + [
-                    (k, v) for k, v in raw if k.lower() not in present
-                ]
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+    def request_cost(self, scope: asgi.Scope) -> int:
+        """The units the request costs: ``cost(Request(scope))`` or the number."""
+        how_much = self.request_cost_fn
+        return how_much(Request(scope)) if callable(how_much) else how_much
 
 
 class RateLimit:
@@ -142,11 +97,21 @@ class RateLimit:
         cost: Union[int, CostFn] = 1,
         legacy_headers: bool = False,
     ) -> None:
-        self.checker = _Checker(limiter, attributes, client_ip, cost, legacy_headers)
+        self.limiter = limiter
+        self.attributes = attributes
+        self.client_ip = client_ip if client_ip is not None else ClientIp()
+        self.cost = cost
+        self.legacy_headers = legacy_headers
 
     async def __call__(self, request: Request, response: Response) -> Decision:
-        decision = await self.checker.decide(request)
-        headers = self.checker.headers(decision)
+        if self.attributes is None:
+            attrs: AttributeMap = default_attributes(request, self.client_ip)
+        else:
+            got = self.attributes(request)
+            attrs = await got if inspect.isawaitable(got) else got
+        units = self.cost(request) if callable(self.cost) else self.cost
+        decision = await self.limiter.check_async(attrs, units)
+        headers = decision.headers_with(legacy=self.legacy_headers)
         if not decision.allowed:
             detail: Any = json.loads(decision.problem_json() or "{}")
             raise HTTPException(status_code=429, detail=detail, headers=headers)

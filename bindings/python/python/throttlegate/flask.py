@@ -12,6 +12,10 @@ address per :class:`throttlegate.ClientIp`: the socket peer, forwarded headers
 only through trusted proxies), ``method`` and ``path``. Pass ``attributes`` to
 choose others, ``every_request=False`` to check only the views decorated with
 :meth:`Throttle.limit`, and :meth:`Throttle.exempt` to skip a view.
+
+The extension is :mod:`throttlegate.wsgi` with Flask's routing: the same
+attributes from the WSGI environ, the same 429 answer, and the decision in
+``environ["throttlegate.decision"]`` (and ``g``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 from flask import Flask, Request, Response, current_app, g, request
 
+from throttlegate import wsgi
+from throttlegate._http import denial
 from throttlegate._native import ClientIp, Decision, Limiter
 
 __all__ = ["Throttle", "default_attributes"]
@@ -33,18 +39,11 @@ CostFn = Callable[[Request], int]
 _DECISION = "_throttlegate_decision"
 
 
-def _joined(req: Request, name: str) -> Optional[str]:
-    values = req.headers.getlist(name)
-    return ",".join(values) if values else None
-
-
 def default_attributes(req: Request, client_ip: ClientIp) -> dict[str, Optional[str]]:
     """``ip``, ``method`` and ``path`` of a request (``ip`` is None when the
-    peer is not an IP address, so rules keyed on it do not apply)."""
-    ip = None
-    if req.remote_addr:
-        ip = client_ip.client_ip(req.remote_addr, _joined(req, "Forwarded"), _joined(req, "X-Forwarded-For"))
-    return {"ip": ip, "method": req.method, "path": req.path}
+    peer is not an IP address, so rules keyed on it do not apply): those of
+    :func:`throttlegate.wsgi.default_attributes` for its environ."""
+    return wsgi.default_attributes(req.environ, client_ip)
 
 
 class Throttle:
@@ -106,10 +105,8 @@ class Throttle:
 
     def denied_response(self, decision: Decision) -> Response:
         """The 429 answer: problem+json body naming the rules, with the headers."""
-        response = Response(decision.problem_json() or "", status=429, mimetype="application/problem+json")
-        for name, value in decision.headers_with(legacy=self.legacy_headers).items():
-            response.headers[name] = value
-        return response
+        body, headers = denial(decision, self.legacy_headers)
+        return Response(body, status=429, headers=headers)
 
     def _check(self, attributes: Optional[AttributesFn], cost: Union[int, CostFn, None]) -> Optional[Response]:
         pick = attributes or self.attributes
@@ -118,6 +115,7 @@ class Throttle:
         units = how_much(request) if callable(how_much) else how_much
         decision = self.limiter.check(attrs, units)
         setattr(g, _DECISION, decision)
+        request.environ[wsgi.DECISION_KEY] = decision
         if not decision.allowed:
             return self.denied_response(decision)
         return None

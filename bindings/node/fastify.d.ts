@@ -1,0 +1,72 @@
+// Types of `throttlegate/fastify` (hand-written: the plugin is JavaScript).
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { Decision, Limiter, LimiterOptions, Policy, PolicyObject } from './index';
+
+type Attributes = Record<string, string | null | undefined>;
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * The decision of the request's check: null when the route was not
+     * checked, undefined outside the contexts the plugin is registered in.
+     */
+    rateLimit?: Decision | null;
+  }
+  interface FastifyContextConfig {
+    /** `false`: this route is not checked; an object: its own attributes, cost or skip. */
+    rateLimit?: false | throttlegate.RouteRateLimitOptions;
+  }
+}
+
+declare namespace throttlegate {
+  /** What a route may set in `config.rateLimit`, replacing the plugin's option of the same name. */
+  export interface RouteRateLimitOptions {
+    /** The attributes of the route's requests. */
+    attributes?: (request: FastifyRequest, clientIp: string | null) => Attributes | Promise<Attributes>;
+    /** Units a request to the route costs. */
+    cost?: number | ((request: FastifyRequest) => number | Promise<number>);
+    /** Requests of the route for which this returns true are not checked. */
+    skip?: (request: FastifyRequest) => boolean | Promise<boolean>;
+  }
+
+  /** Options of the plugin: give a `limiter`, or a `policy` to build one (closed with the app). */
+  export interface FastifyRateLimitOptions extends RouteRateLimitOptions {
+    /** The limiter to check with (it carries its own `onBackendError`). */
+    limiter?: Limiter;
+    /** A policy to build a limiter from (a `Policy`, a file path or a plain object). */
+    policy?: Policy | string | PolicyObject;
+    /** Options of the limiter built from `policy` (for instance `url`). */
+    limiterOptions?: LimiterOptions;
+    /**
+     * When the backend is down or too slow (only with `policy`): admit the
+     * request (`'allow'`), deny it with 429 (`'deny'`), or pass the error to
+     * `onError` (`'error'`). Both admitted and denied answers are marked `degraded`.
+     */
+    onBackendError?: 'allow' | 'deny' | 'error';
+    /** Proxies whose `Forwarded` / `X-Forwarded-For` headers are believed (addresses or CIDR networks). */
+    trustedProxies?: string[];
+    /** Bits of an IPv6 client address that identify one client (default 64). */
+    ipv6Prefix?: number;
+    /** Set the `RateLimit-*` headers on admitted responses (default true). */
+    headers?: boolean;
+    /** Answer a denied request. Default: 429 with the headers and a problem+json body. */
+    onDenied?: (request: FastifyRequest, reply: FastifyReply, decision: Decision) => unknown;
+    /**
+     * Handle an error of the check. Default: rethrow it (Fastify's error
+     * handler answers). A handler that neither answers nor throws lets the
+     * request through.
+     */
+    onError?: (err: Error & { code?: string }, request: FastifyRequest, reply: FastifyReply) => unknown;
+  }
+
+  /** The plugin, also as a named export. */
+  export const throttlegate: FastifyPluginAsync<FastifyRateLimitOptions>;
+  export { throttlegate as default };
+}
+
+/** The plugin: `app.register(require('throttlegate/fastify'), { limiter })`. */
+declare function throttlegate(
+  ...params: Parameters<FastifyPluginAsync<throttlegate.FastifyRateLimitOptions>>
+): ReturnType<FastifyPluginAsync<throttlegate.FastifyRateLimitOptions>>;
+
+export = throttlegate;

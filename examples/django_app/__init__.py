@@ -1,0 +1,1 @@
+"""A Django project rate-limited by throttlegate (see serve.py)."""

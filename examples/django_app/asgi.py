@@ -1,0 +1,8 @@
+"""The ASGI entry point (async middleware and views): uvicorn django_app.asgi:application"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_app.settings")
+application = get_asgi_application()
