@@ -47,16 +47,11 @@ fi
 
 step() { printf '\n== dist: %s\n' "$*"; }
 
-# Cargo's arguments for the profile and target, and where the outputs land.
+# Cargo's arguments for the profile and target (into CARGO_ARGS), and where
+# the outputs land.
 cargo_args() { # profile
-  local args=()
-  case "$1" in
-    dev) ;;
-    release) args+=(--release) ;;
-    *) args+=(--profile "$1") ;;
-  esac
-  if [ "$TARGET" != "$HOST" ]; then args+=(--target "$TARGET"); fi
-  echo "${args[@]}"
+  CARGO_ARGS=(--profile "$1")
+  if [ "$TARGET" != "$HOST" ]; then CARGO_ARGS+=(--target "$TARGET"); fi
 }
 out_dir() { # profile
   local dir=$1
@@ -163,7 +158,8 @@ c_dist() {
   step "C library ($PROFILE profile)"
   local name=throttlegate-$VERSION-$ARCHIVE out
   local dir=$STAGE/$name
-  env "${CDYLIB_ENV[@]}" "$CARGO" build -q -p throttlegate-c $(cargo_args "$PROFILE")
+  cargo_args "$PROFILE"
+  env "${CDYLIB_ENV[@]}" "$CARGO" build -q -p throttlegate-c "${CARGO_ARGS[@]}"
   out=$(out_dir "$PROFILE")
   rm -rf "$dir"
   mkdir -p "$dir/include" "$dir/lib/pkgconfig"
@@ -202,7 +198,8 @@ cli_dist() {
   local name=throttlegate-cli-$VERSION-$ARCHIVE exe=throttlegate out
   local dir=$STAGE/$name
   if [ "$OS" = windows ]; then exe=throttlegate.exe; fi
-  "$CARGO" build -q -p throttlegate-cli --bin throttlegate $(cargo_args "$PROFILE")
+  cargo_args "$PROFILE"
+  "$CARGO" build -q -p throttlegate-cli --bin throttlegate "${CARGO_ARGS[@]}"
   out=$(out_dir "$PROFILE")
   rm -rf "$dir"
   mkdir -p "$dir"
