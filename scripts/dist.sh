@@ -17,8 +17,8 @@
 #   PROFILE       cargo profile (release; make test reuses its dev builds)
 #   PY_PROFILE    cargo profile of the wheel (PROFILE)
 #   TARGET        target triple (the host's); cross builds pass --target
-#   PY_COMPAT     maturin --compatibility, checked by its audit (Linux/glibc:
-#                 manylinux_2_X of this machine's glibc 2.X)
+#   PY_COMPAT     maturin --compatibility (default: the lowest manylinux
+#                 policy maturin's audit finds the extension meets)
 #   DIST          output folder (dist)
 #   PYTHON        a Python with maturin (.venv/bin/python when present)
 set -euo pipefail
@@ -34,12 +34,11 @@ HOST=$(rustc -vV | sed -n 's/^host: //p')
 TARGET=${TARGET:-$HOST}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 STAGE=$ROOT/target/dist-stage/$TARGET
-# Linux/glibc: the manylinux policy of this machine's glibc, which maturin's
-# audit checks the extension against (symbol versions, linked libraries);
-# the release workflow builds in manylinux2014 containers instead.
-if [ -z "${PY_COMPAT+set}" ] && [[ $TARGET == *-linux-gnu ]] && [ "$TARGET" = "$HOST" ]; then
-  PY_COMPAT=manylinux_$(ldd --version | head -n1 | grep -o '[0-9]*\.[0-9]*$' | tr . _)
-fi
+# The wheel's platform tag: maturin audits the extension (the glibc symbol
+# versions it needs, the libraries it links) and tags it with the lowest
+# manylinux policy it meets (here, on glibc 2.36: manylinux_2_34);
+# `--auditwheel check` makes it fail rather than repair. PY_COMPAT asks for
+# a policy of your own (maturin refuses one the extension does not meet).
 PY_COMPAT=${PY_COMPAT:-}
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
@@ -107,7 +106,8 @@ python_dist() {
   local args=(build --profile "$PY_PROFILE" --out "$DIST" --interpreter "$PYTHON")
   if [ "$PY_PROFILE" = release ]; then args=(build --release --out "$DIST" --interpreter "$PYTHON"); fi
   if [ "$TARGET" != "$HOST" ]; then args+=(--target "$TARGET"); fi
-  if [ -n "$PY_COMPAT" ]; then args+=(--compatibility "$PY_COMPAT" --auditwheel check); fi
+  if [ "$OS" = linux ]; then args+=(--auditwheel check); fi
+  if [ -n "$PY_COMPAT" ]; then args+=(--compatibility "$PY_COMPAT"); fi
   rm -f "$DIST"/throttlegate-"$VERSION"-*.whl
   "$PYTHON" -m maturin "${args[@]}"
   rm -f "$DIST/throttlegate-$VERSION.tar.gz"
@@ -141,7 +141,10 @@ for (const f of pkg.files) {
   fs.cpSync(path.join(root, f), path.join(main, f), { recursive: true });
 }
 fs.copyFileSync(path.join(root, 'bindings/node/README.md'), path.join(main, 'README.md'));
-for (const f of ['LICENSE-MIT', 'LICENSE-APACHE']) fs.copyFileSync(path.join(root, f), path.join(main, f));
+for (const f of ['LICENSE-MIT', 'LICENSE-APACHE']) {
+  fs.copyFileSync(path.join(root, f), path.join(main, f));
+  pkg.files.push(f);
+}
 delete pkg.scripts;
 delete pkg.devDependencies;
 pkg.optionalDependencies = {};

@@ -87,19 +87,22 @@ for f in "$NPM_MAIN" "$NPM_PLATFORM" "$C_TAR" "$CLI_TAR"; do
   [ -f "$f" ] || fail "dist/ has no $(basename "$f")"
 done
 if [ -z "${SKIP_SDIST:-}" ]; then [ -f "$SDIST" ] || fail "dist/ has no $(basename "$SDIST")"; else SDIST=""; fi
-[[ $(basename "$WHEEL") == *manylinux*_$(uname -m).whl ]] || fail "the wheel has no manylinux tag: $WHEEL"
+[[ $(basename "$WHEEL") =~ manylinux_2_([0-9]+)_$(uname -m)[.] ]] || fail "the wheel has no manylinux tag: $WHEEL"
+GLIBC_MINOR=$(getconf GNU_LIBC_VERSION | sed 's/.*\.//')
+[ "${BASH_REMATCH[1]}" -le "$GLIBC_MINOR" ] || fail "the wheel needs a newer glibc than this machine's 2.$GLIBC_MINOR"
+echo "the wheel: manylinux_2_${BASH_REMATCH[1]} (this machine: glibc 2.$GLIBC_MINOR)"
 
 step "the wheel: abi3, stripped, typed; twine check"
-"$VPY" - "$WHEEL" <<'EOF'
+"$VPY" - "$WHEEL" "$WORK/wheel" <<'EOF'
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 need = ["throttlegate/__init__.py", "throttlegate/py.typed", "throttlegate/_native.pyi", "throttlegate/_native.abi3.so"]
 missing = [n for n in need if n not in names]
 assert not missing, f"the wheel lacks {missing}: {names}"
 assert not [n for n in names if n.endswith((".rs", "Cargo.toml"))], names
+zipfile.ZipFile(sys.argv[1]).extract("throttlegate/_native.abi3.so", sys.argv[2])
 print("wheel files:", len(names))
 EOF
-unzip -q -o "$WHEEL" throttlegate/_native.abi3.so -d "$WORK/wheel"
 if objdump -h "$WORK/wheel/throttlegate/_native.abi3.so" | grep -q -E '\.debug_|\.symtab'; then
   fail "the wheel's extension is not stripped"
 fi
@@ -122,7 +125,7 @@ while read -r f; do
   esac
 done <<<"$main_files"
 grep -qx 'bindings/node/native.js' <<<"$main_files" || fail "the main npm package has no loader"
-platform_files=$(dry_run "npm/$PLATFORM")
+platform_files=$(dry_run "$ROOT/npm/$PLATFORM")
 [ "$platform_files" = "$(printf '%s\n' README.md package.json "throttlegate.$PLATFORM.node")" ] \
   || fail "the platform package has: $platform_files"
 [ "$platform_files" = "$(tar_files "$NPM_PLATFORM")" ] || fail "the platform tarball differs from npm pack --dry-run"
@@ -146,10 +149,13 @@ port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 redis_ping() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1" && printf 'PING\r\n' >&3 && read -r -t 2 reply <&3 && [[ $reply == +PONG* ]]) 2>/dev/null
 }
+# A free loopback port below the ephemeral range, where no outgoing
+# connection can hold it (a server would fail to bind one that does).
+EPHEMERAL_LOW=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
   local p
   for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
     if port_free "$p"; then echo "$p"; return 0; fi
   done
   return 1
@@ -382,9 +388,9 @@ tar xzf "$SDIST" -C "$SRC"
 SPY=$WORK/sdist-venv/bin/python
 "$SPY" -m pip install --quiet --disable-pip-version-check \
   pytest mypy typing_extensions flask fastapi uvicorn httpx requests trustme uvloop
-# The release profile's dependencies are make test's (pip install . built
-# them); the sources sit elsewhere, so only the workspace crates compile.
-CARGO_TARGET_DIR=$ROOT/target MATURIN_PEP517_ARGS="--features test-hooks" \
+# In the dev profile, whose dependencies make test has built: the sources
+# sit elsewhere, so only the workspace crates (and pyo3) compile.
+CARGO_TARGET_DIR=$ROOT/target MATURIN_PEP517_ARGS="--features test-hooks --profile dev" \
   "$SPY" -m pip install --quiet --disable-pip-version-check "$SRC/throttlegate-$VERSION"
 "$SPY" -c 'import sys, throttlegate; sys.exit(0 if throttlegate.__version__ == sys.argv[1] else "version")' "$VERSION"
 (cd bindings/python/tests && "$SPY" -m pytest -q -p no:cacheprovider .)
