@@ -194,8 +194,15 @@ wait_http() { # port pid log
 step "no Rust toolchain: the environment of the installed-artifact tests"
 NOHOME=$WORK/home
 mkdir -p "$NOHOME"
-# The system's folders only: rustup's cargo and rustc live in ~/.cargo/bin.
-NOPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# PATH without every folder that holds cargo, rustc or rustup (rustup puts
+# them in ~/.cargo/bin), and a HOME of its own, where no ~/.cargo or
+# ~/.rustup is.
+NOPATH=""
+IFS=: read -ra path_dirs <<<"$PATH"
+for d in "${path_dirs[@]}"; do
+  if [ -z "$d" ] || [ -e "$d/cargo" ] || [ -e "$d/rustc" ] || [ -e "$d/rustup" ]; then continue; fi
+  NOPATH=${NOPATH:+$NOPATH:}$d
+done
 notool() {
   env -u CARGO -u CARGO_HOME -u RUSTUP_HOME -u RUSTUP_TOOLCHAIN -u RUSTC -u CARGO_TARGET_DIR \
     -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u MATURIN_PEP517_ARGS \
