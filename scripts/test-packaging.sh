@@ -388,7 +388,10 @@ if [ -z "$SDIST" ]; then
 fi
 
 step "the sdist builds from an empty folder and passes the Python suite (with the toolchain)"
-SRC=$WORK/sdist
+# An emptied folder at a fixed path, so that a second run reuses the first
+# one's build of the workspace crates instead of adding another.
+SRC=$ROOT/target/sdist-test
+rm -rf "$SRC"
 mkdir -p "$SRC"
 tar xzf "$SDIST" -C "$SRC"
 "$PYTHON" -m venv "$WORK/sdist-venv"
