@@ -29,8 +29,10 @@ case "$(uname -s)" in
   MINGW* | MSYS* | CYGWIN*) OS=windows ;;
   *) OS=linux ;;
 esac
+LIBC=gnu
+if [ "$OS" = linux ] && { ldd --version 2>&1 || true; } | grep -q musl; then LIBC=musl; fi
 PLATFORM=$(node -p 'const { platform, arch } = process;
-  platform === "linux" ? `linux-${arch}-musl` : platform === "win32" ? `win32-${arch}-msvc` : `${platform}-${arch}`')
+  platform === "linux" ? `linux-${arch}-${process.argv[1]}` : platform === "win32" ? `win32-${arch}-msvc` : `${platform}-${arch}`' "$LIBC")
 
 echo "== Python: the wheel in a fresh venv"
 PY=python3
@@ -77,7 +79,7 @@ tar xzf "$DIST/throttlegate-cli-$VERSION-$ARCHIVE.tar.gz" -C "$WORK/cli" --strip
 EXE=$WORK/cli/throttlegate
 [ "$OS" != windows ] || EXE=$WORK/cli/throttlegate.exe
 [ "$("$EXE" --version | tr -d '\r')" = "throttlegate $VERSION" ] || fail "throttlegate --version"
-"$EXE" check --rules examples/rules.toml ip=203.0.113.9 --json
+"$EXE" check --rules examples/rules.toml --redis memory:// ip=203.0.113.9 --json
 
 if [ "$OS" != windows ]; then
   echo "== C: the tarball in a prefix, examples/c/check.c through pkg-config"
