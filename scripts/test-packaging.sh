@@ -17,6 +17,10 @@
 #     - the command's tarball: `throttlegate --version` and a check;
 #  4. with the toolchain: the sdist unpacked in an empty folder builds into
 #     a fresh venv, which passes the Python suite (bindings/python/tests).
+#
+# SKIP_DIST=1 tests the artifacts already in $DIST (the release workflow's
+# builds); SKIP_SDIST=1 leaves out step 4. PROFILE and PY_PROFILE choose
+# the builds that dist.sh packs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
