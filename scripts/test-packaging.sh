@@ -146,6 +146,12 @@ const platforms = fs.readdirSync(`${root}/npm`).sort();
 assert.deepEqual(pkg.optionalDependencies,
   Object.fromEntries(platforms.map((p) => [`throttlegate-${p}`, version])));
 console.log(`main package: ${Object.keys(pkg.optionalDependencies).length} platform packages, all ${version}`);
+// The loader knows the same platforms as npm/ and package.json's napi.targets.
+const src = fs.readFileSync(`${root}/bindings/node/native.js`, 'utf8');
+const known = [...src.match(/const PLATFORMS = \[([^\]]*)\]/)[1].matchAll(/'([^']+)'/g)].map((m) => m[1]).sort();
+assert.deepEqual(known, platforms, 'native.js PLATFORMS and the npm/ folders');
+const rootPkg = JSON.parse(fs.readFileSync(`${root}/package.json`, 'utf8'));
+assert.equal(rootPkg.napi.targets.length, platforms.length, 'napi.targets and the npm/ folders');
 EOF
 
 step "a redis-server on a free loopback port"
