@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all demo test deps test-rust test-python test-node test-c test-soak bench compare fuzz clean
+.PHONY: all demo test deps test-rust test-python test-node test-c test-packaging test-soak bench compare fuzz clean \
+	dist install version
 
 all: test
 
@@ -21,6 +22,7 @@ test: deps
 	$(MAKE) test-python
 	$(MAKE) test-node
 	$(MAKE) test-c
+	$(MAKE) test-packaging
 	$(MAKE) test-soak
 	@echo "make test: every suite passed"
 
@@ -37,6 +39,13 @@ test-node:
 
 test-c:
 	scripts/test-c.sh
+
+## The release artifacts, installed where no Rust toolchain can be found: the wheel in a fresh
+## venv (Redis, the Flask example), the two npm tarballs in an empty folder (the Express example),
+## the C tarball through pkg-config (dynamic and static); the sdist built and tested from source;
+## one version everywhere; the release workflow through actionlint. Reuses make test's builds.
+test-packaging:
+	scripts/test-packaging.sh
 
 ## Rust, Python and Node against one Redis at once for 60 s (after test-python and test-node).
 test-soak:
@@ -55,6 +64,33 @@ fuzz:
 	PROPTEST_CASES=1000000 $(CARGO) test --release -p throttlegate --test fuzz
 	PROPTEST_CASES=1000000 $(CARGO) test --release -p throttlegate-c --test fuzz
 
+## The release artifacts of this machine's target in dist/ (see scripts/dist.sh):
+## the Python wheel and sdist, the npm main and platform packages, the C and CLI tarballs.
+PROFILE ?= release
+dist:
+	PROFILE=$(PROFILE) scripts/dist.sh
+
+## Build the C library and install it: make install PREFIX=/usr/local (DESTDIR is honoured).
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+install:
+	$(CARGO) build --release -p throttlegate-c
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 0644 bindings/c/include/throttlegate.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0755 target/release/libthrottlegate_c.so $(DESTDIR)$(LIBDIR)/libthrottlegate.so.0
+	strip --strip-unneeded $(DESTDIR)$(LIBDIR)/libthrottlegate.so.0
+	ln -sf libthrottlegate.so.0 $(DESTDIR)$(LIBDIR)/libthrottlegate.so
+	install -m 0644 target/release/libthrottlegate_c.a $(DESTDIR)$(LIBDIR)/libthrottlegate.a
+	strip --strip-debug $(DESTDIR)$(LIBDIR)/libthrottlegate.a
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|^libdir=.*|libdir=$(LIBDIR)|' \
+	  bindings/c/throttlegate.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/throttlegate.pc
+
+## One version in every manifest: make version V=0.2.0 (scripts/bump-version).
+version:
+	@test -n "$(V)" || { echo "usage: make version V=X.Y.Z" >&2; exit 2; }
+	scripts/bump-version $(V)
+
 clean:
 	$(CARGO) clean
-	rm -rf .venv node_modules
+	rm -rf .venv node_modules dist

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The Node package: install (builds the addon from source), check that the
-# committed index.d.ts matches the Rust source, type-check a TypeScript user,
-# run the node:test suites (they start their own redis-servers, a local Redis
-# Cluster and a TLS redis-server with a private CA), then pack the package and
-# install the tarball in an empty folder.
+# The Node package: install (in the checkout, `npm ci` runs the `prepare`
+# script, which builds the addon from source), check that the committed
+# index.d.ts matches the Rust source, type-check a TypeScript user, run the
+# node:test suites (they start their own redis-servers, a local Redis Cluster
+# and a TLS redis-server with a private CA), then pack the main and the
+# platform package (scripts/dist.sh node) and install both tarballs in an
+# empty folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -42,15 +44,13 @@ npx tsc -p bindings/node/test/types/tsconfig.json
 echo "== node --test"
 node --test bindings/node/test/
 
-echo "== npm pack, then install the tarball in an empty folder"
-npm pack --pack-destination "$WORK" --silent >/dev/null
-TARBALL="$(ls "$WORK"/throttlegate-*.tgz)"
+echo "== pack the main and the platform package, install both in an empty folder"
+PROFILE="$THROTTLEGATE_BUILD_PROFILE" DIST="$WORK/dist" scripts/dist.sh node >"$WORK/dist.log" 2>&1 \
+  || { cat "$WORK/dist.log"; exit 1; }
 mkdir "$WORK/app"
 cd "$WORK/app"
 npm init -y >/dev/null
-# A target directory of its own: the packed sources live at another path, and
-# their build must not overwrite the repository's artifacts.
-CARGO_TARGET_DIR="$ROOT/target/node-pack" npm install --no-audit --no-fund "$TARBALL"
+npm install --no-audit --no-fund "$WORK"/dist/throttlegate-*.tgz
 node -e '
 const assert = require("node:assert/strict");
 const { Limiter, VERSION } = require("throttlegate");

@@ -1,10 +1,15 @@
 #!/usr/bin/env node
-// Builds the native addon from source (the `install` script of the npm
-// package): `cargo build` of the throttlegate-node crate, then the library is
-// copied next to the JavaScript loader as `throttlegate.node`.
+// Builds the native addon from a git checkout (the `prepare` script, which
+// `npm ci` and `npm install` run there; the published package has no install
+// script and takes the addon from its platform package): `cargo build` of the
+// throttlegate-node crate, then the library is copied next to the JavaScript
+// loader as `throttlegate.node`, which native.js prefers.
 //
-// THROTTLEGATE_BUILD_PROFILE=dev builds without optimisations (tests);
-// CARGO_TARGET_DIR is honoured, so builds can share a target directory.
+// THROTTLEGATE_BUILD_PROFILE=dev builds without optimisations (tests), any
+// other value names a cargo profile; THROTTLEGATE_ADDON_OUT writes the addon
+// elsewhere (scripts/dist.sh puts it in its npm/<platform> package);
+// CARGO_TARGET_DIR and CARGO_BUILD_TARGET are honoured, so builds can share a
+// target directory and cross-compile.
 'use strict';
 
 const { spawnSync } = require('node:child_process');
@@ -12,33 +17,9 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const root = path.resolve(__dirname, '..', '..');
-const out = path.join(__dirname, 'throttlegate.node');
-
-// An installed copy of the package holds only some workspace members; cargo
-// refuses a workspace whose members are missing, so list the ones present.
-function trimWorkspace() {
-  const manifest = path.join(root, 'Cargo.toml');
-  const text = fs.readFileSync(manifest, 'utf8');
-  const m = text.match(/members\s*=\s*\[([^\]]*)\]/);
-  if (!m) return;
-  const members = [...m[1].matchAll(/"([^"]+)"/g)].map((x) => x[1]);
-  const present = members.filter((d) => fs.existsSync(path.join(root, d, 'Cargo.toml')));
-  if (present.length === members.length) return;
-  const list = present.map((d) => JSON.stringify(d)).join(', ');
-  fs.writeFileSync(manifest, text.replace(m[0], `members = [${list}]`));
-}
-
-// npm does not pack symbolic links: restore the core's view of the Lua scripts.
-function restoreLua() {
-  const link = path.join(root, 'core', 'lua');
-  if (fs.existsSync(path.join(link, 'check.lua'))) return;
-  fs.rmSync(link, { recursive: true, force: true });
-  fs.cpSync(path.join(root, 'lua'), link, { recursive: true });
-}
+const out = process.env.THROTTLEGATE_ADDON_OUT || path.join(__dirname, 'throttlegate.node');
 
 function main() {
-  trimWorkspace();
-  restoreLua();
   const profile = process.env.THROTTLEGATE_BUILD_PROFILE || 'release';
   const args = ['build', '-p', 'throttlegate-node', '--message-format=json-render-diagnostics'];
   if (profile === 'release') args.push('--release');

@@ -1,5 +1,6 @@
-// The package: the native addon (built from source by `npm install`, see
-// build.js), with `Limiter.check` and `Limiter.peek` made fast here.
+// The package: the native addon (prebuilt in a platform package, or built
+// from a git checkout by build.js; native.js finds it), with `Limiter.check`
+// and `Limiter.peek` made fast here.
 //
 // - The embedded backend answers in place: one synchronous native call
 //   writes the decision as numbers into a Float64Array, and the Promise
@@ -14,18 +15,8 @@
 //   first time they are read. No decision logic lives here.
 'use strict';
 
-let native;
-try {
-  native = require('./throttlegate.node');
-} catch (err) {
-  const e = new Error(
-    'throttlegate: the native addon is missing or cannot be loaded; ' +
-      'run `npm rebuild throttlegate` (building needs a Rust toolchain): ' + err.message,
-  );
-  e.code = 'internal';
-  e.cause = err;
-  throw e;
-}
+// The addon: a platform package, or a build from a git checkout (native.js).
+const native = require('./native.js');
 
 const proto = native.Limiter.prototype;
 const { checkNow, setScratch, enqueue } = native._hotPaths();

@@ -17,6 +17,16 @@
 #include <stdint.h>
 
 /**
+ * The version of this header, the same as `tg_version()` returns for the
+ * library it was released with: `TG_VERSION` is the string, the others its
+ * numeric parts (for `#if` checks).
+ */
+#define TG_VERSION "0.1.0"
+#define TG_VERSION_MAJOR 0
+#define TG_VERSION_MINOR 1
+#define TG_VERSION_PATCH 0
+
+/**
  * The result of a fallible call. `TG_OK` is 0; every other value names a
  * failure and is never reused for another meaning.
  *
