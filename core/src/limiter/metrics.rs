@@ -50,6 +50,21 @@ pub struct RuleMetrics {
 }
 
 impl RuleMetrics {
+    /// Every counter with its name (the names every front end uses), in
+    /// declaration order.
+    pub fn fields(&self) -> [(&'static str, u64); 8] {
+        [
+            ("checks", self.checks),
+            ("allowed", self.allowed),
+            ("denied", self.denied),
+            ("shadow_denied", self.shadow_denied),
+            ("degraded_allowed", self.degraded_allowed),
+            ("degraded_denied", self.degraded_denied),
+            ("backend_errors", self.backend_errors),
+            ("timeouts", self.timeouts),
+        ]
+    }
+
     /// The decision outcomes with their label values, in a fixed order.
     pub fn outcomes(&self) -> [(&'static str, u64); 5] {
         [
