@@ -169,11 +169,11 @@ impl Collector for Snapshot {
     }
 }
 
-/// One rule's atomics in one stripe.
+/// One rule's atomics in one stripe (a check is one of the outcomes or a
+/// returned error, so `checks` is their sum: one addition per rule).
 #[derive(Default)]
 #[repr(align(64))]
 struct RuleCells {
-    checks: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
     shadow_denied: AtomicU64,
@@ -211,7 +211,6 @@ impl RuleCounters {
     pub fn count(&self, results: &[RuleResult], degraded: bool) {
         for r in results {
             let Some(c) = self.cells(r.index) else { continue };
-            add(&c.checks);
             add(match (degraded, r.allowed, r.shadow) {
                 (true, true, _) => &c.degraded_allowed,
                 (true, false, _) => &c.degraded_denied,
@@ -227,7 +226,6 @@ impl RuleCounters {
         for index in rules {
             let Some(c) = self.cells(index) else { continue };
             if returned {
-                add(&c.checks);
                 add(&c.backend_errors);
             }
             if timeout {
@@ -253,9 +251,9 @@ impl RuleCounters {
             .enumerate()
             .map(|(i, name)| {
                 let sum = |f: fn(&RuleCells) -> &AtomicU64| (0..STRIPES).map(|s| get(f(&self.cells[s * n + i]))).sum();
-                RuleMetrics {
-                    rule: name.clone(),
-                    checks: sum(|c| &c.checks),
+                let mut m = RuleMetrics {
+                    rule: *name,
+                    checks: 0,
                     allowed: sum(|c| &c.allowed),
                     denied: sum(|c| &c.denied),
                     shadow_denied: sum(|c| &c.shadow_denied),
@@ -263,7 +261,9 @@ impl RuleCounters {
                     degraded_denied: sum(|c| &c.degraded_denied),
                     backend_errors: sum(|c| &c.backend_errors),
                     timeouts: sum(|c| &c.timeouts),
-                }
+                };
+                m.checks = m.allowed + m.denied + m.shadow_denied + m.degraded_allowed + m.degraded_denied + m.backend_errors;
+                m
             })
             .collect();
         let mut cumulative = 0;
