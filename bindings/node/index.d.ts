@@ -58,6 +58,16 @@ export declare class Limiter {
   keys(attributes: Record<string, string | null | undefined>): Array<string>
   /** Counters since the limiter was made. */
   stats(): Stats
+  /**
+   * Per-rule metrics since the limiter was made, or `null` when they
+   * were turned off (`metrics: false`).
+   */
+  metrics(): Metrics | null
+  /**
+   * `metrics()` as the OpenMetrics text exposition, for a `/metrics`
+   * endpoint (content type `METRICS_CONTENT_TYPE`); `null` when off.
+   */
+  metricsText(): string | null
   /** `'memory'`, `'redis'` or `'cluster'` (`'closed'` after `close()`). */
   get backend(): string
   /** True after `close()`. */
@@ -174,6 +184,24 @@ export declare enum ErrorCode {
   Internal = 'internal',
 }
 
+/** A bucket of the backend latency histogram. */
+export interface LatencyBucket {
+  /** The bucket's upper bound, in seconds. */
+  le: number
+  /** Calls that took at most `le` (cumulative). */
+  count: number
+}
+
+/** The latency of backend calls (Redis round trips). */
+export interface LatencyHistogram {
+  /** Cumulative buckets, by upper bound. */
+  buckets: Array<LatencyBucket>
+  /** Calls timed. */
+  count: number
+  /** Their total time, in seconds. */
+  sumSeconds: number
+}
+
 /** The options of `new Limiter()`; each overrides the policy's own setting. */
 export interface LimiterOptions {
   /**
@@ -215,12 +243,25 @@ export interface LimiterOptions {
    * limiter forgets what it remembered. No effect on the embedded backend.
    */
   denyCache?: boolean
+  /** Count per-rule metrics (`metrics()`, `metricsText()`; default on). */
+  metrics?: boolean
   /**
    * Certificates for `rediss://` and `rediss+cluster://` URLs, when the
    * system's trust store is not enough (a private CA, mutual TLS).
    */
   tls?: TlsOptions
 }
+
+/** A limiter's per-rule metrics (see `Limiter.metrics()`). */
+export interface Metrics {
+  /** One entry per rule, in policy order. */
+  rules: Array<RuleMetrics>
+  /** The backend calls' latency. */
+  backendLatency: LatencyHistogram
+}
+
+/** The content type of `Limiter.metricsText()`, for a `/metrics` response. */
+export declare const METRICS_CONTENT_TYPE: string
 
 /** The options of `Limiter.peek()`. */
 export interface PeekOptions {
@@ -238,6 +279,28 @@ export interface PolicyObject {
   timeout?: number | string
   /** What a call does when the backend fails (default `allow`). */
   on_backend_error?: 'allow' | 'deny' | 'error'
+}
+
+/** One rule's counters since the limiter was made (see `Limiter.metrics()`). */
+export interface RuleMetrics {
+  /** The rule's name. */
+  rule: string
+  /** Checks and peeks the rule applied to (degraded ones included). */
+  checks: number
+  /** The rule admitted the request (its own verdict; a shadow rule's too). */
+  allowed: number
+  /** The rule refused the request. */
+  denied: number
+  /** The rule is in shadow mode and would have refused the request. */
+  shadowDenied: number
+  /** The backend failed and the failure policy admitted the request. */
+  degradedAllowed: number
+  /** The backend failed and the failure policy refused the request. */
+  degradedDenied: number
+  /** The backend failed and the error was returned (`onBackendError: 'error'`). */
+  backendErrors: number
+  /** The backend did not answer within the timeout. */
+  timeouts: number
 }
 
 /** One rule, in the policy-file structure (snake_case names, as in the file). */

@@ -226,5 +226,45 @@ fn cluster_backend(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, memory, redis_backend, cluster_backend);
+/// The cost of per-rule metrics: the same checks with metrics on and off
+/// (`cargo bench -p throttlegate --bench check -- metrics`).
+fn metrics_cost(c: &mut Criterion) {
+    let opts = throttlegate::CheckOptions::default();
+    let names = key_names(1_000);
+    let mut g = c.benchmark_group("metrics");
+    g.throughput(Throughput::Elements(1));
+    for (rules, policy) in [("1 rule", one_rule()), ("4 rules", four_rules())] {
+        for on in [false, true] {
+            let l = Limiter::builder(policy.clone()).metrics(on).build().unwrap();
+            let mut i = 0usize;
+            let state = if on { "on" } else { "off" };
+            g.bench_function(format!("memory {rules}, metrics {state}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) % names.len();
+                    l.check_in_process(&[("ip", names[i].as_str())], &opts).unwrap().unwrap().allowed
+                })
+            });
+        }
+    }
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    g.sample_size(20).measurement_time(Duration::from_secs(4));
+    for on in [false, true] {
+        let l = Limiter::builder(one_rule())
+            .url(server.url())
+            .timeout(Duration::from_secs(5))
+            .on_backend_error(FailureMode::Error)
+            .metrics(on)
+            .build()
+            .unwrap();
+        rt.block_on(l.ping()).unwrap();
+        let state = if on { "on" } else { "off" };
+        g.bench_function(format!("redis 1 rule, 64 tasks, metrics {state}"), |b| {
+            b.iter_custom(|iters| rt.block_on(sixty_four_tasks(&l, &names, iters)))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, memory, redis_backend, cluster_backend, metrics_cost);
 criterion_main!(benches);

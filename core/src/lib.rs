@@ -54,8 +54,8 @@ pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, Ru
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{
-    BatchCall, CheckOption, CheckOptions, Limiter, LimiterBuilder, LimiterOption, LimiterOptions, Stats,
-    DEGRADED_RETRY_AFTER,
+    BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder, LimiterOption, LimiterOptions,
+    Metrics, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS, METRICS_CONTENT_TYPE,
 };
 pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{

@@ -27,6 +27,11 @@
 #define TG_VERSION_PATCH 0
 
 /**
+ * The buckets of the backend latency histogram: `TG_LATENCY_BUCKETS` upper bounds.
+ */
+#define TG_LATENCY_BUCKETS 14
+
+/**
  * The result of a fallible call. `TG_OK` is 0; every other value names a
  * failure and is never reused for another meaning.
  *
@@ -330,6 +335,68 @@ typedef struct tg_stats {
      */
     uint64_t timeouts;
 } tg_stats;
+
+/**
+ * One rule's counters, filled by `tg_limiter_rule_metrics()`: the numbers of
+ * `Limiter.metrics()` in every language.
+ */
+typedef struct tg_rule_metrics {
+    /**
+     * Checks and peeks the rule applied to (degraded ones included).
+     */
+    uint64_t checks;
+    /**
+     * The rule admitted the request (its own verdict; a shadow rule's too).
+     */
+    uint64_t allowed;
+    /**
+     * The rule refused the request.
+     */
+    uint64_t denied;
+    /**
+     * The rule is in shadow mode and would have refused the request.
+     */
+    uint64_t shadow_denied;
+    /**
+     * The backend failed and the failure policy admitted the request.
+     */
+    uint64_t degraded_allowed;
+    /**
+     * The backend failed and the failure policy refused the request.
+     */
+    uint64_t degraded_denied;
+    /**
+     * The backend failed and the error was returned (`TG_FAILURE_ERROR`).
+     */
+    uint64_t backend_errors;
+    /**
+     * The backend did not answer within the timeout.
+     */
+    uint64_t timeouts;
+} tg_rule_metrics;
+
+/**
+ * The latency of backend calls (Redis round trips), filled by
+ * `tg_limiter_backend_latency()`.
+ */
+typedef struct tg_latency {
+    /**
+     * Each bucket's upper bound, in seconds.
+     */
+    double bounds[TG_LATENCY_BUCKETS];
+    /**
+     * Calls that took at most the bucket's bound (cumulative).
+     */
+    uint64_t buckets[TG_LATENCY_BUCKETS];
+    /**
+     * Calls timed.
+     */
+    uint64_t count;
+    /**
+     * Their total time, in seconds.
+     */
+    double sum_seconds;
+} tg_latency;
 
 #ifdef __cplusplus
 extern "C" {
@@ -696,6 +763,47 @@ tg_result tg_limiter_close(const struct tg_limiter *limiter);
  * thread may be using it, and no call on it may follow.
  */
 void tg_limiter_free(struct tg_limiter *limiter);
+
+/**
+ * Count per-rule metrics (`on` non-zero, the default) or not
+ * (`tg_limiter_metrics_text()` then gives NULL).
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_options_set_metrics(struct tg_limiter_options *options, int32_t on);
+
+/**
+ * The counters of the rule at `index` (policy order) since the limiter was
+ * made, written to `*out`.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (index out of range, or
+ * metrics turned off).
+ */
+tg_result tg_limiter_rule_metrics(const struct tg_limiter *limiter,
+                                  size_t index,
+                                  struct tg_rule_metrics *out);
+
+/**
+ * The backend calls' latency histogram since the limiter was made, written to `*out`.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (metrics turned off).
+ */
+tg_result tg_limiter_backend_latency(const struct tg_limiter *limiter, struct tg_latency *out);
+
+/**
+ * The metrics as the OpenMetrics text exposition (for a `/metrics`
+ * endpoint, content type `application/openmetrics-text; version=1.0.0;
+ * charset=utf-8`): `*out` receives a new NUL-terminated string to release
+ * with `tg_string_free()`, or NULL when metrics are turned off.
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_metrics_text(const struct tg_limiter *limiter, char **out);
+
+/**
+ * Release a string made by `tg_limiter_metrics_text()`. `NULL` is a no-op.
+ */
+void tg_string_free(char *text);
 
 /**
  * Read a policy file: `.json` is JSON, `.toml` is TOML, anything else is

@@ -540,3 +540,140 @@ pub unsafe extern "C" fn tg_limiter_free(limiter: *mut tg_limiter) {
         }
     });
 }
+
+/// Count per-rule metrics (`on` non-zero, the default) or not
+/// (`tg_limiter_metrics_text()` then gives NULL).
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_metrics(options: *mut tg_limiter_options, on: i32) -> tg_result {
+    ffi(|| {
+        out_ptr(options, "options")?.options.metrics = on != 0;
+        Ok(())
+    })
+}
+
+/// The buckets of the backend latency histogram: `TG_LATENCY_BUCKETS` upper bounds.
+pub const TG_LATENCY_BUCKETS: usize = 14;
+const _: () = assert!(TG_LATENCY_BUCKETS == throttlegate::LATENCY_BUCKETS.len());
+
+/// One rule's counters, filled by `tg_limiter_rule_metrics()`: the numbers of
+/// `Limiter.metrics()` in every language.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct tg_rule_metrics {
+    /// Checks and peeks the rule applied to (degraded ones included).
+    pub checks: u64,
+    /// The rule admitted the request (its own verdict; a shadow rule's too).
+    pub allowed: u64,
+    /// The rule refused the request.
+    pub denied: u64,
+    /// The rule is in shadow mode and would have refused the request.
+    pub shadow_denied: u64,
+    /// The backend failed and the failure policy admitted the request.
+    pub degraded_allowed: u64,
+    /// The backend failed and the failure policy refused the request.
+    pub degraded_denied: u64,
+    /// The backend failed and the error was returned (`TG_FAILURE_ERROR`).
+    pub backend_errors: u64,
+    /// The backend did not answer within the timeout.
+    pub timeouts: u64,
+}
+
+/// The latency of backend calls (Redis round trips), filled by
+/// `tg_limiter_backend_latency()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct tg_latency {
+    /// Each bucket's upper bound, in seconds.
+    pub bounds: [f64; TG_LATENCY_BUCKETS],
+    /// Calls that took at most the bucket's bound (cumulative).
+    pub buckets: [u64; TG_LATENCY_BUCKETS],
+    /// Calls timed.
+    pub count: u64,
+    /// Their total time, in seconds.
+    pub sum_seconds: f64,
+}
+
+fn metrics_of(limiter: &Limiter) -> Result<throttlegate::Metrics, Fail> {
+    limiter
+        .metrics()
+        .ok_or_else(|| Fail::invalid("limiter: its metrics are off (tg_limiter_options_set_metrics)"))
+}
+
+/// The counters of the rule at `index` (policy order) since the limiter was
+/// made, written to `*out`.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (index out of range, or
+/// metrics turned off).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_rule_metrics(
+    limiter: *const tg_limiter,
+    index: usize,
+    out: *mut tg_rule_metrics,
+) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let m = metrics_of(&in_ref(limiter, "limiter")?.limiter)?;
+        let count = m.rules.len();
+        let r = m
+            .rules
+            .get(index)
+            .ok_or_else(|| Fail::invalid(format!("index: {index} is out of range ({count} rules)")))?;
+        *out = tg_rule_metrics {
+            checks: r.checks,
+            allowed: r.allowed,
+            denied: r.denied,
+            shadow_denied: r.shadow_denied,
+            degraded_allowed: r.degraded_allowed,
+            degraded_denied: r.degraded_denied,
+            backend_errors: r.backend_errors,
+            timeouts: r.timeouts,
+        };
+        Ok(())
+    })
+}
+
+/// The backend calls' latency histogram since the limiter was made, written to `*out`.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (metrics turned off).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_backend_latency(limiter: *const tg_limiter, out: *mut tg_latency) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let h = metrics_of(&in_ref(limiter, "limiter")?.limiter)?.backend_latency;
+        let mut l = tg_latency { count: h.count, sum_seconds: h.sum_seconds, ..Default::default() };
+        for (i, (bound, n)) in h.buckets.into_iter().enumerate().take(TG_LATENCY_BUCKETS) {
+            l.bounds[i] = bound;
+            l.buckets[i] = n;
+        }
+        *out = l;
+        Ok(())
+    })
+}
+
+/// The metrics as the OpenMetrics text exposition (for a `/metrics`
+/// endpoint, content type `application/openmetrics-text; version=1.0.0;
+/// charset=utf-8`): `*out` receives a new NUL-terminated string to release
+/// with `tg_string_free()`, or NULL when metrics are turned off.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_metrics_text(limiter: *const tg_limiter, out: *mut *mut c_char) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let text = in_ref(limiter, "limiter")?.limiter.metrics_text();
+        *out = text.map_or(std::ptr::null_mut(), |t| crate::decision::to_cstring(t).into_raw());
+        Ok(())
+    })
+}
+
+/// Release a string made by `tg_limiter_metrics_text()`. `NULL` is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn tg_string_free(text: *mut c_char) {
+    crate::ffi_value((), || {
+        if !text.is_null() {
+            drop(std::ffi::CString::from_raw(text));
+        }
+    });
+}

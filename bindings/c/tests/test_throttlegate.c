@@ -1075,6 +1075,54 @@ static void test_fork(void) {
     tg_policy_free(policy);
 }
 
+/* Per-rule metrics: the counters, the latency histogram and the text. */
+static void test_metrics(const char *url) {
+    /* A window long enough that no unit leaves it during the test. */
+    tg_policy *policy = policy_from(
+        "[[rules]]\nname = \"per-ip\"\nkey = \"ip:{ip}\"\nlimit = 3\nwindow = \"1h\"\n"
+        "[[rules]]\nname = \"per-key\"\nkey = \"key:{api_key}\"\nlimit = 3\nwindow = \"1h\"\n");
+    tg_limiter_options *o = options_on(url, NULL);
+    tg_limiter *l = NULL;
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_attribute attrs[] = {{"ip", "198.51.100.77"}};
+    for (int i = 0; i < 4; i++) check_info(l, attrs, 1, 1);
+    tg_rule_metrics m;
+    OK(tg_limiter_rule_metrics(l, 0, &m));
+    CHECK(m.checks == 4 && m.allowed == 3 && m.denied == 1 && m.shadow_denied == 0,
+          "per-ip checks %" PRIu64 " allowed %" PRIu64 " denied %" PRIu64, m.checks, m.allowed, m.denied);
+    OK(tg_limiter_rule_metrics(l, 1, &m));
+    CHECK(m.checks == 0, "per-key never applied, checks %" PRIu64, m.checks);
+    EXPECT_RC(tg_limiter_rule_metrics(l, 2, &m), TG_INVALID_ARGUMENT, "index: 2 is out of range");
+    CHECK(strcmp(tg_last_error_message(), "index: 2 is out of range (2 rules)") == 0, "message: %s",
+          tg_last_error_message());
+    tg_latency lat;
+    OK(tg_limiter_backend_latency(l, &lat));
+    int remote = strcmp(url, "memory://") != 0;
+    CHECK(lat.count == (remote ? 4u : 0u) && lat.buckets[TG_LATENCY_BUCKETS - 1] <= lat.count && lat.bounds[0] == 0.0001,
+          "latency count %" PRIu64, lat.count);
+    char *text = NULL;
+    OK(tg_limiter_metrics_text(l, &text));
+    CHECK(text != NULL && strstr(text, "throttlegate_decisions_total{rule=\"per-ip\",outcome=\"denied\"} 1\n") != NULL,
+          "metrics text: %s", text ? text : "NULL");
+    CHECK(text != NULL && strstr(text, "198.51.100.77") == NULL, "an attribute value in the metrics");
+    tg_string_free(text);
+    tg_string_free(NULL);
+    tg_limiter_free(l);
+
+    OK(tg_limiter_options_set_metrics(o, 0));
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    check_info(l, attrs, 1, 1);
+    text = SENTINEL;
+    OK(tg_limiter_metrics_text(l, &text));
+    CHECK(text == NULL, "metrics text when off");
+    EXPECT_RC(tg_limiter_rule_metrics(l, 0, &m), TG_INVALID_ARGUMENT, "its metrics are off");
+    EXPECT_RC(tg_limiter_backend_latency(l, &lat), TG_INVALID_ARGUMENT, "its metrics are off");
+    EXPECT_RC(tg_limiter_metrics_text(l, NULL), TG_NULL_POINTER, "out: must not be NULL");
+    tg_limiter_free(l);
+    tg_limiter_options_free(o);
+    tg_policy_free(policy);
+}
+
 int main(void) {
     redis_url = getenv("TG_REDIS_URL");
     const char *port = getenv("TG_REDIS_PORT");
@@ -1107,6 +1155,8 @@ int main(void) {
         test_wiring(urls[i]);
         printf("test: one limiter, %d threads on %s\n", THREADS, urls[i]);
         test_shared_by_threads(urls[i]);
+        printf("test: metrics on %s\n", urls[i]);
+        test_metrics(urls[i]);
     }
     printf("test_throttlegate: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;

@@ -269,7 +269,7 @@ fn option_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<OptionValue, E
 }
 
 /// This package's names of the limiter options.
-const LIMITER_OPTIONS: [(&str, LimiterOption); 9] = [
+const LIMITER_OPTIONS: [(&str, LimiterOption); 10] = [
     ("url", LimiterOption::Url),
     ("timeout", LimiterOption::Timeout),
     ("onBackendError", LimiterOption::OnBackendError),
@@ -279,6 +279,7 @@ const LIMITER_OPTIONS: [(&str, LimiterOption); 9] = [
     ("legacyHeaders", LimiterOption::LegacyHeaders),
     ("denyCache", LimiterOption::DenyCache),
     ("tls", LimiterOption::Tls),
+    ("metrics", LimiterOption::Metrics),
 ];
 
 /// Each property of an options object, with its option among `known`:

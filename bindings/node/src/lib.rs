@@ -263,6 +263,88 @@ pub struct Stats {
     pub timeouts: i64,
 }
 
+/// One rule's counters since the limiter was made (see `Limiter.metrics()`).
+#[napi(object)]
+pub struct RuleMetrics {
+    /// The rule's name.
+    pub rule: String,
+    /// Checks and peeks the rule applied to (degraded ones included).
+    pub checks: i64,
+    /// The rule admitted the request (its own verdict; a shadow rule's too).
+    pub allowed: i64,
+    /// The rule refused the request.
+    pub denied: i64,
+    /// The rule is in shadow mode and would have refused the request.
+    pub shadow_denied: i64,
+    /// The backend failed and the failure policy admitted the request.
+    pub degraded_allowed: i64,
+    /// The backend failed and the failure policy refused the request.
+    pub degraded_denied: i64,
+    /// The backend failed and the error was returned (`onBackendError: 'error'`).
+    pub backend_errors: i64,
+    /// The backend did not answer within the timeout.
+    pub timeouts: i64,
+}
+
+/// A bucket of the backend latency histogram.
+#[napi(object)]
+pub struct LatencyBucket {
+    /// The bucket's upper bound, in seconds.
+    pub le: f64,
+    /// Calls that took at most `le` (cumulative).
+    pub count: i64,
+}
+
+/// The latency of backend calls (Redis round trips).
+#[napi(object)]
+pub struct LatencyHistogram {
+    /// Cumulative buckets, by upper bound.
+    pub buckets: Vec<LatencyBucket>,
+    /// Calls timed.
+    pub count: i64,
+    /// Their total time, in seconds.
+    pub sum_seconds: f64,
+}
+
+/// A limiter's per-rule metrics (see `Limiter.metrics()`).
+#[napi(object)]
+pub struct Metrics {
+    /// One entry per rule, in policy order.
+    pub rules: Vec<RuleMetrics>,
+    /// The backend calls' latency.
+    pub backend_latency: LatencyHistogram,
+}
+
+/// The content type of `Limiter.metricsText()`, for a `/metrics` response.
+#[napi]
+pub const METRICS_CONTENT_TYPE: &str = throttlegate::METRICS_CONTENT_TYPE;
+
+fn metrics(m: throttlegate::Metrics) -> Metrics {
+    let n = |v: u64| v as i64;
+    Metrics {
+        rules: m
+            .rules
+            .iter()
+            .map(|r| RuleMetrics {
+                rule: r.rule.as_str().to_string(),
+                checks: n(r.checks),
+                allowed: n(r.allowed),
+                denied: n(r.denied),
+                shadow_denied: n(r.shadow_denied),
+                degraded_allowed: n(r.degraded_allowed),
+                degraded_denied: n(r.degraded_denied),
+                backend_errors: n(r.backend_errors),
+                timeouts: n(r.timeouts),
+            })
+            .collect(),
+        backend_latency: LatencyHistogram {
+            buckets: m.backend_latency.buckets.iter().map(|&(le, count)| LatencyBucket { le, count: n(count) }).collect(),
+            count: n(m.backend_latency.count),
+            sum_seconds: m.backend_latency.sum_seconds,
+        },
+    }
+}
+
 fn ms(d: Duration) -> i64 {
     throttlegate::ceil_millis(d) as i64
 }
@@ -539,6 +621,20 @@ impl Limiter {
             backend_errors: s.backend_errors as i64,
             timeouts: s.timeouts as i64,
         }
+    }
+
+    /// Per-rule metrics since the limiter was made, or `null` when they
+    /// were turned off (`metrics: false`).
+    #[napi(catch_unwind)]
+    pub fn metrics(&self) -> Option<Metrics> {
+        self.inner.metrics().map(metrics)
+    }
+
+    /// `metrics()` as the OpenMetrics text exposition, for a `/metrics`
+    /// endpoint (content type `METRICS_CONTENT_TYPE`); `null` when off.
+    #[napi(catch_unwind)]
+    pub fn metrics_text(&self) -> Option<String> {
+        self.inner.metrics_text()
     }
 
     /// `'memory'`, `'redis'` or `'cluster'` (`'closed'` after `close()`).

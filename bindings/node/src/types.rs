@@ -79,6 +79,8 @@ pub struct LimiterOptions {
     /// Checks with a `callId` always go to Redis; `reset()` through this
     /// limiter forgets what it remembered. No effect on the embedded backend.
     pub deny_cache: Option<bool>,
+    /// Count per-rule metrics (`metrics()`, `metricsText()`; default on).
+    pub metrics: Option<bool>,
     /// Certificates for `rediss://` and `rediss+cluster://` URLs, when the
     /// system's trust store is not enough (a private CA, mutual TLS).
     pub tls: Option<TlsOptions>,

@@ -37,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", throttlegate::VERSION)?;
     m.add("DEFAULT_PREFIX", throttlegate::DEFAULT_PREFIX)?;
     m.add("MAX_KEY_LEN", throttlegate::MAX_KEY_LEN)?;
+    m.add("METRICS_CONTENT_TYPE", throttlegate::METRICS_CONTENT_TYPE)?;
     m.add_class::<types::Policy>()?;
     m.add_class::<types::ManualClock>()?;
     m.add_class::<types::Decision>()?;

@@ -90,9 +90,10 @@ impl Limiter {
     ///
     /// `deny_cache=True` remembers Redis's denials in process: the same keys
     /// are then denied without a round trip for exactly as long as Redis would
-    /// deny them (see the README's "Remembered denials").
+    /// deny them (see the README's "Remembered denials"). `metrics=False`
+    /// turns the per-rule metrics off (they are on by default).
     #[new]
-    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None, deny_cache = None))]
+    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None, deny_cache = None, metrics = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -106,6 +107,7 @@ impl Limiter {
         tls_root_cert: Option<&Bound<'_, PyAny>>,
         tls_client_cert: Option<&Bound<'_, PyAny>>,
         deny_cache: Option<&Bound<'_, PyAny>>,
+        metrics: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
@@ -123,7 +125,7 @@ impl Limiter {
                 None => None,
             };
             use core::LimiterOption as O;
-            let given = [(O::Url, "url", url), (O::Timeout, "timeout", timeout), (O::OnBackendError, "on_backend_error", on_backend_error), (O::Prefix, "prefix", prefix), (O::Clock, "clock", clock), (O::KeySecret, "key_secret", key_secret), (O::DenyCache, "deny_cache", deny_cache)];
+            let given = [(O::Url, "url", url), (O::Timeout, "timeout", timeout), (O::OnBackendError, "on_backend_error", on_backend_error), (O::Prefix, "prefix", prefix), (O::Clock, "clock", clock), (O::KeySecret, "key_secret", key_secret), (O::DenyCache, "deny_cache", deny_cache), (O::Metrics, "metrics", metrics)];
             for (option, what, value) in given {
                 if let Some(value) = value {
                     o.set(option, what, convert::option_value(value, what)?, core::DurationUnit::Seconds).map_err(|e| core_to_py(py, &e))?;
@@ -207,6 +209,38 @@ impl Limiter {
             d.set_item(name, value)?;
         }
         Ok(d)
+    }
+
+    /// Per-rule metrics since the limiter was made (in this process), or
+    /// None when they were turned off (`metrics=False`): `{"rules": [{"rule":
+    /// name, "checks": n, ...}], "backend_latency": {"buckets": [(seconds,
+    /// cumulative calls), ...], "count": n, "sum_seconds": s}}`.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(m) = self.inner.metrics() else { return Ok(None) };
+        let rules = pyo3::types::PyList::empty(py);
+        for r in &m.rules {
+            let d = PyDict::new(py);
+            d.set_item("rule", r.rule.as_str())?;
+            for (name, value) in r.fields() {
+                d.set_item(name, value)?;
+            }
+            rules.append(d)?;
+        }
+        let h = PyDict::new(py);
+        h.set_item("buckets", &m.backend_latency.buckets)?;
+        h.set_item("count", m.backend_latency.count)?;
+        h.set_item("sum_seconds", m.backend_latency.sum_seconds)?;
+        let out = PyDict::new(py);
+        out.set_item("rules", rules)?;
+        out.set_item("backend_latency", h)?;
+        Ok(Some(out))
+    }
+
+    /// `metrics()` as the OpenMetrics text exposition, for a `/metrics`
+    /// endpoint (content type `throttlegate.METRICS_CONTENT_TYPE`); None
+    /// when metrics were turned off.
+    fn metrics_text(&self) -> Option<String> {
+        self.inner.metrics_text()
     }
 
     /// Close the limiter: every later call raises `ClosedError`. Idempotent.

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::metrics::RuleCounters;
 use super::stats::Counters;
 use super::{Inner, Limiter};
 use crate::backend::memory::MemoryBackend;
@@ -20,9 +21,9 @@ use crate::policy::{FailureMode, Policy};
 /// A limiter's settings beyond its policy. Every field has the default of
 /// [`Default`]: the embedded backend, the policy's own timeout, failure mode
 /// and prefix, the backend's clock, no key secret, no TLS settings, no deny
-/// cache. Python's keyword arguments, Node's options object and C's
-/// `tg_limiter_options` fill this struct and nothing else.
-#[derive(Debug, Clone, Default)]
+/// cache, per-rule metrics on. Python's keyword arguments, Node's options
+/// object and C's `tg_limiter_options` fill this struct and nothing else.
+#[derive(Debug, Clone)]
 pub struct LimiterOptions {
     /// The backend: `redis://host:port/db`, `rediss://...` (TLS),
     /// `redis+unix:///path`, `redis+cluster://host:port,host:port`
@@ -49,6 +50,26 @@ pub struct LimiterOptions {
     pub deny_cache: bool,
     /// Also give the `X-RateLimit-*` headers (see [`crate::Limiter::header_options`]).
     pub legacy_headers: bool,
+    /// Count per-rule metrics ([`crate::Limiter::metrics`]; default on).
+    pub metrics: bool,
+}
+
+impl Default for LimiterOptions {
+    fn default() -> Self {
+        LimiterOptions {
+            url: None,
+            timeout: None,
+            on_backend_error: None,
+            prefix: None,
+            clock: Clock::default(),
+            key_secret: None,
+            tls_root_cert: None,
+            tls_client_cert: None,
+            deny_cache: false,
+            legacy_headers: false,
+            metrics: true,
+        }
+    }
 }
 
 /// Builds a [`Limiter`]; see [`Limiter::builder`].
@@ -130,6 +151,13 @@ impl LimiterBuilder {
         self
     }
 
+    /// Count per-rule metrics (default on): a few atomic additions per
+    /// applicable rule, and a clock reading around each backend call.
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.options.metrics = on;
+        self
+    }
+
     /// Where "now" comes from (default: the backend's clock).
     pub fn clock(mut self, clock: Clock) -> Self {
         self.options.clock = clock;
@@ -165,9 +193,11 @@ impl LimiterBuilder {
         let remote = Connection::open(o.url.as_deref(), policy.timeout, tls)?;
         let memory = remote.is_none().then(MemoryBackend::new);
         let deny_cache = (o.deny_cache && remote.is_some()).then(DenyCache::new);
+        let rules = Rules::compile(&policy, o.key_secret.as_deref());
+        let metrics = o.metrics.then(|| RuleCounters::new(rules.names()));
         Ok(Limiter {
             inner: Arc::new(Inner {
-                rules: Rules::compile(&policy, o.key_secret.as_deref()),
+                rules,
                 policy,
                 memory,
                 remote,
@@ -178,6 +208,7 @@ impl LimiterBuilder {
                 epoch_us: system_now_us(),
                 closed: AtomicBool::new(false),
                 counters: Counters::default(),
+                metrics,
             }),
         })
     }

@@ -7,11 +7,13 @@
 //! shells around that path.
 
 mod builder;
+mod metrics;
 mod options;
 mod stats;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
 pub use options::{CheckOption, LimiterOption};
+pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
 pub use stats::Stats;
 
 use std::future::Future;
@@ -32,6 +34,7 @@ use crate::key::Attributes;
 use crate::plan::{decide, Mode, Plan, Rules};
 use crate::policy::{FailureMode, Policy};
 use crate::runtime;
+use metrics::RuleCounters;
 use stats::Counters;
 
 /// How long a degraded denial asks the client to wait.
@@ -82,6 +85,8 @@ struct Inner {
     epoch_us: i64,
     closed: AtomicBool,
     counters: Counters,
+    /// Per-rule metrics, unless turned off.
+    metrics: Option<RuleCounters>,
 }
 
 /// A rate limiter: a policy bound to a backend (Redis or in-memory).
@@ -254,6 +259,26 @@ impl Limiter {
         self.inner.counters.read()
     }
 
+    /// Per-rule metrics since the limiter was made; `None` when they were
+    /// turned off ([`LimiterOptions::metrics`]).
+    pub fn metrics(&self) -> Option<Metrics> {
+        self.inner.metrics.as_ref().map(RuleCounters::read)
+    }
+
+    /// [`Limiter::metrics`] as the OpenMetrics text exposition, for a
+    /// `/metrics` endpoint ([`METRICS_CONTENT_TYPE`]).
+    pub fn metrics_text(&self) -> Option<String> {
+        self.metrics().map(|m| m.to_text())
+    }
+
+    /// Count a decision in the totals and, when on, per rule.
+    fn count(&self, d: &Decision, degraded: bool) {
+        self.inner.counters.count(d);
+        if let Some(m) = &self.inner.metrics {
+            m.count(&d.results, degraded);
+        }
+    }
+
     /// Entries held by the embedded backend (expired ones not yet swept
     /// included); `None` for other backends.
     pub fn memory_entries(&self) -> Option<usize> {
@@ -331,7 +356,7 @@ impl Limiter {
             } else {
                 decide(&plan.rules, &memory.eval(&plan, mode, self.local_now()))
             };
-            self.inner.counters.count(&d);
+            self.count(&d, false);
             d
         }))
     }
@@ -372,7 +397,7 @@ impl Limiter {
         if let (Some(cache), Some(sent_us)) = (cache, sent_us) {
             let keys = plan.keys.iter().zip(&plan.rules).map(|(k, r)| (k.as_str(), r.shadow));
             if let Some(d) = cache.lookup(keys, plan.cost, sent_us) {
-                self.inner.counters.count(&d);
+                self.count(&d, false);
                 return Ok(d);
             }
         }
@@ -380,13 +405,18 @@ impl Limiter {
             Clock::Backend => None,
             _ => Some(sent_us.unwrap_or_else(|| self.local_now())),
         };
-        match remote.eval(&plan, mode, now).await {
+        let started = self.inner.metrics.as_ref().map(|_| Instant::now());
+        let answer = remote.eval(&plan, mode, now).await;
+        if let (Some(m), Some(started)) = (&self.inner.metrics, started) {
+            m.observe(started.elapsed());
+        }
+        match answer {
             Ok(outcomes) => {
                 let d = decide(&plan.rules, &outcomes);
                 if let (Some(cache), Some(sent_us), false) = (cache, sent_us, d.allowed) {
                     cache.remember(&plan.keys, &d, plan.cost, sent_us);
                 }
-                self.inner.counters.count(&d);
+                self.count(&d, false);
                 Ok(d)
             }
             Err(e) => {
@@ -406,6 +436,10 @@ impl Limiter {
     fn degrade(&self, plan: &Plan<'_, String>, err: Error) -> Result<Decision> {
         let mode = plan.rules.iter().fold(FailureMode::Allow, |m, r| m.strictest(r.failure));
         let c = &self.inner.counters;
+        if let Some(m) = &self.inner.metrics {
+            let rules = plan.rules.iter().map(|r| r.index);
+            m.failed(rules, err.kind() == ErrorKind::Timeout, mode == FailureMode::Error);
+        }
         if mode == FailureMode::Error {
             Counters::bump(&c.backend_errors);
             return Err(err);
@@ -438,7 +472,7 @@ impl Limiter {
         } else {
             Counters::bump(&c.degraded_denied);
         }
-        c.count(&d);
+        self.count(&d, true);
         Ok(d)
     }
 }

@@ -37,6 +37,8 @@ pub enum LimiterOption {
     DenyCache,
     /// [`LimiterOptions::legacy_headers`]: a boolean.
     LegacyHeaders,
+    /// [`LimiterOptions::metrics`]: a boolean.
+    Metrics,
 }
 
 /// The settings of [`CheckOptions`], by name.
@@ -102,6 +104,7 @@ impl LimiterOptions {
             LimiterOption::Tls => self.set_tls(what, value)?,
             LimiterOption::DenyCache => self.deny_cache = value.boolean(what)?,
             LimiterOption::LegacyHeaders => self.legacy_headers = value.boolean(what)?,
+            LimiterOption::Metrics => self.metrics = value.boolean(what)?,
         }
         Ok(())
     }

@@ -49,10 +49,10 @@ struct Stripe {
     denied: AtomicU64,
 }
 
-const STRIPES: usize = 8;
+pub(super) const STRIPES: usize = 8;
 
 /// This thread's stripe (threads take stripes in turn).
-fn stripe_index() -> usize {
+pub(super) fn stripe_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;

@@ -1,9 +1,10 @@
 // Type-checked by `tsc --noEmit` (never run): the public API as a
 // TypeScript user writes it.
-import { ClientIp, ErrorCode, Limiter, ManualClock, Policy, VERSION } from 'throttlegate';
-import type { Decision, LimiterOptions, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
+import { ClientIp, ErrorCode, Limiter, ManualClock, METRICS_CONTENT_TYPE, Policy, VERSION } from 'throttlegate';
+import type { Decision, LimiterOptions, Metrics, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
 import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
+import { registerMetrics } from 'throttlegate/prometheus';
 import { createServer } from 'node:http';
 import Fastify from 'fastify';
 import throttlegateFastify from 'throttlegate/fastify';
@@ -76,6 +77,13 @@ async function main(): Promise<void> {
     onDenied: (req, res, next, decision) => res.writeHead(429).end(decision.problemJson ?? ''),
   });
   createServer((req, res) => middleware(req, res, () => res.end('ok')));
+  const metrics: Metrics | null = fromObject.metrics();
+  const denied: number = metrics?.rules[0].denied ?? 0;
+  const firstBound: number | undefined = metrics?.backendLatency.buckets[0].le;
+  const text: string | null = fromObject.metricsText();
+  const contentType: string = METRICS_CONTENT_TYPE;
+  const names: string[] = registerMetrics(fromObject, { registerMetric: () => undefined });
+  console.log(denied, firstBound, text, contentType, names);
   await middleware.limiter.close();
   const fastify = Fastify();
   const fastifyOptions: FastifyRateLimitOptions = {

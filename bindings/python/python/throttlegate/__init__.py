@@ -27,6 +27,7 @@ from throttlegate._errors import (
 from throttlegate._native import (
     DEFAULT_PREFIX,
     MAX_KEY_LEN,
+    METRICS_CONTENT_TYPE,
     ClientIp,
     Decision,
     Limiter,
@@ -39,6 +40,7 @@ from throttlegate._native import (
 __all__ = [
     "DEFAULT_PREFIX",
     "MAX_KEY_LEN",
+    "METRICS_CONTENT_TYPE",
     "BackendError",
     "BackendTimeoutError",
     "BackendUnavailableError",

@@ -7,11 +7,12 @@ from typing import Any, Literal, Optional, Union
 
 from typing_extensions import Self, TypeAlias, final
 
-__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "__version__"]
+__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "METRICS_CONTENT_TYPE", "__version__"]
 
 __version__: str
 DEFAULT_PREFIX: str
 MAX_KEY_LEN: int
+METRICS_CONTENT_TYPE: str
 
 #: Request attributes: names to values; a None value means "absent".
 _Attributes: TypeAlias = Mapping[str, Union[str, int, None]]
@@ -132,6 +133,7 @@ class Limiter:
         tls_root_cert: Optional[_Pem] = None,
         tls_client_cert: Optional[tuple[_Pem, _Pem]] = None,
         deny_cache: Optional[bool] = None,
+        metrics: Optional[bool] = None,
     ) -> Self: ...
     def check(self, attributes: _Attributes, cost: Optional[int] = None, *, call_id: Optional[str] = None) -> Decision: ...
     def check_async(
@@ -145,6 +147,8 @@ class Limiter:
     def ping(self) -> None: ...
     def ping_async(self) -> Awaitable[None]: ...
     def stats(self) -> dict[str, int]: ...
+    def metrics(self) -> Optional[dict[str, Any]]: ...
+    def metrics_text(self) -> Optional[str]: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...

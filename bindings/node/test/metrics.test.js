@@ -1,0 +1,96 @@
+// Per-rule metrics: the core's numbers, the OpenMetrics text and the
+// prom-client registration, on the embedded backend and a real Redis.
+'use strict';
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const client = require('prom-client');
+const { Limiter, METRICS_CONTENT_TYPE } = require('throttlegate');
+const { registerMetrics } = require('throttlegate/prometheus');
+const { startRedis, freePort, freshPrefix } = require('./helpers.js');
+
+const POLICY = {
+  rules: [
+    { name: 'per-ip', key: 'ip:{ip}', limit: 2, window: '1m' },
+    { name: 'shadow-bucket', key: 'b:{ip}', algorithm: 'token_bucket', capacity: 1, refill_rate: 0.001, shadow: true },
+  ],
+};
+
+async function threeChecks(limiter, ip) {
+  for (let i = 0; i < 3; i++) await limiter.check({ ip });
+}
+
+describe('metrics', () => {
+  let redis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    if (redis) await redis.stop();
+  });
+
+  for (const backend of ['memory', 'redis']) {
+    it(`counts decisions per rule and outcome (${backend})`, async () => {
+      const url = backend === 'redis' ? redis.url : undefined;
+      const limiter = new Limiter(POLICY, { url, keyPrefix: freshPrefix('m') });
+      await threeChecks(limiter, '198.51.100.1');
+      const m = limiter.metrics();
+      const [ip, bucket] = m.rules;
+      assert.deepEqual([ip.rule, ip.checks, ip.allowed, ip.denied], ['per-ip', 3, 2, 1]);
+      assert.deepEqual([bucket.checks, bucket.allowed, bucket.shadowDenied], [3, 1, 2]);
+      assert.equal(m.backendLatency.count, backend === 'redis' ? 3 : 0);
+      assert.equal(m.backendLatency.buckets.length, 14);
+      const text = limiter.metricsText();
+      assert.ok(text.includes('throttlegate_decisions_total{rule="per-ip",outcome="denied"} 1\n'), text);
+      assert.ok(text.includes(`throttlegate_backend_call_seconds_count ${m.backendLatency.count}\n`), text);
+      assert.ok(!text.includes('198.51.100.1'), 'no attribute value in a label');
+      assert.ok(text.endsWith('# EOF\n'));
+      assert.match(METRICS_CONTENT_TYPE, /^application\/openmetrics-text/);
+      await limiter.close();
+    });
+  }
+
+  it('registers in a prom-client registry in one line', async () => {
+    const limiter = new Limiter(POLICY, { url: redis.url, keyPrefix: freshPrefix('m') });
+    await threeChecks(limiter, '198.51.100.2');
+    const registry = new client.Registry();
+    registerMetrics(limiter, registry);
+    const text = await registry.metrics();
+    assert.ok(text.includes('throttlegate_checks_total{rule="per-ip"} 3'), text);
+    assert.ok(text.includes('throttlegate_decisions_total{rule="shadow-bucket",outcome="shadow_denied"} 2'), text);
+    assert.ok(text.includes('throttlegate_backend_call_seconds_bucket{le="+Inf"} 3'), text);
+    assert.ok(text.includes('throttlegate_backend_call_seconds_count 3'), text);
+    const open = new client.Registry(client.Registry.OPENMETRICS_CONTENT_TYPE);
+    registerMetrics(limiter, open);
+    assert.ok((await open.metrics()).includes('throttlegate_checks_total{rule="per-ip"} 3'));
+    assert.throws(() => registerMetrics({}, registry), /expected a throttlegate Limiter/);
+    assert.throws(() => registerMetrics(limiter, {}), /expected a prom-client Registry/);
+    await limiter.close();
+  });
+
+  it('counts failures for every rule of the call', async () => {
+    const port = await freePort();
+    const limiter = new Limiter(POLICY, { url: `redis://127.0.0.1:${port}`, timeout: 300, onBackendError: 'error' });
+    await assert.rejects(limiter.check({ ip: '198.51.100.3' }), { code: 'backend_unavailable' });
+    assert.deepEqual(
+      limiter.metrics().rules.map((r) => [r.checks, r.backendErrors]),
+      [[1, 1], [1, 1]],
+    );
+    await limiter.close();
+  });
+
+  it('can be turned off; the option is checked', async () => {
+    const limiter = new Limiter(POLICY, { metrics: false });
+    await limiter.check({ ip: '198.51.100.4' });
+    assert.equal(limiter.metrics(), null);
+    assert.equal(limiter.metricsText(), null);
+    assert.equal(limiter.stats().calls, 1);
+    const registry = new client.Registry();
+    registerMetrics(limiter, registry);
+    assert.ok(!(await registry.metrics()).includes('throttlegate_checks_total{'));
+    assert.throws(() => new Limiter(POLICY, { metrics: 'yes' }), {
+      code: 'invalid_argument',
+      message: 'options.metrics: expected a boolean, got a string',
+    });
+  });
+});

@@ -1,0 +1,31 @@
+//! A loop of embedded checks, for counting instructions per check under
+//! callgrind: `check_loop <rules: 1|4> <metrics: on|off> <checks>`.
+//!
+//! `valgrind --tool=callgrind target/release/examples/check_loop 1 on 100000`
+
+use std::time::Duration;
+
+use throttlegate::{CheckOptions, Limiter, Policy, Rule};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rules = args.get(1).map_or("1", String::as_str);
+    let metrics = args.get(2).map_or("on", String::as_str) == "on";
+    let n: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let window = Duration::from_secs(60);
+    let mut list = vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, window)];
+    if rules == "4" {
+        list.push(Rule::token_bucket("per-key", "key:{ip}", 1_000_000, 100_000.0));
+        list.push(Rule::sliding_window_log("per-tenant", "tenant:{ip}", 1_000_000, window));
+        list.push(Rule::token_bucket("per-route", "route:{ip}", 1_000_000, 100_000.0));
+    }
+    let l = Limiter::builder(Policy::new(list).unwrap()).metrics(metrics).build().unwrap();
+    let names: Vec<String> = (0..1_000).map(|i| format!("10.0.{}.{}", i >> 8, i & 255)).collect();
+    let opts = CheckOptions::default();
+    let mut allowed = 0;
+    for i in 0..n {
+        let d = l.check_in_process(&[("ip", names[i % names.len()].as_str())], &opts).unwrap().unwrap();
+        allowed += d.allowed as usize;
+    }
+    println!("{allowed} of {n} allowed");
+}

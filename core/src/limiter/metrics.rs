@@ -1,0 +1,338 @@
+//! Per-rule metrics: how each rule's checks ended, and how long backend
+//! calls took. Labels are the rule's name and the outcome only (never a key
+//! or an attribute value), so their number is bounded by the policy.
+//!
+//! Counting is a few relaxed atomic additions per applicable rule, striped
+//! over cache lines like the limiter's totals; [`Metrics::to_text`] writes
+//! the OpenMetrics text exposition (which Prometheus scrapes) through the
+//! `prometheus-client` crate.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::collector::Collector;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::stats::{stripe_index, STRIPES};
+use crate::decision::{RuleName, RuleResult};
+
+/// The content type of [`Metrics::to_text`], for a `/metrics` response.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (seconds) of the backend latency histogram's buckets.
+pub const LATENCY_BUCKETS: [f64; 14] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// One rule's counters since the limiter was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleMetrics {
+    /// The rule's name.
+    pub rule: RuleName,
+    /// Checks and peeks the rule applied to (degraded ones included).
+    pub checks: u64,
+    /// The rule admitted the request (its own verdict; a shadow rule's too).
+    pub allowed: u64,
+    /// The rule refused the request.
+    pub denied: u64,
+    /// The rule is in shadow mode and would have refused the request.
+    pub shadow_denied: u64,
+    /// The backend failed and the failure policy admitted the request.
+    pub degraded_allowed: u64,
+    /// The backend failed and the failure policy refused the request.
+    pub degraded_denied: u64,
+    /// The backend failed and the error was returned (`on_backend_error = error`).
+    pub backend_errors: u64,
+    /// The backend did not answer within the timeout (counted also as degraded or error).
+    pub timeouts: u64,
+}
+
+impl RuleMetrics {
+    /// Every counter with its name (the names every front end uses), in
+    /// declaration order.
+    pub fn fields(&self) -> [(&'static str, u64); 8] {
+        [
+            ("checks", self.checks),
+            ("allowed", self.allowed),
+            ("denied", self.denied),
+            ("shadow_denied", self.shadow_denied),
+            ("degraded_allowed", self.degraded_allowed),
+            ("degraded_denied", self.degraded_denied),
+            ("backend_errors", self.backend_errors),
+            ("timeouts", self.timeouts),
+        ]
+    }
+
+    /// The decision outcomes with their label values, in a fixed order.
+    pub fn outcomes(&self) -> [(&'static str, u64); 5] {
+        [
+            ("allowed", self.allowed),
+            ("denied", self.denied),
+            ("shadow_denied", self.shadow_denied),
+            ("degraded_allowed", self.degraded_allowed),
+            ("degraded_denied", self.degraded_denied),
+        ]
+    }
+}
+
+/// The latency of backend calls (Redis round trips; the embedded backend
+/// answers in process and is not timed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyHistogram {
+    /// `(upper bound in seconds, calls at or under it)` for each of
+    /// [`LATENCY_BUCKETS`]: cumulative, as Prometheus counts them.
+    pub buckets: Vec<(f64, u64)>,
+    /// Calls timed (answered or failed).
+    pub count: u64,
+    /// Their total time, in seconds.
+    pub sum_seconds: f64,
+}
+
+/// A limiter's metrics: see [`crate::Limiter::metrics`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    /// One entry per rule, in policy order.
+    pub rules: Vec<RuleMetrics>,
+    /// The backend calls' latency.
+    pub backend_latency: LatencyHistogram,
+}
+
+impl Metrics {
+    /// The OpenMetrics text exposition (served as [`METRICS_CONTENT_TYPE`]):
+    /// `throttlegate_checks_total{rule}`,
+    /// `throttlegate_decisions_total{rule,outcome}`,
+    /// `throttlegate_backend_errors_total{rule}`,
+    /// `throttlegate_timeouts_total{rule}` and the
+    /// `throttlegate_backend_call_seconds` histogram, then `# EOF`.
+    pub fn to_text(&self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Snapshot(self.clone())));
+        let mut out = String::new();
+        // Writing to a String does not fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let per_rule: [(&str, &str, fn(&RuleMetrics) -> u64); 3] = [
+            ("throttlegate_checks", "Checks and peeks each rule applied to.", |r| r.checks),
+            ("throttlegate_backend_errors", "Backend failures returned as errors, per rule.", |r| r.backend_errors),
+            ("throttlegate_timeouts", "Backend calls that ran out of time, per rule.", |r| r.timeouts),
+        ];
+        for (i, (name, help, value)) in per_rule.into_iter().enumerate() {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for r in &self.rules {
+                let labels = [("rule", r.rule.to_string())];
+                ConstCounter::new(value(r)).encode(family.encode_family(&labels)?)?;
+            }
+            drop(family);
+            if i == 0 {
+                let help = "How each rule's checks ended: its own verdict, or the failure policy's.";
+                let mut family = encoder.encode_descriptor("throttlegate_decisions", help, None, MetricType::Counter)?;
+                for r in &self.rules {
+                    for (outcome, n) in r.outcomes() {
+                        let labels = [("rule", r.rule.to_string()), ("outcome", outcome.to_string())];
+                        ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+                    }
+                }
+            }
+        }
+        let h = &self.backend_latency;
+        // The encoder takes each bucket's own calls and sums them; the last
+        // bucket, `+Inf`, holds every call.
+        let mut below = 0;
+        let mut buckets: Vec<(f64, u64)> = h
+            .buckets
+            .iter()
+            .map(|&(bound, cumulative)| (bound, cumulative - std::mem::replace(&mut below, cumulative)))
+            .collect();
+        buckets.push((f64::MAX, h.count - below));
+        let mut family = encoder.encode_descriptor(
+            "throttlegate_backend_call",
+            "Time of backend calls (Redis round trips).",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        family.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &buckets, None)
+    }
+}
+
+/// Metrics read at one moment, as `prometheus-client` encodes them.
+#[derive(Debug)]
+struct Snapshot(Metrics);
+
+impl Collector for Snapshot {
+    fn encode(&self, encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        self.0.encode(encoder)
+    }
+}
+
+/// One rule's atomics in one stripe (a check is one of the outcomes or a
+/// returned error, so `checks` is their sum: one addition per rule).
+#[derive(Default)]
+#[repr(align(64))]
+struct RuleCells {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    shadow_denied: AtomicU64,
+    degraded_allowed: AtomicU64,
+    degraded_denied: AtomicU64,
+    backend_errors: AtomicU64,
+    timeouts: AtomicU64,
+}
+
+/// What the limiter counts per rule (when metrics are on).
+pub(crate) struct RuleCounters {
+    names: Vec<RuleName>,
+    /// `STRIPES` runs of one `RuleCells` per rule.
+    cells: Box<[RuleCells]>,
+    /// Calls at or under each bucket's bound (not cumulative), then above the last.
+    latency: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    latency_us: AtomicU64,
+}
+
+fn add(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
+
+impl RuleCounters {
+    pub fn new(names: Vec<RuleName>) -> RuleCounters {
+        let cells = (0..names.len() * STRIPES).map(|_| RuleCells::default()).collect();
+        RuleCounters { names, cells, latency: Default::default(), latency_us: AtomicU64::new(0) }
+    }
+
+    fn cells(&self, index: usize) -> Option<&RuleCells> {
+        self.cells.get(stripe_index() * self.names.len() + index)
+    }
+
+    /// Count each rule's result of a decision (`degraded`: from the failure policy).
+    pub fn count(&self, results: &[RuleResult], degraded: bool) {
+        for r in results {
+            let Some(c) = self.cells(r.index) else { continue };
+            add(match (degraded, r.allowed, r.shadow) {
+                (true, true, _) => &c.degraded_allowed,
+                (true, false, _) => &c.degraded_denied,
+                (false, true, _) => &c.allowed,
+                (false, false, false) => &c.denied,
+                (false, false, true) => &c.shadow_denied,
+            });
+        }
+    }
+
+    /// Count a backend failure returned as an error, or a timeout, for the rules of a call.
+    pub fn failed(&self, rules: impl Iterator<Item = usize>, timeout: bool, returned: bool) {
+        for index in rules {
+            let Some(c) = self.cells(index) else { continue };
+            if returned {
+                add(&c.backend_errors);
+            }
+            if timeout {
+                add(&c.timeouts);
+            }
+        }
+    }
+
+    /// Time one backend call.
+    pub fn observe(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let bucket = LATENCY_BUCKETS.iter().position(|&b| secs <= b).unwrap_or(LATENCY_BUCKETS.len());
+        add(&self.latency[bucket]);
+        self.latency_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    pub fn read(&self) -> Metrics {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let n = self.names.len();
+        let rules = self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let sum = |f: fn(&RuleCells) -> &AtomicU64| (0..STRIPES).map(|s| get(f(&self.cells[s * n + i]))).sum();
+                let mut m = RuleMetrics {
+                    rule: *name,
+                    checks: 0,
+                    allowed: sum(|c| &c.allowed),
+                    denied: sum(|c| &c.denied),
+                    shadow_denied: sum(|c| &c.shadow_denied),
+                    degraded_allowed: sum(|c| &c.degraded_allowed),
+                    degraded_denied: sum(|c| &c.degraded_denied),
+                    backend_errors: sum(|c| &c.backend_errors),
+                    timeouts: sum(|c| &c.timeouts),
+                };
+                m.checks = m.allowed + m.denied + m.shadow_denied + m.degraded_allowed + m.degraded_denied + m.backend_errors;
+                m
+            })
+            .collect();
+        let mut cumulative = 0;
+        let buckets = LATENCY_BUCKETS
+            .iter()
+            .zip(&self.latency)
+            .map(|(&bound, a)| {
+                cumulative += get(a);
+                (bound, cumulative)
+            })
+            .collect();
+        let count = cumulative + get(&self.latency[LATENCY_BUCKETS.len()]);
+        let sum_seconds = get(&self.latency_us) as f64 / 1e6;
+        Metrics { rules, backend_latency: LatencyHistogram { buckets, count, sum_seconds } }
+    }
+}
+
+impl std::fmt::Display for Metrics {
+    /// The same as [`Metrics::to_text`].
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(index: usize, allowed: bool, shadow: bool) -> RuleResult {
+        RuleResult {
+            rule: RuleName::from(["a", "b"][index]),
+            index,
+            allowed,
+            shadow,
+            limit: 1,
+            remaining: 0,
+            retry_after: Duration::ZERO,
+            reset_after: Duration::ZERO,
+            window: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn outcomes_per_rule_and_the_text_exposition() {
+        let c = RuleCounters::new(vec![RuleName::from("a"), RuleName::from("b")]);
+        c.count(&[result(0, true, false), result(1, false, true)], false);
+        c.count(&[result(0, false, false)], false);
+        c.count(&[result(0, true, false)], true);
+        c.failed([0, 1].into_iter(), true, true);
+        c.observe(Duration::from_micros(700));
+        let m = c.read();
+        assert_eq!((m.rules[0].checks, m.rules[0].allowed, m.rules[0].denied, m.rules[0].degraded_allowed), (4, 1, 1, 1));
+        assert_eq!((m.rules[1].checks, m.rules[1].shadow_denied, m.rules[1].backend_errors, m.rules[1].timeouts), (2, 1, 1, 1));
+        assert_eq!(m.backend_latency.count, 1);
+        assert_eq!(m.backend_latency.buckets[2], (0.0005, 0));
+        assert_eq!(m.backend_latency.buckets[3], (0.001, 1));
+        let text = m.to_text();
+        for line in [
+            "# TYPE throttlegate_checks counter",
+            "throttlegate_checks_total{rule=\"a\"} 4",
+            "throttlegate_decisions_total{rule=\"b\",outcome=\"shadow_denied\"} 1",
+            "throttlegate_backend_errors_total{rule=\"b\"} 1",
+            "# UNIT throttlegate_backend_call_seconds seconds",
+            "throttlegate_backend_call_seconds_bucket{le=\"0.001\"} 1",
+            "throttlegate_backend_call_seconds_count 1",
+            "throttlegate_backend_call_seconds_bucket{le=\"+Inf\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
