@@ -9,7 +9,7 @@
 'use strict';
 
 const express = require('express');
-const { Limiter } = require('throttlegate');
+const { Limiter, METRICS_CONTENT_TYPE } = require('throttlegate');
 const { rateLimit } = require('throttlegate/express');
 
 const POLICY = {
@@ -32,6 +32,11 @@ const POLICY = {
 function createApp({ url, trustedProxies = [], ...limiterOptions } = {}) {
   const limiter = new Limiter(POLICY, { url, ...limiterOptions });
   const app = express();
+  // The limiter's per-rule metrics, for Prometheus: served before the rate
+  // limit, so scrapes are never limited.
+  app.get('/metrics', (req, res) => {
+    res.type(METRICS_CONTENT_TYPE).send(limiter.metricsText() ?? '');
+  });
   app.use(
     rateLimit({
       limiter,

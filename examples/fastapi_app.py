@@ -3,7 +3,8 @@
 Run it:  python examples/fastapi_app.py --port 8000 [--url redis://127.0.0.1:6379/0]
 The middleware counts every request against `per-ip` (5 a minute); /items
 also depends on `per-key` (a token bucket of 3, refilled at 1 a second) keyed
-on the X-API-Key header. Denials are 429 with the RateLimit headers.
+on the X-API-Key header. Denials are 429 with the RateLimit headers. /metrics
+serves the limiter's per-rule metrics, for Prometheus, unlimited.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Sequence
 from typing import Optional
 
 import uvicorn
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Response
 from starlette.requests import Request
 
 import throttlegate
+from throttlegate.asgi import Scope, default_attributes
 from throttlegate.fastapi import RateLimit, RateLimitMiddleware
 
 POLICY = {
@@ -38,12 +40,21 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
     limiter = throttlegate.Limiter(POLICY, url=url, prefix=prefix)
     app = FastAPI()
     client_ip = throttlegate.ClientIp(trusted_proxies=list(trusted_proxies))
-    app.add_middleware(RateLimitMiddleware, limiter=limiter, client_ip=client_ip)
+    # /metrics (the limiter's per-rule metrics, for Prometheus) has no
+    # attributes, so no rule applies to it.
+    def attributes(scope: Scope) -> dict[str, Optional[str]]:
+        return {} if scope["path"] == "/metrics" else default_attributes(scope, client_ip)
+
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, client_ip=client_ip, attributes=attributes)
     per_key = RateLimit(limiter, attributes=api_key)
 
     @app.get("/")
     async def index() -> dict[str, str]:
         return {"hello": "world"}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(limiter.metrics_text() or "", media_type=throttlegate.METRICS_CONTENT_TYPE)
 
     @app.get("/items")
     async def items(decision: throttlegate.Decision = Depends(per_key)) -> dict[str, int]:

@@ -2,7 +2,8 @@
 
 Run it:  python examples/flask_app.py --port 8000 [--url redis://127.0.0.1:6379/0]
 Every request counts against `per-ip` (5 a minute); POST /login also against
-`login` (2 per 15 minutes); /health is exempt. Denials are 429 with the
+`login` (2 per 15 minutes); /health and /metrics (the limiter's per-rule
+metrics, for Prometheus) are exempt. Denials are 429 with the
 RateLimit headers, Retry-After and an application/problem+json body.
 """
 
@@ -50,6 +51,11 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
     @throttle.exempt
     def health():  # type: ignore[no-untyped-def]
         return "ok"
+
+    @app.get("/metrics")
+    @throttle.exempt
+    def metrics():  # type: ignore[no-untyped-def]
+        return limiter.metrics_text() or "", 200, {"Content-Type": throttlegate.METRICS_CONTENT_TYPE}
 
     return app
 

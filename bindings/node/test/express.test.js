@@ -45,6 +45,17 @@ async function exerciseExample(options) {
     const body = await denied.json();
     assert.equal(body.status, 429);
     assert.deepEqual(body.violated_rules, ['per-ip']);
+    // /metrics: the limiter's per-rule metrics for Prometheus, never limited.
+    for (let i = 0; i < 2; i++) {
+      const metrics = await fetch(`${srv.url}/metrics`);
+      assert.equal(metrics.status, 200);
+      assert.match(metrics.headers.get('content-type'), /^application\/openmetrics-text/);
+      assert.equal(metrics.headers.get('ratelimit-limit'), null);
+      const text = await metrics.text();
+      assert.ok(text.includes('throttlegate_checks_total{rule="per-ip"} 11\n'), text);
+      assert.ok(text.includes('throttlegate_decisions_total{rule="per-ip",outcome="denied"} 1\n'), text);
+      assert.ok(text.endsWith('# EOF\n'));
+    }
   } finally {
     await srv.close();
     await limiter.close();

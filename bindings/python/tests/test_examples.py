@@ -76,6 +76,17 @@ def test_flask_example(mode: str, prefix: str, request: pytest.FixtureRequest) -
             assert other.status_code == 200 and other.headers["RateLimit-Remaining"] == "4"
         else:
             assert other.status_code == 429
+        check_metrics(http.get(f"{base}/metrics"), denied_by="per-ip")
+
+
+def check_metrics(r: httpx.Response | requests.Response, denied_by: str) -> None:
+    """/metrics serves the limiter's metrics, unlimited, for Prometheus."""
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert "RateLimit-Limit" not in r.headers
+    assert f'throttlegate_decisions_total{{rule="{denied_by}",outcome="denied"}} ' in r.text
+    assert "198.51.100" not in r.text
+    assert r.text.endswith("# EOF\n")
 
 
 @pytest.mark.parametrize("mode", ["embedded", "redis-behind-proxy"])
@@ -90,6 +101,8 @@ def test_fastapi_example(mode: str, prefix: str, request: pytest.FixtureRequest)
             assert r.headers["RateLimit-Remaining"] == str(remaining)
         r = http.get("/", headers=a)
         check_denial(r.status_code, r.headers, r.text, "per-ip")
+        for _ in range(2):
+            check_metrics(http.get("/metrics", headers=a), denied_by="per-ip")
         if not proxied:
             return
         b = {"X-Forwarded-For": "198.51.100.8", "X-API-Key": "k_1"}
