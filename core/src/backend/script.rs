@@ -6,7 +6,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{CompiledRule, Mode, Plan, RuleArgs};
 
 /// The one script behind every check: the single-rule fast path, the
-/// arguments of the general one, both algorithms, the replay and give-back helpers and the stacked
+/// arguments of the general one, every algorithm, the replay and give-back helpers and the stacked
 /// driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
 /// makes Redis refuse the whole script up front when it is out of memory,
 /// instead of failing half-way through the writes.
@@ -19,6 +19,10 @@ pub const CHECK_SCRIPT: &str = concat!(
     include_str!("../../lua/sliding_window_log.lua"),
     "\n",
     include_str!("../../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../../lua/sliding_window.lua"),
+    "\n",
+    include_str!("../../lua/period_counter.lua"),
     "\n",
     include_str!("../../lua/replay.lua"),
     "\n",
