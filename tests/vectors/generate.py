@@ -1212,8 +1212,20 @@ def random_cases(count, seed):
                 extra["shadow"] = True
             if rnd.random() < 0.2:
                 extra["match"] = {"route": rnd.choice(["/a", ["/a", "/b"]])}
-            if rnd.random() < 0.5:
+            pick = rnd.random()
+            if pick < 0.25:
                 rules.append(swl(f"r{i}", key, rnd.randint(1, 8), rnd.choice(["5s", "30s", "1m", 90_500, "1h"]), **extra))
+            elif pick < 0.45:
+                window = rnd.choice(["10s", "30s", "1m", 90_500, "1h"])
+                if rnd.random() < 0.5:
+                    extra["precision"] = rnd.choice(["1m", "6m"] if window == "1h" else ["1s", "2500ms", 700, "10s"])
+                rules.append(sw(f"r{i}", key, rnd.randint(1, 8), window, **extra))
+            elif pick < 0.6:
+                rules.append(fw(f"r{i}", key, rnd.randint(1, 8), rnd.choice(["10s", "1m", 90_500, "1h"]), **extra))
+            elif pick < 0.75:
+                if rnd.random() < 0.5:
+                    extra["utc_offset"] = rnd.choice(["+02:00", "-05:00", "+05:30", "+14:00", "-12:00"])
+                rules.append(quota(f"r{i}", key, rnd.randint(1, 8), rnd.choice(["hour", "day", "week", "month"]), **extra))
             else:
                 rate = rnd.choice([0.01, 0.1, 0.3, 0.5, 0.25, 0.05, 0.7])
                 rules.append(tb(f"r{i}", key, rnd.randint(2, 12), rate, **extra))
@@ -1234,7 +1246,7 @@ def random_cases(count, seed):
                 s["call_id"] = rnd.choice(["id1", "id2"])
             steps.append(s)
         c = {"name": f"random-{seed}-{len(made)}", "description": "random", "policy": {"rules": rules},
-             "steps": steps, "start_us": START_US + rnd.randint(0, 10 ** 9)}
+             "steps": steps, "start_us": rnd.choice([START_US, EPOCH_2026_US]) + rnd.randint(0, 10 ** 9) * rnd.choice([1, 1000])}
         try:
             made.append(build(c))
         except CaseError:
