@@ -35,7 +35,8 @@ end
 local out = { now, replayed, 0, 0, 0, 0 }
 -- Rules carry values from decision to commit, at 3i-2 .. 3i: a token bucket
 -- the micro-tokens left, the stamp and the state as read (false when absent);
--- a sliding window of counters its "ids" field as read (false when absent);
+-- a sliding window of counters its "ids" field as read (false when absent or
+-- not read) and its oldest and newest sub-windows stored (false when none);
 -- a period counter the end of its period and its state as read (false when
 -- absent or over).
 local held
@@ -55,11 +56,13 @@ for i = 1, n do
     held[3 * i - 1] = stamp
     held[3 * i] = stored or false
   elseif code == 'k' or code == 'K' then
-    local ids
-    allowed, remaining, retry_after, reset_after, ids =
+    local ids, oldest, newest
+    allowed, remaining, retry_after, reset_after, ids, oldest, newest =
       sw_decide(KEYS[i], now, cost, tonumber(ARGV[3 * i + 3]), ARGV[3 * i + 4])
     held = held or {}
     held[3 * i - 2] = ids
+    held[3 * i - 1] = oldest or false
+    held[3 * i] = newest or false
   elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
     local end_us, stored
     allowed, remaining, retry_after, reset_after, end_us, stored =
@@ -91,7 +94,8 @@ if mode ~= 'p' and all_pass then
       if code == 'w' or code == 'W' then
         swl_commit(KEYS[i], now, cost, out[4 * i + 2], call_id)
       elseif code == 'k' or code == 'K' then
-        sw_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2])
+        sw_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
+          held[3 * i - 1] or nil, held[3 * i] or nil)
       elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
         pc_commit(KEYS[i], now, cost, held[3 * i - 2], stored_id, held[3 * i - 1])
       else

@@ -96,13 +96,33 @@ if mode == 'u' or mode == 'C' then
           kept[#kept + 1] = entry
         end
       end
-      if redis.call('HINCRBY', key, j, -cost) <= 0 then
-        redis.call('HDEL', key, j)
+      if redis.call('HINCRBY', key, 't', -cost) <= 0 then
+        -- Nothing is left: no state, as a check that never happened leaves none.
+        redis.call('DEL', key)
+        return
       end
       if #kept > 0 then
         redis.call('HSET', key, 'ids', table.concat(kept, ','))
       else
         redis.call('HDEL', key, 'ids')
+      end
+      if redis.call('HINCRBY', key, j, -cost) <= 0 then
+        redis.call('HDEL', key, j)
+        -- The oldest or newest sub-window may be gone: find them again.
+        local oldest, newest
+        local flat = redis.call('HGETALL', key)
+        for i = 1, #flat, 2 do
+          local s = tonumber(flat[i])
+          if s then
+            if oldest == nil or s < oldest then
+              oldest = s
+            end
+            if newest == nil or s > newest then
+              newest = s
+            end
+          end
+        end
+        redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
       end
       return
     end
