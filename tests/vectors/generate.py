@@ -3,8 +3,8 @@
 
 The expected values come from a small reference model written from the
 contract (SPEC.md) and the exact arithmetic documented at the top of
-lua/sliding_window_log.lua and lua/token_bucket.lua, not from running the
-implementation. It models:
+lua/sliding_window_log.lua, lua/token_bucket.lua, lua/sliding_window.lua and
+lua/period_counter.lua, not from running the implementation. It models:
 
 - sliding_window_log: a member with score s is inside the window while
   now < s + window; admit when count + cost <= limit; on denial retry_after is
@@ -155,7 +155,7 @@ class Rule:
         return (self.name,) + tuple(attrs[a] for a in self.attrs)
 
 
-# ---- the two algorithms -----------------------------------------------------
+# ---- the algorithms ---------------------------------------------------------
 
 class Log:
     """Sliding-window log: (score, call id) per admitted unit, sorted by score."""
