@@ -122,7 +122,11 @@ if mode == 'u' or mode == 'C' then
             end
           end
         end
-        redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
+        if oldest == nil then
+          redis.call('DEL', key)
+        else
+          redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
+        end
       end
       return
     end

@@ -101,7 +101,7 @@ if uses_counters then
     local need = count + cost - limit
     local reset_after = (newest + 1) * precision + window - now
     local o = string.format('%d', oldest)
-    if tonumber(redis.call('HGET', key, o)) >= need then
+    if (tonumber(redis.call('HGET', key, o)) or 0) >= need then
       return 0, limit - count, (oldest + 1) * precision + window - now, reset_after, ids, oldest, newest
     end
     local flat = redis.call('HGETALL', key)
