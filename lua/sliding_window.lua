@@ -13,8 +13,8 @@
 -- long as an exact log counts it (never more admitted in any window than the
 -- log would allow) and at most one sub-window longer (never later than the
 -- log by more than one sub-window). The counted sub-windows are those with
--- j >= floor((now - window) / precision): at most window / precision + 2 of
--- them, whatever the limit.
+-- j >= floor((now - window) / precision): at most ceil(window / precision) + 1
+-- of them, whatever the limit.
 --
 -- The state is a hash: field "<j>" (decimal) -> units admitted in sub-window
 -- j, and beside them field "t" (the units of every "<j>" field), "o" and "n"
