@@ -55,7 +55,8 @@ test-soak:
 bench: deps
 	$(CARGO) bench -p throttlegate
 
-## Side by side with the peers on a private Redis; writes benches/compare/RESULTS.md (COMPARE_SECONDS=3 per case).
+## Side by side with the peers on a private Redis; writes benches/compare/RESULTS.md (COMPARE_SECONDS=3 per case;
+## COMPARE_ONLY=algos,node-algos,python-algos,burst runs those parts only, into RESULTS-partial.md).
 compare: deps
 	benches/compare/run.sh
 

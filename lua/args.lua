@@ -1,8 +1,10 @@
 -- Second in the script, reached by every mode but "s" (single_rule.lua has
 -- returned for that one). Reads the arguments of the general form and leaves,
 -- as locals for the files after it: mode, now, monotonic (true when now came
--- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it)
--- and uses_log / uses_bucket (which algorithms this call's rules use).
+-- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it),
+-- uses_log / uses_bucket / uses_counters / uses_period (which algorithms
+-- this call's rules use) and floor_div(a, b) (made only when a sliding
+-- window of counters or a period counter needs it; nil otherwise).
 --
 -- KEYS = the rules' keys, one per rule, in the order of their arguments
 -- ARGV[1] mode: "c" check (consume on success); "C" the same, for a call
@@ -17,8 +19,12 @@
 -- then for each key, 3 values: an algorithm code and its two parameters,
 --   "w", limit, window_us          sliding window log
 --   "b", capacity, refill_rate     token bucket
--- with the code in upper case ("W", "B") for a shadow rule, which reports
--- but never denies.
+--   "k", limit, "<window_us>:<precision_us>"   sliding window of counters
+--   "f", limit, window_us          fixed window (epoch-aligned)
+--   "q", limit, "<period>:<offset_s>"          calendar quota: period h, d,
+--                                  w or m, offset in seconds east of UTC
+-- with the code in upper case ("W", "B", "K", "F", "Q") for a shadow rule,
+-- which reports but never denies.
 --
 -- Returns (from check.lua) { now, replayed (0/1), then per key: allowed
 -- (0/1), remaining, retry_after_us, reset_after_us }; mode "u" returns
@@ -44,13 +50,32 @@ local replayed = 0
 -- Which algorithms this call uses: the functions of the others are not even
 -- made (each local function is a closure created afresh on every call of
 -- the script, and this script runs on every request).
-local uses_log, uses_bucket = false, false
+local uses_log, uses_bucket, uses_counters, uses_period = false, false, false, false
 for i = 1, n do
   local code = ARGV[3 * i + 2]
   if code == 'w' or code == 'W' then
     uses_log = true
+  elseif code == 'k' or code == 'K' then
+    uses_counters = true
+  elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
+    uses_period = true
   else
     uses_bucket = true
+  end
+end
+
+-- floor(a / b) for integers (b > 0), exact: the quotient of two doubles is
+-- rounded, which can cross an integer when a is large, so it is corrected.
+local floor_div
+if uses_counters or uses_period then
+  floor_div = function(a, b)
+    local q = math.floor(a / b)
+    if q * b > a then
+      q = q - 1
+    elseif (q + 1) * b <= a then
+      q = q + 1
+    end
+    return q
   end
 end
 

@@ -1,7 +1,8 @@
 -- Last in the script: the driver, for modes "c", "C", "p" and "u". Reads the
 -- locals of args.lua (mode, now, monotonic, call_id, cost, n, replayed), the
 -- algorithm functions and the replay helpers, and the per-rule ARGV triples
--- (code, two parameters at ARGV[3i+2 .. 3i+4]). Mode "u" gives back and
+-- (code, two parameters at ARGV[3i+2 .. 3i+4]). A lower-case code is a live
+-- rule, an upper-case one a shadow rule. Mode "u" gives back and
 -- returns { now, 0 }; mode "C" answers a call already recorded as a peek at
 -- cost 0 with replayed = 1. Otherwise it decides every rule given in KEYS
 -- first, records the request only if all of them (shadow rules excepted)
@@ -11,7 +12,7 @@
 
 if mode == 'u' then
   for i = 1, n do
-    give_back(ARGV[3 * i + 2], KEYS[i], cost, tonumber(ARGV[3 * i + 3]), call_id)
+    give_back(ARGV[3 * i + 2], KEYS[i], cost, tonumber(ARGV[3 * i + 3]), call_id, ARGV[3 * i + 4])
   end
   return { now, 0 }
 end
@@ -21,7 +22,7 @@ if dedupe then
   -- A re-sent call that was already applied is answered with the current
   -- state (a peek at cost 0), admitted, and records nothing: it cannot count twice.
   for i = 1, n do
-    if seen(ARGV[3 * i + 2], KEYS[i], call_id) then
+    if seen(ARGV[3 * i + 2], KEYS[i], call_id, ARGV[3 * i + 4]) then
       replayed = 1
       mode = 'p'
       cost = 0
@@ -32,8 +33,12 @@ end
 
 -- Sized for one rule up front; more rules grow it.
 local out = { now, replayed, 0, 0, 0, 0 }
--- Token buckets carry three values from decision to commit: the micro-tokens
--- left, the stamp and the state as read (false when absent), at 3i-2 .. 3i.
+-- Rules carry values from decision to commit, at 3i-2 .. 3i: a token bucket
+-- the micro-tokens left, the stamp and the state as read (false when absent);
+-- a sliding window of counters its "ids" field as read (false when absent or
+-- not read) and its oldest and newest sub-windows stored (false when none);
+-- a period counter the end of its period and its state as read (false when
+-- absent or over).
 local held
 local all_pass = true
 for i = 1, n do
@@ -50,6 +55,21 @@ for i = 1, n do
     held[3 * i - 2] = left
     held[3 * i - 1] = stamp
     held[3 * i] = stored or false
+  elseif code == 'k' or code == 'K' then
+    local ids, oldest, newest
+    allowed, remaining, retry_after, reset_after, ids, oldest, newest =
+      sw_decide(KEYS[i], now, cost, tonumber(ARGV[3 * i + 3]), ARGV[3 * i + 4])
+    held = held or {}
+    held[3 * i - 2] = ids
+    held[3 * i - 1] = oldest or false
+    held[3 * i] = newest or false
+  elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
+    local end_us, stored
+    allowed, remaining, retry_after, reset_after, end_us, stored =
+      pc_decide(KEYS[i], now, cost, tonumber(ARGV[3 * i + 3]), pc_end(code, now, ARGV[3 * i + 4]))
+    held = held or {}
+    held[3 * i - 2] = end_us
+    held[3 * i - 1] = stored
   else
     return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(code))
   end
@@ -57,7 +77,7 @@ for i = 1, n do
   out[4 * i] = remaining
   out[4 * i + 1] = retry_after
   out[4 * i + 2] = reset_after
-  if allowed == 0 and (code == 'w' or code == 'b') then
+  if allowed == 0 and code >= 'a' then
     all_pass = false
   end
 end
@@ -73,6 +93,11 @@ if mode ~= 'p' and all_pass then
       local code = ARGV[3 * i + 2]
       if code == 'w' or code == 'W' then
         swl_commit(KEYS[i], now, cost, out[4 * i + 2], call_id)
+      elseif code == 'k' or code == 'K' then
+        sw_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
+          held[3 * i - 1] or nil, held[3 * i] or nil)
+      elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
+        pc_commit(KEYS[i], now, cost, held[3 * i - 2], stored_id, held[3 * i - 1])
       else
         tb_commit(KEYS[i], held[3 * i - 1], held[3 * i - 2], out[4 * i + 2], stored_id, held[3 * i] or nil)
       end

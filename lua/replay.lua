@@ -1,26 +1,56 @@
--- Fifth in the script. Re-sent calls and give-backs, for both algorithms.
--- Reads `mode` (args.lua) and defines three locals, made only for the modes
--- that need them ("C" and "u"; nil otherwise): ids_of(stored), for the two
--- others, and, for check.lua, seen(code, key, call_id) in mode "C" and
--- give_back(code, key, cost, capacity, call_id) in mode "u". `code` is a
--- rule's algorithm code ("w"/"W" sliding-window log, "b"/"B" token bucket).
+-- Seventh in the script. Re-sent calls and give-backs, for every algorithm.
+-- Reads `mode`, `now` and `floor_div` (args.lua) and `sw_spec`
+-- (sliding_window.lua), and defines four locals, made only for the modes
+-- that need them ("C" and "u"; nil otherwise): ids_of(stored) and
+-- counter_id(key, call_id, spec), for the two others, and, for check.lua,
+-- seen(code, key, call_id, spec) in mode "C" and give_back(code, key, cost,
+-- capacity, call_id, spec) in mode "u". `code` is a rule's algorithm code
+-- ("w"/"W" sliding-window log, "b"/"B" token bucket, "k"/"K" sliding window
+-- of counters, "f"/"F" fixed window, "q"/"Q" quota), `spec` its third
+-- argument.
 
-local ids_of, seen, give_back
+local ids_of, counter_id, seen, give_back
 if mode == 'u' or mode == 'C' then
-  -- The call ids recorded in a stored bucket ("" when none).
+  -- The call ids recorded in a stored bucket or period counter ("" when none).
   ids_of = function(stored)
     return string.match(stored, '^%d+:%d+:(.*)$') or ''
+  end
+
+  -- For a sliding window of counters: the "ids" field, and the sub-window
+  -- (as written) that `call_id` was admitted in while it still counts (nil
+  -- when the call is not among the recent ids or its sub-window has left).
+  counter_id = function(key, call_id, spec)
+    local ids = redis.call('HGET', key, 'ids')
+    if not ids then
+      return false, nil
+    end
+    local window, precision = sw_spec(spec)
+    local first = floor_div(now - window, precision)
+    for j, id in string.gmatch(ids, '(%d+):([^,]+)') do
+      if id == call_id and tonumber(j) >= first then
+        return ids, j
+      end
+    end
+    return ids, nil
   end
 
   -- True when the call `call_id` was already recorded under `key` (a re-sent
   -- call that Redis had executed): a member of a log, or one of the last 64
   -- admissions recorded in a bucket.
-  seen = function(code, key, call_id)
+  seen = function(code, key, call_id, spec)
     if code == 'w' or code == 'W' then
       return redis.call('ZSCORE', key, call_id) ~= false
     end
+    if code == 'k' or code == 'K' then
+      local _, j = counter_id(key, call_id, spec)
+      return j ~= nil
+    end
     local stored = redis.call('GET', key)
     if not stored then
+      return false
+    end
+    if code ~= 'b' and code ~= 'B' and tonumber(string.match(stored, '^(%d+)')) <= now then
+      -- A period counter whose period has ended: its ids are gone with it.
       return false
     end
     for id in string.gmatch(ids_of(stored), '[^,]+') do
@@ -33,10 +63,11 @@ if mode == 'u' or mode == 'C' then
 
   -- Give back what the check `call_id` recorded under `key` (Redis Cluster:
   -- another slot of the same check denied it). `capacity` is a bucket's. A
-  -- bucket's id leaves its list as the tokens come back, so a re-sent
-  -- give-back cannot refund twice; a call whose id has already dropped out of
-  -- the list is not refunded (a brief over-restriction, never an over-admission).
-  give_back = function(code, key, cost, capacity, call_id)
+  -- bucket's, a counter's or a period counter's id leaves its list as the
+  -- units come back, so a re-sent give-back cannot refund twice; a call whose
+  -- id has already dropped out of the list (or whose sub-window or period has
+  -- ended) is not refunded (a brief over-restriction, never an over-admission).
+  give_back = function(code, key, cost, capacity, call_id, spec)
     if code == 'w' or code == 'W' then
       local members = { call_id }
       for i = 2, cost do
@@ -51,11 +82,63 @@ if mode == 'u' or mode == 'C' then
       end
       return
     end
+    if code == 'k' or code == 'K' then
+      local ids, j = counter_id(key, call_id, spec)
+      if j == nil then
+        return
+      end
+      local kept = {}
+      local found = false
+      for entry in string.gmatch(ids, '[^,]+') do
+        if entry == j .. ':' .. call_id and not found then
+          found = true
+        else
+          kept[#kept + 1] = entry
+        end
+      end
+      if redis.call('HINCRBY', key, 't', -cost) <= 0 then
+        -- Nothing is left: no state, as a check that never happened leaves none.
+        redis.call('DEL', key)
+        return
+      end
+      if #kept > 0 then
+        redis.call('HSET', key, 'ids', table.concat(kept, ','))
+      else
+        redis.call('HDEL', key, 'ids')
+      end
+      if redis.call('HINCRBY', key, j, -cost) <= 0 then
+        redis.call('HDEL', key, j)
+        -- The oldest or newest sub-window may be gone: find them again.
+        local oldest, newest
+        local flat = redis.call('HGETALL', key)
+        for i = 1, #flat, 2 do
+          local s = tonumber(flat[i])
+          if s then
+            if oldest == nil or s < oldest then
+              oldest = s
+            end
+            if newest == nil or s > newest then
+              newest = s
+            end
+          end
+        end
+        if oldest == nil then
+          redis.call('DEL', key)
+        else
+          redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
+        end
+      end
+      return
+    end
     local stored = redis.call('GET', key)
     if not stored then
       return
     end
     local t, ts = string.match(stored, '^(%d+):(%d+)')
+    if code ~= 'b' and code ~= 'B' and tonumber(t) <= now then
+      -- A period counter whose period has ended: nothing of it counts any more.
+      return
+    end
     local kept = {}
     local found = false
     for id in string.gmatch(ids_of(stored), '[^,]+') do
@@ -68,8 +151,20 @@ if mode == 'u' or mode == 'C' then
     if not found then
       return
     end
-    local tokens = math.min(capacity * 1000000, tonumber(t) + cost * 1000000)
-    local value = string.format('%d:%s', tokens, ts)
+    local value
+    if code == 'b' or code == 'B' then
+      local tokens = math.min(capacity * 1000000, tonumber(t) + cost * 1000000)
+      value = string.format('%d:%s', tokens, ts)
+    else
+      -- A period counter is "<end>:<units>": the units go back, and a counter
+      -- back at zero is deleted, as a check that never happened leaves none.
+      local units = tonumber(ts) - cost
+      if units <= 0 then
+        redis.call('DEL', key)
+        return
+      end
+      value = string.format('%s:%d', t, units)
+    end
     if #kept > 0 then
       value = value .. ':' .. table.concat(kept, ',')
     end

@@ -8,6 +8,10 @@
 #   benches/compare/run.sh [seconds per case, default 3]    (or: make compare)
 #
 # COMPARE_SECONDS=N is the same knob for `make compare COMPARE_SECONDS=N`.
+# COMPARE_ONLY=PART,PART runs only those parts of compare.py (redis, memory,
+# node, python, rust, algos, node-algos, python-algos, burst), builds only
+# what they need, and writes benches/compare/RESULTS-partial.md instead of
+# RESULTS.md (which only a full run writes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
@@ -18,6 +22,23 @@ if ! [[ "$SECS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || [ "$(awk -v s="$SECS" 'BEGIN { prin
   echo "run.sh: seconds per case must be a positive number, got '$SECS'" >&2
   exit 2
 fi
+
+ONLY="${COMPARE_ONLY:-}"
+OUT="$HERE/RESULTS.md"
+ONLY_ARGS=()
+if [ -n "$ONLY" ]; then
+  OUT="$HERE/RESULTS-partial.md"
+  ONLY_ARGS=(--only "$ONLY")
+fi
+# Whether a part that needs this build is selected.
+wants() {
+  [ -z "$ONLY" ] && return 0
+  local p
+  for p in "$@"; do
+    case ",$ONLY," in *",$p,"*) return 0 ;; esac
+  done
+  return 1
+}
 
 # ---- tools ---------------------------------------------------------------
 . scripts/need.sh  # need TOOL PACKAGE
@@ -61,17 +82,21 @@ trap 'exit 143' TERM
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 # ---- peers and builds (release) -------------------------------------------
+# A part whose build fails is reported as not run (never measured with a stale build).
+BROKEN=()
+if wants node node-algos burst; then
 echo "== Node: peers from package.json's devDependencies, addon built in release" >&2
 if [ ! -f node_modules/rate-limiter-flexible/package.json ] || [ ! -f node_modules/ioredis/package.json ]; then
   npm ci --no-audit --no-fund >&2
 fi
-# A part whose build fails is reported as not run (never measured with a stale build).
-BROKEN=()
 if ! THROTTLEGATE_BUILD_PROFILE=release npm run --silent build >&2; then
-  echo "run.sh: the Node addon did not build; the Node part will not run" >&2
+  echo "run.sh: the Node addon did not build; the Node parts will not run" >&2
   BROKEN+=(--broken "node=the Node addon did not build (npm run build failed)")
+  BROKEN+=(--broken "node-algos=the Node addon did not build (npm run build failed)")
+fi
 fi
 
+if wants python python-algos burst; then
 echo "== Python: .venv with limits, redis, hiredis and the package (pip install .)" >&2
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -86,15 +111,18 @@ if "${PIP[@]}" wheel --quiet --no-deps --wheel-dir "$WORK/wheel" . >&2 \
   && "${PIP[@]}" install --quiet --no-deps --target "$WORK/python" "$WORK"/wheel/throttlegate-*.whl >&2; then
   :
 else
-  echo "run.sh: the Python package did not build; the Python part will not run" >&2
+  echo "run.sh: the Python package did not build; the Python parts will not run" >&2
   BROKEN+=(--broken "python=the Python package did not build (pip wheel . failed)")
+  BROKEN+=(--broken "python-algos=the Python package did not build (pip wheel . failed)")
+  BROKEN+=(--broken "burst=the Python package did not build (pip wheel . failed)")
+fi
 fi
 
 echo "== Rust: the CLI and the Criterion benchmark, release" >&2
 cargo build -q --release -p throttlegate-cli >&2
 # The exact script every check runs, as the CLI prints it.
 cargo run -q --release -p throttlegate-cli -- script >"$WORK/throttlegate.lua"
-if ! cargo bench -q -p throttlegate --bench check --no-run >&2; then
+if wants rust && ! cargo bench -q -p throttlegate --bench check --no-run >&2; then
   echo "run.sh: the Criterion benchmark did not build; the Rust part will not run" >&2
   BROKEN+=(--broken "rust=the Criterion benchmark did not build")
 fi
@@ -136,7 +164,8 @@ python3 "$HERE/compare.py" \
   --seconds "$SECS" \
   --work "$WORK" \
   --script "$WORK/throttlegate.lua" \
-  --out "$HERE/RESULTS.md" \
+  --out "$OUT" \
+  ${ONLY_ARGS[@]:+"${ONLY_ARGS[@]}"} \
   ${PIN_CLIENT[@]:+--pin-client "${PIN_CLIENT[*]}"} \
   ${PIN_REDIS[@]:+--pin-redis "${PIN_REDIS[*]}"} \
   "${BROKEN[@]}" &

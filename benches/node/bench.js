@@ -7,13 +7,19 @@
 //
 //   npm run build        # release addon (the default of `npm install`)
 //   node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE] [--backend redis|memory]
+//        [--algorithm NAME] [--rules 1,4] [--in-flight 1,64]
 //
 // SECONDS per case and library (default 2), in alternating rounds of which
 // the best counts. Without --redis-url a private redis-server is
 // started on a free loopback port (pinned to the first CPU, this process to
 // the second, when `taskset` is available). --json FILE also writes the rows
 // as a JSON array of { backend, rules, inFlight, ours, theirs } (checks per
-// second).
+// second). --algorithm NAME gives throttlegate's rules that algorithm
+// (default sliding_window_log; sliding_window, fixed_window, quota with a
+// period of a day, token_bucket with the same 1000 per 60 s), and --rules /
+// --in-flight pick the cases (comma-separated); the JSON rows then carry
+// `algorithm` too. `--algorithm fixed_window` compares like with like:
+// RateLimiterRedis counts a fixed window per key too.
 //
 // The setup of the performance issue: 10,000 distinct clients, every rule
 // 1000 requests per 60 s for both libraries, so every check is admitted and
@@ -41,21 +47,32 @@ const NAMES = ['ip', 'api_key', 'tenant', 'route'];
 const MAX_CALLS = Math.floor(CLIENTS * LIMIT * 0.9);
 // Alternating measured rounds per case (see `compare`).
 const ROUNDS = 3;
+const ALGORITHMS = ['sliding_window_log', 'sliding_window', 'fixed_window', 'quota', 'token_bucket'];
 
 function usage(message) {
-  console.error(`${message}\nusage: node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE] [--backend redis|memory]`);
+  console.error(`${message}\nusage: node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE] [--backend redis|memory] [--algorithm NAME] [--rules 1,4] [--in-flight 1,64]`);
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const out = { seconds: 2, redisUrl: null, json: null, backends: ['redis', 'memory'] };
+  const out = { seconds: 2, redisUrl: null, json: null, backends: ['redis', 'memory'], algorithm: 'sliding_window_log', rules: [1, 4], inFlight: [1, 64] };
+  const list = (a, v, allowed) => {
+    const items = v.split(',').map(Number);
+    if (!items.length || items.some((x) => !allowed.includes(x))) usage(`${a}: expected a comma-separated list of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
+    return items;
+  };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (a === '--redis-url' || a === '--json' || a === '--backend') {
+    if (['--redis-url', '--json', '--backend', '--algorithm', '--rules', '--in-flight'].includes(a)) {
       if (i + 1 >= argv.length) usage(`${a} needs a value`);
       const v = argv[++i];
       if (a === '--json') out.json = v;
       else if (a === '--redis-url') out.redisUrl = v;
+      else if (a === '--algorithm') {
+        if (!ALGORITHMS.includes(v)) usage(`--algorithm: expected one of ${ALGORITHMS.join(', ')}, got ${JSON.stringify(v)}`);
+        out.algorithm = v;
+      } else if (a === '--rules') out.rules = list(a, v, [1, 4]);
+      else if (a === '--in-flight') out.inFlight = list(a, v, [1, 64]);
       else if (v === 'redis' || v === 'memory') out.backends = [v];
       else usage(`--backend: expected redis or memory, got ${JSON.stringify(v)}`);
     } else if (/^\d+(\.\d+)?$/.test(a)) {
@@ -80,8 +97,15 @@ const ATTRS = [1, 4].map((rules) =>
 const KEYS = ATTRS[0].map((a) => a.ip);
 
 function policy(rules) {
+  const params = {
+    sliding_window_log: { limit: LIMIT, window: `${WINDOW_S}s` },
+    sliding_window: { algorithm: 'sliding_window', limit: LIMIT, window: `${WINDOW_S}s` },
+    fixed_window: { algorithm: 'fixed_window', limit: LIMIT, window: `${WINDOW_S}s` },
+    quota: { algorithm: 'quota', limit: LIMIT, period: 'day' },
+    token_bucket: { algorithm: 'token_bucket', capacity: LIMIT, refill_rate: LIMIT / WINDOW_S },
+  }[ARGS.algorithm];
   return {
-    rules: NAMES.slice(0, rules).map((name) => ({ name, key: `${name}:{${name}}`, limit: LIMIT, window: `${WINDOW_S}s` })),
+    rules: NAMES.slice(0, rules).map((name) => ({ name, key: `${name}:{${name}}`, ...params })),
   };
 }
 
@@ -168,8 +192,8 @@ async function main() {
   const rows = [];
   try {
     for (const backend of ARGS.backends) {
-      for (const rules of [1, 4]) {
-        for (const inFlight of [1, 64]) {
+      for (const rules of ARGS.rules) {
+        for (const inFlight of ARGS.inFlight) {
           const limiters = [];
           const prefix = `${tag}:${backend}:${rules}:${inFlight}`;
           const { ours, theirs } = await compare(
@@ -195,7 +219,7 @@ async function main() {
             inFlight,
           );
           await Promise.all(limiters.map((l) => l.close()));
-          rows.push({ backend, rules, inFlight, ours, theirs });
+          rows.push({ backend, rules, inFlight, ours, theirs, algorithm: ARGS.algorithm });
           process.stderr.write('.');
         }
       }
@@ -214,7 +238,7 @@ async function main() {
       : `a private redis-server${pinned ? ' (pinned to CPU 0, clients on CPU 1)' : ''}`;
   console.log(
     `node ${process.version}, ${where}, ${CLIENTS.toLocaleString('en-US')} clients, ` +
-      `${LIMIT} per ${WINDOW_S} s per rule, ${ARGS.seconds} s per case and library (best of ${ROUNDS} ` +
+      `${LIMIT} per ${WINDOW_S} s per rule (throttlegate: ${ARGS.algorithm}), ${ARGS.seconds} s per case and library (best of ${ROUNDS} ` +
       'alternating rounds), checks per second (higher is better)\n',
   );
   console.log('| backend | rules | in flight | throttlegate | rate-limiter-flexible | ratio |');

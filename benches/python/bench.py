@@ -27,6 +27,14 @@ tasks, and the embedded backend (microseconds per `check`, next to `limits`'
 in-memory moving window). `--json FILE` writes the rows as a JSON array:
 `{"scenario", "rules", "ours", "theirs"}` in checks/s, and for the embedded
 backend `{"scenario": "embedded", "rules", "us_per_check", "theirs_us_per_check"}`.
+
+`--algorithm NAME` gives throttlegate's rules another algorithm (default
+sliding_window_log; sliding_window, fixed_window, quota with a period of a
+day, token_bucket with the same 1000 per 60 s), `--peer NAME` picks `limits`'
+strategy (moving_window, the default; sliding_window_counter; fixed_window),
+`--rules 1,4` the rule counts and `--no-embedded` skips the embedded rows.
+`--algorithm sliding_window --peer sliding_window_counter` compares like with
+like: both keep counters per window instead of a log.
 """
 
 from __future__ import annotations
@@ -109,8 +117,21 @@ def client_attrs(rules: int) -> list[dict[str, str]]:
     return out
 
 
+ALGORITHM = "sliding_window_log"  # throttlegate's (--algorithm)
+PEER = "moving_window"  # limits' strategy (--peer)
+ALGORITHMS = {
+    "sliding_window_log": {"limit": LIMIT, "window": WINDOW},
+    "sliding_window": {"algorithm": "sliding_window", "limit": LIMIT, "window": WINDOW},
+    "fixed_window": {"algorithm": "fixed_window", "limit": LIMIT, "window": WINDOW},
+    "quota": {"algorithm": "quota", "limit": LIMIT, "period": "day"},
+    "token_bucket": {"algorithm": "token_bucket", "capacity": LIMIT, "refill_rate": LIMIT / 60},
+}
+PEERS = {"moving_window": "MovingWindowRateLimiter", "sliding_window_counter": "SlidingWindowCounterRateLimiter",
+         "fixed_window": "FixedWindowRateLimiter"}
+
+
 def tg_limiter(url: str | None, rules: int) -> throttlegate.Limiter:
-    policy = [{"name": f"r{i}-{name}", "key": key, "limit": LIMIT, "window": WINDOW}
+    policy = [{"name": f"r{i}-{name}", "key": key, **ALGORITHMS[ALGORITHM]}
               for i, (name, key) in enumerate(RULE_ATTRS[:rules])]
     return throttlegate.Limiter(policy, url=url, prefix=f"bench-{uuid.uuid4().hex[:8]}:", timeout=5.0,
                                 on_backend_error="error")
@@ -201,7 +222,7 @@ def theirs_round(url: str, rules: int, attrs: list[dict[str, str]], calls: int, 
 
         def make() -> Any:
             st = limits.aio.storage.RedisStorage("async+" + url, implementation="redispy")
-            return limits.aio.strategies.MovingWindowRateLimiter(st)
+            return getattr(limits.aio.strategies, PEERS[PEER])(st)
 
         async def call(ctx: Any, i: int) -> None:
             nonlocal denied
@@ -213,7 +234,7 @@ def theirs_round(url: str, rules: int, attrs: list[dict[str, str]], calls: int, 
 
         rate = run_tasks(calls, 64, make, call)
     else:
-        moving = limits.strategies.MovingWindowRateLimiter(limits.storage.RedisStorage(url))
+        moving = getattr(limits.strategies, PEERS[PEER])(limits.storage.RedisStorage(url))
 
         def hit(i: int) -> None:
             nonlocal denied
@@ -230,9 +251,9 @@ def theirs_round(url: str, rules: int, attrs: list[dict[str, str]], calls: int, 
     return rate
 
 
-def redis_rows(url: str, calls: int, repeat: int) -> list[Row]:
+def redis_rows(url: str, calls: int, repeat: int, rule_counts: list[int]) -> list[Row]:
     rows = []
-    for rules in (1, 4):
+    for rules in rule_counts:
         attrs = client_attrs(rules)
         for scenario in (SEQUENTIAL, THREADS, TASKS):
             ours: list[float] = []
@@ -286,6 +307,7 @@ def embedded_rows(checks: int, repeat: int) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    global ALGORITHM, PEER
     parser = argparse.ArgumentParser(description="throttlegate vs limits (moving window) on one Redis")
     parser.add_argument("--url", help="Redis URL (default: start a private redis-server)")
     parser.add_argument("--calls", type=int, default=10_000, help="checks per Redis scenario (default 10000)")
@@ -296,7 +318,16 @@ def main() -> None:
                              "(default 3)")
     parser.add_argument("--json", metavar="FILE", help="also write the rows to FILE as a JSON array")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the private redis-server and the clients")
+    parser.add_argument("--algorithm", choices=sorted(ALGORITHMS), default=ALGORITHM,
+                        help="throttlegate's algorithm (default sliding_window_log)")
+    parser.add_argument("--peer", choices=sorted(PEERS), default=PEER, help="limits' strategy (default moving_window)")
+    parser.add_argument("--rules", default="1,4", help="comma-separated rule counts, of 1 and 4 (default 1,4)")
+    parser.add_argument("--no-embedded", action="store_true", help="skip the embedded-backend rows")
     args = parser.parse_args()
+    ALGORITHM, PEER = args.algorithm, args.peer
+    rule_counts = [int(x) for x in args.rules.split(",")]
+    if not rule_counts or any(x not in (1, 4) for x in rule_counts):
+        parser.error(f"--rules: expected a comma-separated list of 1 and 4, got {args.rules!r}")
     proc = None
     workdir = None
     url = args.url
@@ -305,19 +336,19 @@ def main() -> None:
     if url is None:
         proc, url, workdir = start_redis(pinned)
     try:
-        rows = redis_rows(url, args.calls, args.repeat)
+        rows = redis_rows(url, args.calls, args.repeat, rule_counts)
     finally:
         if proc is not None:
             proc.kill()
             proc.wait()
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
-    embedded = embedded_rows(args.embedded_checks, args.repeat)
+    embedded = [] if args.no_embedded else embedded_rows(args.embedded_checks, args.repeat)
 
     hiredis = "with hiredis" if redis.utils.HIREDIS_AVAILABLE else "WITHOUT hiredis"
     load = f", load average {load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end" \
         if hasattr(os, "getloadavg") else ""
-    print(f"throttlegate {throttlegate.__version__} vs limits {limits.__version__} (MovingWindowRateLimiter, "
+    print(f"throttlegate {throttlegate.__version__} ({ALGORITHM}) vs limits {limits.__version__} ({PEERS[PEER]}, "
           f"redis-py {redis.__version__} {hiredis}), Python {platform.python_version()}, "
           f"{'Redis at ' + args.url if args.url else 'private redis-server'}"
           f"{' (pinned to one core, clients to another)' if pinned else ''}, {KEYS:,} keys, limit {LIMIT}/60 s, "
@@ -334,7 +365,8 @@ def main() -> None:
               f"{e['theirs_us_per_check'] / e['us_per_check']:.1f}x |")
     if args.json:
         out: list[dict[str, Any]] = [
-            {"scenario": r.scenario, "rules": r.rules, "ours": round(r.ours, 1), "theirs": round(r.theirs, 1)}
+            {"scenario": r.scenario, "rules": r.rules, "ours": round(r.ours, 1), "theirs": round(r.theirs, 1),
+             "algorithm": ALGORITHM, "peer": PEER}
             for r in rows
         ]
         out += embedded

@@ -310,11 +310,17 @@ export interface RuleObject {
   /** Key template over attributes, such as `"ip:{ip}"`. */
   key: string
   /** The algorithm (default `sliding_window_log`). */
-  algorithm?: 'sliding_window_log' | 'token_bucket'
-  /** Sliding window: units admitted per window. */
+  algorithm?: 'sliding_window_log' | 'token_bucket' | 'sliding_window' | 'fixed_window' | 'quota'
+  /** Sliding windows, fixed windows and quotas: units admitted per window or period. */
   limit?: number
-  /** Sliding window: milliseconds or a duration string such as `"1m"`. */
+  /** Sliding and fixed windows: milliseconds or a duration string such as `"1m"`. */
   window?: number | string
+  /** Sliding window of counters: the sub-window, milliseconds or a duration string (default 1/60 of the window). */
+  precision?: number | string
+  /** Quota: the calendar period. */
+  period?: 'hour' | 'day' | 'week' | 'month'
+  /** Quota: the calendar's fixed offset from UTC, `"+HH:MM"` or `"-HH:MM"` (default `"+00:00"`). */
+  utc_offset?: string
   /** Token bucket: the bucket's size. */
   capacity?: number
   /** Token bucket: tokens added per second (may be fractional). */

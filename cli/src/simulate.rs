@@ -346,6 +346,15 @@ fn algorithm_text(a: &Algorithm) -> String {
             capacity,
             refill_rate,
         } => format!("bucket {capacity}, +{refill_rate}/s"),
+        Algorithm::SlidingWindow { limit, window, precision } => {
+            format!("{limit} per {} (counted per {})", format_duration(window), format_duration(precision))
+        }
+        Algorithm::FixedWindow { limit, window } => {
+            format!("{limit} per fixed {}", format_duration(window))
+        }
+        Algorithm::Quota { limit, period, utc_offset_minutes } => {
+            format!("{limit} per {} (UTC{})", period.as_str(), throttlegate::format_utc_offset(utc_offset_minutes))
+        }
     }
 }
 

@@ -1,8 +1,11 @@
-//! The two algorithms in Rust, step for step the same arithmetic as
-//! `lua/sliding_window_log.lua` and `lua/token_bucket.lua`, so the embedded
+//! The algorithms in Rust, step for step the same arithmetic as
+//! `lua/sliding_window_log.lua`, `lua/token_bucket.lua`,
+//! `lua/sliding_window.lua` and `lua/period_counter.lua`, so the embedded
 //! backend decides exactly like Redis. Times are integer microseconds.
 
 use std::collections::VecDeque;
+
+use crate::policy::Period;
 
 /// One rule's answer, in the units the Lua script returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +212,228 @@ impl Bucket {
     }
 }
 
+/// Floor division for a positive divisor (`floor_div` in `lua/args.lua`).
+pub(crate) fn floor_div(a: i64, b: i64) -> i64 {
+    a.div_euclid(b)
+}
+
+/// How many recent call ids a sliding window of counters or a period
+/// counter remembers (as many as a bucket).
+pub(crate) const COUNTER_IDS: usize = TB_IDS;
+
+/// A sliding window of counters: the units admitted per sub-window of
+/// `precision` microseconds (sub-window `j` spans `[j * precision, (j + 1) *
+/// precision)`), and the ids of recent calls that asked for deduplication
+/// with the sub-window they were admitted in. A unit of sub-window `j` counts
+/// while `now < (j + 1) * precision + window`: that is, for the sub-windows
+/// `j >= floor((now - window) / precision)`. Mirror of `lua/sliding_window.lua`.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Counters {
+    /// (sub-window, units), ascending by sub-window.
+    subs: Vec<(i64, u64)>,
+    /// (sub-window, call id) of recent admissions with an id, oldest first.
+    ids: Vec<(i64, u64)>,
+}
+
+impl Counters {
+    /// Mirror of `sw_decide`.
+    pub fn decide(&self, now: i64, cost: u64, limit: u64, window: i64, precision: i64) -> Outcome {
+        let first = floor_div(now - window, precision);
+        let release = |j: i64| (j + 1) * precision + window - now;
+        let mut count = 0u64;
+        let mut newest: Option<i64> = None;
+        for &(j, c) in self.subs.iter().filter(|(j, _)| *j >= first) {
+            count += c;
+            newest = Some(j);
+        }
+        if count + cost <= limit {
+            let mut top = newest;
+            if cost > 0 {
+                let current = floor_div(now, precision);
+                top = Some(top.map_or(current, |n| n.max(current)));
+            }
+            return Outcome {
+                allowed: true,
+                remaining: limit - count - cost,
+                retry_after_us: 0,
+                reset_after_us: top.map_or(0, release),
+            };
+        }
+        // Denied: wait until the oldest sub-windows holding `need` units have left.
+        let need = count + cost - limit;
+        let mut held = 0;
+        let mut retry = 0;
+        for &(j, c) in self.subs.iter().filter(|(j, _)| *j >= first) {
+            held += c;
+            if held >= need {
+                retry = release(j);
+                break;
+            }
+        }
+        Outcome {
+            allowed: false,
+            remaining: limit.saturating_sub(count),
+            retry_after_us: retry,
+            reset_after_us: newest.map_or(0, release),
+        }
+    }
+
+    /// Mirror of `seen` for counters: `id` was admitted in a sub-window that
+    /// still counts.
+    pub fn seen(&self, now: i64, window: i64, precision: i64, id: u64) -> bool {
+        let first = floor_div(now - window, precision);
+        self.ids.iter().any(|&(j, i)| i == id && j >= first)
+    }
+
+    /// Mirror of `sw_commit` (with the pruning `sw_decide` does first):
+    /// `cost` units in the current sub-window; `id` (a call that asked for
+    /// deduplication) joins the recent ids, which lose those whose
+    /// sub-window has left and keep the newest [`COUNTER_IDS`].
+    pub fn commit(&mut self, now: i64, cost: u64, window: i64, precision: i64, id: Option<u64>) {
+        let first = floor_div(now - window, precision);
+        self.subs.retain(|(j, _)| *j >= first);
+        if cost == 0 {
+            return;
+        }
+        let current = floor_div(now, precision);
+        match self.subs.binary_search_by_key(&current, |&(j, _)| j) {
+            Ok(at) => self.subs[at].1 += cost,
+            Err(at) => self.subs.insert(at, (current, cost)),
+        }
+        if let Some(id) = id {
+            self.ids.retain(|(j, _)| *j >= first);
+            self.ids.push((current, id));
+            if self.ids.len() > COUNTER_IDS {
+                self.ids.remove(0);
+            }
+        }
+    }
+
+    /// Sub-windows stored (for memory accounting).
+    pub fn len(&self) -> usize {
+        self.subs.len()
+    }
+}
+
+/// The end (exclusive, microseconds) of the epoch-aligned fixed window of
+/// `window` microseconds that holds `now` (`fw_end` in the Lua).
+pub(crate) fn fixed_end(now: i64, window: i64) -> i64 {
+    (floor_div(now, window) + 1) * window
+}
+
+const HOUR_US: i64 = 3_600_000_000;
+const DAY_US: i64 = 86_400_000_000;
+
+/// Days since 1970-01-01 -> (year, month 1-12), proleptic Gregorian
+/// (H. Hinnant's `civil_from_days`; `civil` in the Lua).
+fn civil_from_days(days: i64) -> (i64, i64) {
+    let z = days + 719_468;
+    let era = floor_div(z, 146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400;
+    (if m <= 2 { y + 1 } else { y }, m)
+}
+
+/// (year, month 1-12) -> days since 1970-01-01 of that month's first day
+/// (`days_from_civil`; `month_start` in the Lua).
+fn month_start(year: i64, month: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = floor_div(y, 400);
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The end (exclusive, microseconds since the epoch, UTC) of the calendar
+/// `period` that holds `now`, read at `offset_s` seconds east of UTC
+/// (`q_end` in the Lua). Weeks start on Monday (1970-01-05 was one).
+pub(crate) fn quota_end(now: i64, period: Period, offset_s: i64) -> i64 {
+    let offset = offset_s * 1_000_000;
+    let local = now + offset;
+    let end = match period {
+        Period::Hour => (floor_div(local, HOUR_US) + 1) * HOUR_US,
+        Period::Day => (floor_div(local, DAY_US) + 1) * DAY_US,
+        Period::Week => {
+            let day = floor_div(local, DAY_US);
+            ((floor_div(day + 3, 7) + 1) * 7 - 3) * DAY_US
+        }
+        Period::Month => {
+            let (y, m) = civil_from_days(floor_div(local, DAY_US));
+            let (y, m) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            month_start(y, m) * DAY_US
+        }
+    };
+    end - offset
+}
+
+/// One counter per period (fixed windows and quotas): the end of the period
+/// it counts, the units admitted in it, and the ids of its recent calls that
+/// asked for deduplication. Mirror of `lua/period_counter.lua`.
+#[derive(Debug, Clone)]
+pub(crate) struct PeriodCount {
+    pub end: i64,
+    pub count: u64,
+    pub ids: Vec<u64>,
+}
+
+impl PeriodCount {
+    /// Mirror of `pc_decide`: the stored count holds while its period runs
+    /// (`end > now`); a stored period that ends later than the current one
+    /// (a clock that stepped back) stays the period, so no period opens
+    /// twice. The second value is the end of the period decided in.
+    pub fn decide(state: Option<&PeriodCount>, now: i64, cost: u64, limit: u64, period_end: i64) -> (Outcome, i64) {
+        let (count, end) = match state {
+            Some(s) if s.end > now => (s.count, s.end.max(period_end)),
+            _ => (0, period_end),
+        };
+        if count + cost <= limit {
+            let reset = if count + cost > 0 { end - now } else { 0 };
+            return (
+                Outcome { allowed: true, remaining: limit - count - cost, retry_after_us: 0, reset_after_us: reset },
+                end,
+            );
+        }
+        (
+            Outcome {
+                allowed: false,
+                remaining: limit.saturating_sub(count),
+                retry_after_us: end - now,
+                reset_after_us: end - now,
+            },
+            end,
+        )
+    }
+
+    /// Mirror of `seen` for period counters.
+    pub fn seen(&self, now: i64, id: u64) -> bool {
+        self.end > now && self.ids.contains(&id)
+    }
+
+    /// Mirror of `pc_commit`: `cost` more units in the period ending at
+    /// `end`; a period that has ended starts over, with no ids.
+    pub fn commit(state: Option<&mut PeriodCount>, now: i64, cost: u64, end: i64, id: Option<u64>) -> PeriodCount {
+        let mut next = match state {
+            Some(s) if s.end > now => std::mem::replace(s, PeriodCount { end: 0, count: 0, ids: Vec::new() }),
+            _ => PeriodCount { end, count: 0, ids: Vec::new() },
+        };
+        next.end = end;
+        next.count += cost;
+        if let Some(id) = id {
+            next.ids.push(id);
+            if next.ids.len() > COUNTER_IDS {
+                next.ids.remove(0);
+            }
+        }
+        next
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,5 +493,36 @@ mod tests {
         assert!(o.allowed);
         let (o, _) = Bucket::decide(Some(&b), 333_333, 1, 10, 3.0);
         assert!(!o.allowed);
+    }
+
+    #[test]
+    fn counters_count_until_the_sub_window_ends_plus_the_window() {
+        let (w, p) = (1_000, 100);
+        let mut c = Counters::default();
+        c.commit(150, 2, w, p, None); // sub-window 1: [100, 200), counts until 1200
+        assert!(!c.decide(1_199, 1, 2, w, p).allowed);
+        assert_eq!(c.decide(1_100, 1, 2, w, p).retry_after_us, 100);
+        assert!(c.decide(1_200, 1, 2, w, p).allowed);
+        let o = c.decide(150, 0, 2, w, p);
+        assert_eq!((o.remaining, o.reset_after_us), (0, 1_050));
+    }
+
+    #[test]
+    fn calendar_periods() {
+        // 2024-02-29T12:00:00Z, a leap day.
+        let leap = 1_709_208_000_000_000;
+        let day = 86_400_000_000;
+        assert_eq!(quota_end(leap, Period::Month, 0), 1_709_251_200_000_000); // 2024-03-01
+        assert_eq!(quota_end(leap, Period::Day, 0), 1_709_251_200_000_000);
+        assert_eq!(quota_end(leap, Period::Hour, 0), leap + 3_600_000_000);
+        // Thursday 2024-02-29: the week ends on Monday 2024-03-04.
+        assert_eq!(quota_end(leap, Period::Week, 0), 1_709_251_200_000_000 + 3 * day);
+        // At +14:00 it is already 2024-03-01T02:00 local: the month ends at
+        // 2024-04-01T00:00+14:00.
+        assert_eq!(quota_end(leap, Period::Month, 14 * 3600), 1_711_929_600_000_000 - 14 * 3_600_000_000);
+        // December rolls over into the next year.
+        assert_eq!(quota_end(1_735_603_200_000_000, Period::Month, 0), 1_735_689_600_000_000);
+        assert_eq!(fixed_end(1_999, 1_000), 2_000);
+        assert_eq!(fixed_end(2_000, 1_000), 3_000);
     }
 }

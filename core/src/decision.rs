@@ -122,7 +122,7 @@ pub struct RuleResult {
     pub allowed: bool,
     /// The rule is in shadow mode: reported, never the cause of a denial.
     pub shadow: bool,
-    /// The rule's `limit` (sliding window) or `capacity` (token bucket).
+    /// The rule's `limit` (windows and quotas) or `capacity` (token bucket).
     pub limit: u64,
     /// Units left (floor for buckets): for a rule that admits, what is left
     /// once this request's cost is taken (also when another rule denied the
@@ -131,9 +131,11 @@ pub struct RuleResult {
     pub remaining: u64,
     /// How long until a request of the same cost would pass this rule (zero when allowed).
     pub retry_after: Duration,
-    /// How long until the rule's state is back to full (log empty, bucket full).
+    /// How long until the rule's state is back to full (log or counters empty,
+    /// bucket full, the fixed window's or quota's period over).
     pub reset_after: Duration,
-    /// The window advertised in headers (`w`): the window, or the time a bucket takes to refill.
+    /// The window advertised in headers (`w`): the window, the time a bucket
+    /// takes to refill, or a quota's longest period.
     pub window: Duration,
 }
 

@@ -14,7 +14,7 @@ use crate::algo::Outcome;
 use crate::decision::{Decision, RuleName, RuleResult};
 use crate::error::{Error, Result};
 use crate::key::{finish_key, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
-use crate::policy::{Algorithm, FailureMode, Policy};
+use crate::policy::{Algorithm, FailureMode, Period, Policy};
 
 /// Check (consume when every rule admits) or peek (never writes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,12 +28,22 @@ pub(crate) enum Mode {
 pub(crate) enum RuleArgs {
     Window { limit: u64, window_us: i64, shadow: bool },
     Bucket { capacity: u64, rate: f64, shadow: bool },
+    /// A sliding window of counters.
+    Counters { limit: u64, window_us: i64, precision_us: i64, shadow: bool },
+    /// A fixed window.
+    Fixed { limit: u64, window_us: i64, shadow: bool },
+    /// A calendar quota, `offset_s` seconds east of UTC.
+    Quota { limit: u64, period: Period, offset_s: i64, shadow: bool },
 }
 
 impl RuleArgs {
     pub fn shadow(&self) -> bool {
         match *self {
-            RuleArgs::Window { shadow, .. } | RuleArgs::Bucket { shadow, .. } => shadow,
+            RuleArgs::Window { shadow, .. }
+            | RuleArgs::Bucket { shadow, .. }
+            | RuleArgs::Counters { shadow, .. }
+            | RuleArgs::Fixed { shadow, .. }
+            | RuleArgs::Quota { shadow, .. } => shadow,
         }
     }
 
@@ -51,6 +61,21 @@ impl RuleArgs {
             RuleArgs::Bucket { capacity, rate, shadow } => {
                 [if shadow { "B" } else { "b" }.into(), capacity.to_string(), format!("{rate}")]
             }
+            RuleArgs::Counters { limit, window_us, precision_us, shadow } => [
+                if shadow { "K" } else { "k" }.into(),
+                limit.to_string(),
+                format!("{window_us}:{precision_us}"),
+            ],
+            RuleArgs::Fixed { limit, window_us, shadow } => [
+                if shadow { "F" } else { "f" }.into(),
+                limit.to_string(),
+                window_us.to_string(),
+            ],
+            RuleArgs::Quota { limit, period, offset_s, shadow } => [
+                if shadow { "Q" } else { "q" }.into(),
+                limit.to_string(),
+                format!("{}:{offset_s}", period.code()),
+            ],
         }
     }
 }
@@ -123,6 +148,23 @@ impl Rules {
                     Algorithm::TokenBucket { capacity, refill_rate } => RuleArgs::Bucket {
                         capacity,
                         rate: refill_rate,
+                        shadow: rule.shadow,
+                    },
+                    Algorithm::SlidingWindow { limit, window, precision } => RuleArgs::Counters {
+                        limit,
+                        window_us: window.as_micros() as i64,
+                        precision_us: precision.as_micros() as i64,
+                        shadow: rule.shadow,
+                    },
+                    Algorithm::FixedWindow { limit, window } => RuleArgs::Fixed {
+                        limit,
+                        window_us: window.as_micros() as i64,
+                        shadow: rule.shadow,
+                    },
+                    Algorithm::Quota { limit, period, utc_offset_minutes } => RuleArgs::Quota {
+                        limit,
+                        period,
+                        offset_s: utc_offset_minutes as i64 * 60,
                         shadow: rule.shadow,
                     },
                 };

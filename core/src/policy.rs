@@ -21,8 +21,21 @@ use crate::key::{validate_name, KeyTemplate};
 pub const DEFAULT_PREFIX: &str = "throttlegate:";
 /// The default timeout of one call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
-/// Largest `limit` or `capacity` accepted.
+/// Largest `limit` or `capacity` accepted (a quota's is [`MAX_QUOTA_LIMIT`]).
 pub const MAX_LIMIT: u64 = 1_000_000_000;
+/// Largest `limit` of a calendar quota (token budgets): 10^15, so that every
+/// count stays an exact integer in a double (below 2^53) in the Lua script.
+pub const MAX_QUOTA_LIMIT: u64 = 1_000_000_000_000_000;
+/// Most sub-windows a sliding window of counters may have per window: its
+/// `precision` is at least 1/`MAX_SUB_WINDOWS` of its `window`.
+pub const MAX_SUB_WINDOWS: u64 = 1000;
+/// Sub-windows per window when `precision` is not given (rounded so that the
+/// precision is a whole number of milliseconds).
+pub const DEFAULT_SUB_WINDOWS: u64 = 60;
+/// Largest `utc_offset` accepted, in minutes east of UTC (`"+14:00"`).
+pub const MAX_UTC_OFFSET_MINUTES: i16 = 14 * 60;
+/// Smallest `utc_offset` accepted, in minutes east of UTC (`"-12:00"`).
+pub const MIN_UTC_OFFSET_MINUTES: i16 = -12 * 60;
 /// Longest window accepted (366 days).
 pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 86_400);
 /// Smallest refill rate accepted, in tokens per second.
@@ -85,6 +98,105 @@ impl FailureMode {
     }
 }
 
+/// The calendar period of a quota, aligned to the calendar in UTC or in a
+/// fixed `utc_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Period {
+    /// From one whole hour to the next.
+    Hour,
+    /// From midnight to midnight.
+    Day,
+    /// From Monday 00:00 to the next Monday 00:00 (ISO weeks).
+    Week,
+    /// From the first of a month 00:00 to the first of the next.
+    Month,
+}
+
+impl Period {
+    /// The name used in policies: `"hour"`, `"day"`, `"week"` or `"month"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Hour => "hour",
+            Period::Day => "day",
+            Period::Week => "week",
+            Period::Month => "month",
+        }
+    }
+
+    /// Parse `"hour"`, `"day"`, `"week"` or `"month"`.
+    pub fn parse(text: &str) -> Option<Period> {
+        match text {
+            "hour" => Some(Period::Hour),
+            "day" => Some(Period::Day),
+            "week" => Some(Period::Week),
+            "month" => Some(Period::Month),
+            _ => None,
+        }
+    }
+
+    /// The longest this period can be (a month: 31 days), which is what a
+    /// quota advertises as its window (`w` in `RateLimit-Policy`).
+    pub fn longest(self) -> Duration {
+        Duration::from_secs(match self {
+            Period::Hour => 3_600,
+            Period::Day => 86_400,
+            Period::Week => 7 * 86_400,
+            Period::Month => 31 * 86_400,
+        })
+    }
+
+    /// The letter the check script knows the period by.
+    pub(crate) fn code(self) -> char {
+        match self {
+            Period::Hour => 'h',
+            Period::Day => 'd',
+            Period::Week => 'w',
+            Period::Month => 'm',
+        }
+    }
+}
+
+/// Format minutes east of UTC as `"+HH:MM"` / `"-HH:MM"`.
+pub fn format_utc_offset(minutes: i16) -> String {
+    let sign = if minutes < 0 { '-' } else { '+' };
+    let m = minutes.unsigned_abs();
+    format!("{sign}{:02}:{:02}", m / 60, m % 60)
+}
+
+/// Parse `"+HH:MM"` or `"-HH:MM"` (minutes below 60) into minutes east of
+/// UTC, between `-12:00` and `+14:00`. The error says what is wrong,
+/// without the field name.
+pub fn parse_utc_offset(text: &str) -> Result<i16, String> {
+    let b = text.as_bytes();
+    let well_formed = b.len() == 6
+        && (b[0] == b'+' || b[0] == b'-')
+        && b[1].is_ascii_digit()
+        && b[2].is_ascii_digit()
+        && b[3] == b':'
+        && b[4].is_ascii_digit()
+        && b[5].is_ascii_digit();
+    if !well_formed {
+        return Err(format!("{text:?} is not an offset; write \"+HH:MM\" or \"-HH:MM\" (e.g. \"+02:00\")"));
+    }
+    let hours = ((b[1] - b'0') * 10 + (b[2] - b'0')) as i16;
+    let mins = ((b[4] - b'0') * 10 + (b[5] - b'0')) as i16;
+    if mins >= 60 {
+        return Err(format!("{text:?} has {mins} minutes; minutes go from 00 to 59"));
+    }
+    let total = (hours * 60 + mins) * if b[0] == b'-' { -1 } else { 1 };
+    if !(MIN_UTC_OFFSET_MINUTES..=MAX_UTC_OFFSET_MINUTES).contains(&total) {
+        return Err(format!("{text:?} is out of range; offsets go from -12:00 to +14:00"));
+    }
+    Ok(total)
+}
+
+/// The default `precision` of a sliding window of counters: 1/60 of the
+/// window, rounded up to a whole millisecond (at least 1 ms).
+pub fn default_precision(window: Duration) -> Duration {
+    let ms = window.as_millis() as u64;
+    Duration::from_millis(ms.div_ceil(DEFAULT_SUB_WINDOWS).max(1))
+}
+
 /// A rate-limiting algorithm with its parameters.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Algorithm {
@@ -102,30 +214,72 @@ pub enum Algorithm {
         /// Tokens added per second; may be fractional.
         refill_rate: f64,
     },
+    /// A sliding window of counters: at most `limit` units in any `window`,
+    /// counted per sub-window of `precision`. A unit admitted in a
+    /// sub-window counts until that sub-window's end plus the window, so it
+    /// never admits more than the exact log and at most one sub-window later.
+    SlidingWindow {
+        /// Units admitted per window.
+        limit: u64,
+        /// Length of the window (whole milliseconds).
+        window: Duration,
+        /// Length of a sub-window (whole milliseconds, at most the window,
+        /// at least 1/[`MAX_SUB_WINDOWS`] of it).
+        precision: Duration,
+    },
+    /// A fixed window: `limit` units per window, windows aligned to the Unix
+    /// epoch, one counter per key. Up to twice the limit can pass around a
+    /// window's boundary.
+    FixedWindow {
+        /// Units admitted per window.
+        limit: u64,
+        /// Length of the window (whole milliseconds).
+        window: Duration,
+    },
+    /// A calendar quota: `limit` units per hour, day, week or month, aligned
+    /// to the calendar at a fixed offset from UTC.
+    Quota {
+        /// Units admitted per period (up to [`MAX_QUOTA_LIMIT`]).
+        limit: u64,
+        /// The calendar period.
+        period: Period,
+        /// Minutes east of UTC the calendar is read in (0 for UTC).
+        utc_offset_minutes: i16,
+    },
 }
 
 impl Algorithm {
-    /// The name used in policies: `"sliding_window_log"` or `"token_bucket"`.
+    /// The name used in policies: `"sliding_window_log"`, `"token_bucket"`,
+    /// `"sliding_window"`, `"fixed_window"` or `"quota"`.
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::SlidingWindowLog { .. } => "sliding_window_log",
             Algorithm::TokenBucket { .. } => "token_bucket",
+            Algorithm::SlidingWindow { .. } => "sliding_window",
+            Algorithm::FixedWindow { .. } => "fixed_window",
+            Algorithm::Quota { .. } => "quota",
         }
     }
 
     /// The most one request can cost: `limit` or `capacity`.
     pub fn limit(&self) -> u64 {
         match *self {
-            Algorithm::SlidingWindowLog { limit, .. } => limit,
+            Algorithm::SlidingWindowLog { limit, .. }
+            | Algorithm::SlidingWindow { limit, .. }
+            | Algorithm::FixedWindow { limit, .. }
+            | Algorithm::Quota { limit, .. } => limit,
             Algorithm::TokenBucket { capacity, .. } => capacity,
         }
     }
 
-    /// The window advertised in headers: the window, or the time a bucket takes
-    /// to refill completely.
+    /// The window advertised in headers: the window, the time a bucket takes
+    /// to refill completely, or a quota's longest period (a month: 31 days).
     pub fn window(&self) -> Duration {
         match *self {
-            Algorithm::SlidingWindowLog { window, .. } => window,
+            Algorithm::SlidingWindowLog { window, .. }
+            | Algorithm::SlidingWindow { window, .. }
+            | Algorithm::FixedWindow { window, .. } => window,
+            Algorithm::Quota { period, .. } => period.longest(),
             Algorithm::TokenBucket {
                 capacity,
                 refill_rate,
@@ -183,6 +337,32 @@ impl Rule {
                 refill_rate,
             },
         )
+    }
+
+    /// A sliding-window-of-counters rule: `limit` units per `window`, with
+    /// the default precision ([`default_precision`]: 1/60 of the window).
+    pub fn sliding_window(
+        name: impl Into<String>,
+        key: impl Into<String>,
+        limit: u64,
+        window: Duration,
+    ) -> Rule {
+        Rule::new(name, key, Algorithm::SlidingWindow { limit, window, precision: default_precision(window) })
+    }
+
+    /// A fixed-window rule: `limit` units per epoch-aligned `window`.
+    pub fn fixed_window(
+        name: impl Into<String>,
+        key: impl Into<String>,
+        limit: u64,
+        window: Duration,
+    ) -> Rule {
+        Rule::new(name, key, Algorithm::FixedWindow { limit, window })
+    }
+
+    /// A calendar quota in UTC: `limit` units per `period`.
+    pub fn quota(name: impl Into<String>, key: impl Into<String>, limit: u64, period: Period) -> Rule {
+        Rule::new(name, key, Algorithm::Quota { limit, period, utc_offset_minutes: 0 })
     }
 
     /// A rule with any algorithm.
@@ -371,6 +551,20 @@ impl Policy {
                         m.insert("capacity".into(), Value::from(capacity));
                         m.insert("refill_rate".into(), Value::from(refill_rate));
                     }
+                    Algorithm::SlidingWindow { limit, window, precision } => {
+                        m.insert("limit".into(), Value::from(limit));
+                        m.insert("window".into(), Value::from(format_duration(window)));
+                        m.insert("precision".into(), Value::from(format_duration(precision)));
+                    }
+                    Algorithm::FixedWindow { limit, window } => {
+                        m.insert("limit".into(), Value::from(limit));
+                        m.insert("window".into(), Value::from(format_duration(window)));
+                    }
+                    Algorithm::Quota { limit, period, utc_offset_minutes } => {
+                        m.insert("limit".into(), Value::from(limit));
+                        m.insert("period".into(), Value::from(period.as_str()));
+                        m.insert("utc_offset".into(), Value::from(format_utc_offset(utc_offset_minutes)));
+                    }
                 }
                 if !r.matches.is_empty() {
                     let mut mm = Map::new();
@@ -467,21 +661,65 @@ fn validate_timeout(timeout: Duration) -> Result<(), String> {
     Ok(())
 }
 
+fn validate_limit(limit: u64, max: u64) -> Result<(), String> {
+    if limit == 0 || limit > max {
+        return Err(format!("limit: must be between 1 and {max}, not {limit}"));
+    }
+    Ok(())
+}
+
+fn validate_window(window: Duration) -> Result<(), String> {
+    if window < Duration::from_millis(1) {
+        return Err("window: must be at least 1ms".into());
+    }
+    if window > MAX_WINDOW {
+        return Err("window: must be at most 366d".into());
+    }
+    if window.subsec_nanos() % 1_000_000 != 0 {
+        return Err("window: must be a whole number of milliseconds".into());
+    }
+    Ok(())
+}
+
 fn validate_rule(rule: &Rule) -> Result<(), String> {
     validate_name(&rule.name).map_err(|m| format!("name: {m}"))?;
     match rule.algorithm {
-        Algorithm::SlidingWindowLog { limit, window } => {
-            if limit == 0 || limit > MAX_LIMIT {
-                return Err(format!("limit: must be between 1 and {MAX_LIMIT}, not {limit}"));
+        Algorithm::SlidingWindowLog { limit, window } | Algorithm::FixedWindow { limit, window } => {
+            validate_limit(limit, MAX_LIMIT)?;
+            validate_window(window)?;
+        }
+        Algorithm::SlidingWindow { limit, window, precision } => {
+            validate_limit(limit, MAX_LIMIT)?;
+            validate_window(window)?;
+            if precision.subsec_nanos() % 1_000_000 != 0 {
+                return Err("precision: must be a whole number of milliseconds".into());
             }
-            if window < Duration::from_millis(1) {
-                return Err("window: must be at least 1ms".into());
+            if precision < Duration::from_millis(1) {
+                return Err("precision: must be at least 1ms".into());
             }
-            if window > MAX_WINDOW {
-                return Err("window: must be at most 366d".into());
+            if precision > window {
+                return Err(format!(
+                    "precision: must be at most the window ({}), not {}",
+                    format_duration(window),
+                    format_duration(precision)
+                ));
             }
-            if window.subsec_nanos() % 1_000_000 != 0 {
-                return Err("window: must be a whole number of milliseconds".into());
+            let finest = Duration::from_millis((window.as_millis() as u64).div_ceil(MAX_SUB_WINDOWS));
+            if precision < finest {
+                return Err(format!(
+                    "precision: must be at least 1/{MAX_SUB_WINDOWS} of the window ({}), not {}",
+                    format_duration(finest),
+                    format_duration(precision)
+                ));
+            }
+        }
+        Algorithm::Quota { limit, utc_offset_minutes, .. } => {
+            validate_limit(limit, MAX_QUOTA_LIMIT)?;
+            if !(MIN_UTC_OFFSET_MINUTES..=MAX_UTC_OFFSET_MINUTES).contains(&utc_offset_minutes) {
+                return Err(format!(
+                    "utc_offset: {:?} is out of range; offsets go from -12:00 to +14:00",
+                    format_utc_offset(utc_offset_minutes)
+                ));
             }
         }
         Algorithm::TokenBucket {
@@ -523,6 +761,9 @@ const RULE_FIELDS: &[&str] = &[
     "window",
     "capacity",
     "refill_rate",
+    "precision",
+    "period",
+    "utc_offset",
     "match",
     "shadow",
     "on_backend_error",
@@ -677,14 +918,45 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
     };
     let algorithm = match algo {
         "sliding_window_log" => {
-            reject(&["capacity", "refill_rate"])?;
+            reject(&["capacity", "refill_rate", "precision", "period", "utc_offset"])?;
             Algorithm::SlidingWindowLog {
                 limit: get_count(required("limit")?, &format!("{at}: limit"))?,
                 window: get_duration(required("window")?, &format!("{at}: window"))?,
             }
         }
+        "sliding_window" => {
+            reject(&["capacity", "refill_rate", "period", "utc_offset"])?;
+            let limit = get_count(required("limit")?, &format!("{at}: limit"))?;
+            let window = get_duration(required("window")?, &format!("{at}: window"))?;
+            let precision = match field("precision") {
+                Some(p) => get_duration(p, &format!("{at}: precision"))?,
+                None => default_precision(window),
+            };
+            Algorithm::SlidingWindow { limit, window, precision }
+        }
+        "fixed_window" => {
+            reject(&["capacity", "refill_rate", "precision", "period", "utc_offset"])?;
+            Algorithm::FixedWindow {
+                limit: get_count(required("limit")?, &format!("{at}: limit"))?,
+                window: get_duration(required("window")?, &format!("{at}: window"))?,
+            }
+        }
+        "quota" => {
+            reject(&["capacity", "refill_rate", "window", "precision"])?;
+            let limit = get_count(required("limit")?, &format!("{at}: limit"))?;
+            let text = get_string(required("period")?, &format!("{at}: period"))?;
+            let period = Period::parse(text).ok_or_else(|| {
+                format!("{at}: period: must be \"hour\", \"day\", \"week\" or \"month\", not {text:?}")
+            })?;
+            let utc_offset_minutes = match field("utc_offset") {
+                Some(v) => parse_utc_offset(get_string(v, &format!("{at}: utc_offset"))?)
+                    .map_err(|m| format!("{at}: utc_offset: {m}"))?,
+                None => 0,
+            };
+            Algorithm::Quota { limit, period, utc_offset_minutes }
+        }
         "token_bucket" => {
-            reject(&["limit", "window"])?;
+            reject(&["limit", "window", "precision", "period", "utc_offset"])?;
             Algorithm::TokenBucket {
                 capacity: get_count(required("capacity")?, &format!("{at}: capacity"))?,
                 refill_rate: get_rate(required("refill_rate")?, &format!("{at}: refill_rate"))?,
@@ -692,7 +964,7 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
         }
         other => {
             return Err(format!(
-                "{at}: algorithm: unknown algorithm {other:?}; expected \"sliding_window_log\" or \"token_bucket\""
+                "{at}: algorithm: unknown algorithm {other:?}; expected \"sliding_window_log\", \"token_bucket\", \"sliding_window\", \"fixed_window\" or \"quota\""
             ))
         }
     };

@@ -45,6 +45,12 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
             Just("1m".to_string()),
             Just("token_bucket".to_string()),
             Just("sliding_window_log".to_string()),
+            Just("sliding_window".to_string()),
+            Just("fixed_window".to_string()),
+            Just("quota".to_string()),
+            Just("month".to_string()),
+            Just("+02:00".to_string()),
+            Just("-12:00".to_string()),
             Just("ip:{ip}".to_string()),
             Just("deny".to_string()),
             ".{0,12}",
@@ -53,7 +59,8 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
     ];
     let field = prop_oneof![
         Just("name"), Just("key"), Just("algorithm"), Just("limit"), Just("window"),
-        Just("capacity"), Just("refill_rate"), Just("match"), Just("shadow"),
+        Just("capacity"), Just("refill_rate"), Just("precision"), Just("period"), Just("utc_offset"),
+        Just("match"), Just("shadow"),
         Just("on_backend_error"), Just("rules"), Just("prefix"), Just("timeout"), Just("x"),
     ];
     leaf.prop_recursive(4, 48, 8, move |inner| {

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use throttlegate::{
-    CheckOptions, Clock, ErrorKind, FailureMode, Limiter, ManualClock, Policy, Rule, MAX_KEY_LEN,
+    CheckOptions, Clock, ErrorKind, FailureMode, Limiter, ManualClock, Period, Policy, Rule, MAX_KEY_LEN,
 };
 use throttlegate_testkit::RedisServer;
 
@@ -582,4 +582,48 @@ async fn deny_cache_answers_denials_locally_and_exactly() {
     let opts = CheckOptions { cost: 1, call_id: Some("retry-1".into()) };
     assert!(!cached.check_with(&a, &opts).await.unwrap().allowed);
     assert_eq!(evalsha_calls(&server), calls + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_and_problem_body_for_the_bounded_memory_algorithms() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let cases = [
+        Rule::sliding_window("counters", "c:{ip}", 3, ms(10_000)),
+        Rule::fixed_window("fixed", "f:{ip}", 3, ms(10_000)),
+        Rule::quota("hourly", "h:{ip}", 3, Period::Hour),
+    ];
+    for rule in cases {
+        let name = rule.name.clone();
+        let build = |cache: bool| {
+            Limiter::builder(Policy::new(vec![rule.clone()]).unwrap())
+                .url(server.url())
+                .timeout(ms(2000))
+                .on_backend_error(FailureMode::Error)
+                .clock(Clock::Manual(clock.clone()))
+                .deny_cache(cache)
+                .build()
+                .unwrap()
+        };
+        let (cached, plain) = (build(true), build(false));
+        let a = ip("9.9.9.9");
+        assert!(cached.check(&a, 3).await.unwrap().allowed, "{name}");
+        let first = cached.check(&a, 1).await.unwrap();
+        assert!(!first.allowed, "{name}");
+        let body = first.problem_json().expect("a denial has a problem body");
+        assert!(body.contains(&format!("\"{name}\"")), "{name}: {body}");
+        // Remembered: denied without a round trip, exactly as Redis answers.
+        let calls = evalsha_calls(&server);
+        clock.advance(ms(1000));
+        let d = cached.check(&a, 1).await.unwrap();
+        assert_eq!(evalsha_calls(&server), calls, "{name}: the cache answered");
+        let truth = plain.peek(&a, 1).await.unwrap();
+        assert!(!d.allowed && !truth.allowed, "{name}");
+        assert_eq!((d.retry_after, d.remaining, d.rule.clone()), (truth.retry_after, truth.remaining, truth.rule.clone()), "{name}");
+        assert_eq!(d.problem_json(), truth.problem_json(), "{name}");
+        // After the wait, Redis is asked again and admits.
+        clock.advance(truth.retry_after);
+        assert!(cached.check(&a, 1).await.unwrap().allowed, "{name}");
+        assert_eq!(cached.reset(&a).await.unwrap(), 1, "{name}");
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use throttlegate::{ErrorKind, FailureMode, Limiter, Policy, Rule};
+use throttlegate::{CheckOptions, ErrorKind, FailureMode, Limiter, Period, Policy, Rule};
 use throttlegate_testkit::{free_port, RedisServer};
 
 fn ms(n: u64) -> Duration {
@@ -33,7 +33,8 @@ fn build(url: &str) -> throttlegate::LimiterBuilder {
 pub const LIMITER_ACL: &[&str] = &[
     "on", ">s3cret", "~throttlegate:*", "resetchannels", "-@all", "+evalsha", "+eval",
     "+script|load", "+ping", "+del", "+time", "+zcard", "+zrange", "+zadd",
-    "+zremrangebyscore", "+zscore", "+zrem", "+pexpire", "+get", "+set",
+    "+zremrangebyscore", "+zscore", "+zrem", "+pexpire", "+get", "+set", "+hgetall", "+hmget", "+hget",
+    "+hincrby", "+hset", "+hdel",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,6 +53,30 @@ async fn acl_user_with_only_the_script_commands() {
     server.command(&["SCRIPT", "FLUSH"]).unwrap();
     assert!(l.check(&a, 1).await.unwrap().allowed, "NOSCRIPT recovery needs only SCRIPT LOAD");
     assert_eq!(l.reset(&a).await.unwrap(), 2);
+    // The algorithms with bounded memory need nothing more, replays included.
+    let bounded = Limiter::builder(
+        Policy::new(vec![
+            Rule::sliding_window("counters", "c:{ip}", 10, ms(60_000)),
+            Rule::fixed_window("fixed", "f:{ip}", 10, ms(60_000)),
+            Rule::quota("daily", "d:{ip}", 10, Period::Day),
+        ])
+        .unwrap(),
+    )
+    .url(&url)
+    .timeout(ms(3000))
+    .on_backend_error(FailureMode::Error)
+    .build()
+    .unwrap();
+    for _ in 0..2 {
+        let opts = CheckOptions { cost: 2, call_id: Some("acl-1".into()) };
+        let d = bounded.check_with(&a, &opts).await.unwrap();
+        assert_eq!((d.allowed, d.remaining), (true, 8), "a replay counts once");
+    }
+    for _ in 0..4 {
+        assert!(bounded.check(&a, 2).await.unwrap().allowed);
+    }
+    assert!(!bounded.check(&a, 1).await.unwrap().allowed);
+    assert_eq!(bounded.reset(&a).await.unwrap(), 3);
     // Keys outside the allowed pattern are refused: a backend error, not a crash.
     let other = build(&url).prefix("other:").build().unwrap();
     let e = other.check(&a, 1).await.unwrap_err();

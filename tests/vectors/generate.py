@@ -3,8 +3,8 @@
 
 The expected values come from a small reference model written from the
 contract (SPEC.md) and the exact arithmetic documented at the top of
-lua/sliding_window_log.lua and lua/token_bucket.lua, not from running the
-implementation. It models:
+lua/sliding_window_log.lua, lua/token_bucket.lua, lua/sliding_window.lua and
+lua/period_counter.lua, not from running the implementation. It models:
 
 - sliding_window_log: a member with score s is inside the window while
   now < s + window; admit when count + cost <= limit; on denial retry_after is
@@ -14,6 +14,16 @@ implementation. It models:
   floor(elapsed_us * rate), capped at the capacity; remaining is
   floor(tokens / 1e6); waits are the smallest whole number of microseconds w
   with floor(w * rate) >= need (IEEE doubles, as in Lua);
+- sliding_window (counters): sub-window j spans [j*precision, (j+1)*precision)
+  and its units count while now < (j+1)*precision + window; admit when
+  count + cost <= limit; on denial retry_after is the time until the oldest
+  sub-windows holding `count + cost - limit` units stop counting, reset_after
+  until the newest one does (on admission, at least the current one);
+- fixed_window and quota: one count per period, which holds while
+  now < the period's end; a fixed window ends at (floor(now/window)+1)*window,
+  a quota at the next hour, day, Monday or first of a month of the calendar
+  read at utc_offset (computed here with Python's datetime, independently of
+  the Lua's arithmetic); denied: retry_after = reset_after = end - now;
 - stacking: all or nothing, shadow rules reported but never denying, the
   headline from the most restrictive rule (denied: longest retry_after, ties
   in policy order; allowed: fewest remaining, then shortest reset_after, then
@@ -36,6 +46,7 @@ is at least MIN_TTL_MS of real time, and no reset or replay looks at a key
 after the manual clock has passed its expiry.
 """
 
+import datetime
 import json
 import math
 import os
@@ -106,10 +117,24 @@ class Rule:
         m = spec.get("match", {})
         self.match = {k: ([v] if isinstance(v, str) else list(v)) for k, v in m.items()}
         self.algo = spec.get("algorithm", "sliding_window_log")
-        if self.algo == "sliding_window_log":
+        if self.algo in ("sliding_window_log", "fixed_window"):
             self.limit = spec["limit"]
             self.window_us = parse_duration_ms(spec["window"]) * 1000
             self.header_w = max(1, ceil_s(self.window_us))
+        elif self.algo == "sliding_window":
+            self.limit = spec["limit"]
+            window_ms = parse_duration_ms(spec["window"])
+            self.window_us = window_ms * 1000
+            # The default precision: 1/60 of the window, rounded up to whole ms.
+            self.precision_us = parse_duration_ms(spec.get("precision", max(1, ceil_div(window_ms, 60)))) * 1000
+            self.header_w = max(1, ceil_s(self.window_us))
+        elif self.algo == "quota":
+            self.limit = spec["limit"]
+            self.period = spec["period"]
+            off = spec.get("utc_offset", "+00:00")
+            sign = -1 if off[0] == "-" else 1
+            self.offset_s = sign * (int(off[1:3]) * 3600 + int(off[4:6]) * 60)
+            self.header_w = {"hour": 3600, "day": 86400, "week": 7 * 86400, "month": 31 * 86400}[self.period]
         else:
             self.limit = spec["capacity"]
             self.rate = float(spec["refill_rate"])
@@ -130,7 +155,7 @@ class Rule:
         return (self.name,) + tuple(attrs[a] for a in self.attrs)
 
 
-# ---- the two algorithms -----------------------------------------------------
+# ---- the algorithms ---------------------------------------------------------
 
 class Log:
     """Sliding-window log: (score, call id) per admitted unit, sorted by score."""
@@ -175,6 +200,8 @@ def tb_wait(need, rate):
         wait += 1
     return int(wait)
 
+
+NEW_ALGOS = ("sliding_window", "fixed_window", "quota")
 
 # How many call ids of recent admissions a bucket remembers. Cases stay well
 # below it: the contract only says a retried call must not count twice.
@@ -221,6 +248,119 @@ class Bucket:
         if call_id is not None:
             self.ids = (self.ids + [call_id])[-TB_IDS:]
         ttl_ms = max(1, ceil_ms(reset))
+        self.expires_at = now + ttl_ms * 1000
+        return ttl_ms
+
+
+class Counters:
+    """Sliding window of counters: {sub-window: units}, and the recent
+    (sub-window, call id) of admissions that carried an id."""
+
+    fragile = False
+
+    def __init__(self):
+        self.subs = {}
+        self.ids = []
+        self.expires_at = None
+
+    def counted(self, now, window, precision):
+        first = (now - window) // precision
+        return sorted((j, c) for j, c in self.subs.items() if j >= first)
+
+    def decide(self, now, cost, limit, window, precision):
+        subs = self.counted(now, window, precision)
+        count = sum(c for _, c in subs)
+        release = lambda j: (j + 1) * precision + window - now
+        if count + cost <= limit:
+            top = subs[-1][0] if subs else None
+            if cost > 0:
+                cur = now // precision
+                top = cur if top is None else max(top, cur)
+            return dict(allowed=True, remaining=limit - count - cost, retry=0,
+                        reset=release(top) if top is not None else 0)
+        need = count + cost - limit
+        held = 0
+        for j, c in subs:
+            held += c
+            if held >= need:
+                retry = release(j)
+                break
+        return dict(allowed=False, remaining=limit - count, retry=retry, reset=release(subs[-1][0]))
+
+    def seen(self, call_id, now, rule):
+        first = (now - rule.window_us) // rule.precision_us
+        return any(i == call_id and j >= first for j, i in self.ids)
+
+    def commit(self, now, cost, window, precision, reset, call_id):
+        first = (now - window) // precision
+        self.subs = {j: c for j, c in self.subs.items() if j >= first}
+        cur = now // precision
+        self.subs[cur] = self.subs.get(cur, 0) + cost
+        if call_id is not None:
+            self.ids = ([(j, i) for j, i in self.ids if j >= first] + [(cur, call_id)])[-TB_IDS:]
+        ttl_ms = ceil_ms(reset)
+        self.expires_at = now + ttl_ms * 1000
+        return ttl_ms
+
+
+DAY_US = 86_400 * MICRO
+UNIX_DAY0 = datetime.date(1970, 1, 1)
+
+
+def period_end(rule, now):
+    """The end (exclusive, UTC microseconds) of the period holding `now`."""
+    if rule.algo == "fixed_window":
+        return (now // rule.window_us + 1) * rule.window_us
+    off = rule.offset_s * MICRO
+    local = now + off
+    if rule.period == "hour":
+        return (local // (3600 * MICRO) + 1) * 3600 * MICRO - off
+    day = UNIX_DAY0 + datetime.timedelta(days=local // DAY_US)
+    if rule.period == "day":
+        nxt = day + datetime.timedelta(days=1)
+    elif rule.period == "week":
+        nxt = day + datetime.timedelta(days=7 - day.weekday())
+    else:
+        nxt = datetime.date(day.year + (day.month == 12), day.month % 12 + 1, 1)
+    return (nxt - UNIX_DAY0).days * DAY_US - off
+
+
+class PeriodCount:
+    """Fixed window or quota: the end of the counted period, its units and
+    the call ids of its admissions that carried one."""
+
+    fragile = False
+
+    def __init__(self):
+        self.end = None
+        self.count = 0
+        self.ids = []
+        self.expires_at = None
+
+    def live(self, now):
+        return self.end is not None and self.end > now
+
+    def decide(self, now, cost, limit, end):
+        count = 0
+        if self.live(now):
+            count = self.count
+            end = max(end, self.end)
+        if count + cost <= limit:
+            return dict(allowed=True, remaining=limit - count - cost, retry=0,
+                        reset=end - now if count + cost > 0 else 0, end=end)
+        return dict(allowed=False, remaining=limit - count, retry=end - now, reset=end - now, end=end)
+
+    def seen(self, call_id, now, rule):
+        return self.live(now) and call_id in self.ids
+
+    def commit(self, now, cost, end, call_id):
+        if not self.live(now):
+            self.count, self.ids = 0, []
+        self.end = end
+        self.count += cost
+        if call_id is not None:
+            self.ids = (self.ids + [call_id])[-TB_IDS:]
+        ttl_ms = max(1, ceil_ms(end - now))
         self.expires_at = now + ttl_ms * 1000
         return ttl_ms
 
@@ -314,10 +454,17 @@ class Model:
         if not rules:
             allowed, head = headline([])
             return {"expect": expect_of(allowed, head, [])}
+        for r in rules:
+            st = self.state.get(r.key(attrs))
+            if st is not None and getattr(st, "fragile", False) and self.now < st.expires_at:
+                raise CaseError(f"rule {r.name}: its key's TTL was below {MIN_TTL_MS} ms of real time")
         if call_id is not None:
             for r in rules:
                 st = self.state.get(r.key(attrs))
-                if st is not None and st.seen(call_id):
+                if st is None:
+                    continue
+                seen = st.seen(call_id, self.now, r) if r.algo in NEW_ALGOS else st.seen(call_id)
+                if seen:
                     self.live_state(r, attrs, "replay")
                     mode, cost = "peek", 0
                     break
@@ -327,6 +474,10 @@ class Model:
             st = self.state.get(r.key(attrs))
             if r.algo == "sliding_window_log":
                 o = (st or Log()).decide(self.now, cost, r.limit, r.window_us)
+            elif r.algo == "sliding_window":
+                o = (st or Counters()).decide(self.now, cost, r.limit, r.window_us, r.precision_us)
+            elif r.algo in ("fixed_window", "quota"):
+                o = (st or PeriodCount()).decide(self.now, cost, r.limit, period_end(r, self.now))
             else:
                 o = (st or Bucket()).decide(self.now, cost, r.limit, r.rate)
             raw.append(o)
@@ -345,6 +496,19 @@ class Model:
                     # A call without an id gets a random one, never equal to a given id.
                     ttl = st.commit(self.now, cost, r.window_us, o["reset"],
                                     call_id if call_id is not None else object())
+                elif r.algo in NEW_ALGOS:
+                    st = self.state.get(k)
+                    if st is None or (st.expires_at is not None and self.now >= st.expires_at):
+                        st = self.state[k] = Counters() if r.algo == "sliding_window" else PeriodCount()
+                    if r.algo == "sliding_window":
+                        ttl = st.commit(self.now, cost, r.window_us, r.precision_us, o["reset"], call_id)
+                    else:
+                        ttl = st.commit(self.now, cost, o["end"], call_id)
+                    # A key whose real-time TTL is short may be gone from
+                    # Redis early: no later step may look at it before it
+                    # expires on the manual clock too.
+                    st.fragile = ttl < MIN_TTL_MS
+                    continue
                 else:
                     st = self.state.setdefault(k, Bucket())
                     if st.expires_at is not None and self.now >= st.expires_at:
@@ -365,6 +529,9 @@ class Model:
             k = r.key(attrs)
             if k in self.state:
                 self.live_state(r, attrs, "reset")
+                st = self.state[k]
+                if getattr(st, "fragile", False) and self.now < st.expires_at:
+                    raise CaseError(f"reset of rule {r.name}: its key's TTL was below {MIN_TTL_MS} ms of real time")
                 del self.state[k]
                 n += 1
         return {"expect": {"deleted": n}}
@@ -444,6 +611,30 @@ def reset(attrs, adv=0, deleted=None):
     if deleted is not None:
         s["assert"] = {"deleted": deleted}
     return s
+
+
+def sw(name, key, limit, window, **extra):
+    r = {"name": name, "key": key, "algorithm": "sliding_window", "limit": limit, "window": window}
+    r.update(extra)
+    return r
+
+
+def fw(name, key, limit, window, **extra):
+    r = {"name": name, "key": key, "algorithm": "fixed_window", "limit": limit, "window": window}
+    r.update(extra)
+    return r
+
+
+def quota(name, key, limit, period, **extra):
+    r = {"name": name, "key": key, "algorithm": "quota", "limit": limit, "period": period}
+    r.update(extra)
+    return r
+
+
+def utc_us(*ymdhms):
+    """Microseconds since the epoch of a UTC date and time."""
+    t = datetime.datetime(*ymdhms, tzinfo=datetime.timezone.utc)
+    return int(t.timestamp()) * MICRO
 
 
 CASES = []
@@ -805,6 +996,205 @@ case("reset-stacked", "reset counts the existing keys of the applicable rules on
       reset(dict(WEB, route="/login"), deleted=2)])
 
 
+# -- sliding window of counters
+
+case("sw-exact-limit", "Sliding window of counters (precision 1s, the default for 1m): a unit counts until its sub-window's end plus the window, so the fourth request waits 61 s.",
+     [sw("per-ip", "ip:{ip}", 3, "1m")],
+     [chk(IP, remaining=2, reset_after_ms=61_000), chk(IP, remaining=1), chk(IP, remaining=0),
+      chk(IP, allowed=False, retry_after_ms=61_000, reset_after_ms=61_000),
+      chk(IP, adv=60_999, allowed=False, retry_after_ms=1),
+      chk(IP, adv=1, allowed=True, remaining=2)])
+
+case("sw-sub-window-end-plus-window", "Units admitted late in a sub-window count until that sub-window's end plus the window: never shorter than the exact log, at most one sub-window longer.",
+     [sw("per-ip", "ip:{ip}", 2, "1m", precision="10s")],
+     [chk(IP, adv=9_000, reset_after_ms=61_000), chk(IP, adv=2_000, remaining=0, reset_after_ms=69_000),
+      chk(IP, adv=58_999, allowed=False, retry_after_ms=1, reset_after_ms=10_001),
+      chk(IP, adv=1, allowed=True, remaining=0, reset_after_ms=70_000),
+      chk(IP, adv=9_999, allowed=False, retry_after_ms=1),
+      chk(IP, adv=1, allowed=True, remaining=0)])
+
+case("sw-cost-oldest-sub-windows", "A denied request of cost > 1 waits for the oldest sub-windows holding `count + cost - limit` units to stop counting.",
+     [sw("per-tenant", "tenant:{tenant}", 10, "1m", precision="5s")],
+     [chk({"tenant": "acme"}, 3), chk({"tenant": "acme"}, 3, adv=10_000), chk({"tenant": "acme"}, 3, adv=10_000),
+      chk({"tenant": "acme"}, 5, adv=10_000, allowed=False, remaining=1, retry_after_ms=45_000, reset_after_ms=55_000),
+      chk({"tenant": "acme"}, 4, allowed=False, retry_after_ms=35_000),
+      chk({"tenant": "acme"}, 1, remaining=0),
+      chk({"tenant": "acme"}, 3, adv=34_999, allowed=False, retry_after_ms=1),
+      chk({"tenant": "acme"}, 3, adv=1, allowed=True, remaining=0)])
+
+case("sw-never-more-than-log", "A burst of 4 (the limit) at the end of a sub-window: the counters admit again at that sub-window's end plus the window, at most one sub-window (5 s) after the exact log (beside them as a shadow rule) and never before it.",
+     [sw("counters", "c:{ip}", 4, "1m", precision="5s"), swl("log", "l:{ip}", 4, "1m", shadow=True)],
+     [chk(IP, 4, adv=55_000, remaining=0), chk(IP, adv=5_000, allowed=False, retry_after_ms=60_000),
+      chk(IP, adv=54_999, allowed=False, retry_after_ms=5_001), chk(IP, adv=1, allowed=False, retry_after_ms=5_000),
+      chk(IP, adv=4_999, allowed=False, retry_after_ms=1),
+      chk(IP, 4, adv=1, allowed=True, remaining=0)])
+
+case("sw-peek", "peek answers what a check of that cost would get now and consumes nothing.",
+     [sw("per-ip", "ip:{ip}", 3, "1m")],
+     [peek(IP, remaining=2, reset_after_ms=61_000), peek(IP, 3, remaining=0), chk(IP, 2, remaining=1),
+      peek(IP, adv=5_000, remaining=0, reset_after_ms=61_000), peek(IP, 2, allowed=False, remaining=1, retry_after_ms=56_000),
+      chk(IP, remaining=0), peek(IP, allowed=False, retry_after_ms=56_000)])
+
+case("sw-reset", "reset deletes a sliding window's counters; the client is unblocked.",
+     [sw("per-ip", "ip:{ip}", 2, "1m")],
+     [reset(IP, deleted=0), chk(IP), chk(IP), chk(IP, allowed=False),
+      reset(IP, adv=1_000, deleted=1), chk(IP, remaining=1)])
+
+case("sw-default-precision-rounded", "The default precision is 1/60 of the window rounded up to whole milliseconds: 34 ms for 2s; windows and precisions as integer milliseconds.",
+     [sw("fast", "f:{ip}", 2, "2s"), sw("int", "i:{ip}", 2, 90_500, precision=500)],
+     [chk(IP, rule="fast", reset_after_ms=2_010), chk(IP, adv=100, rule="fast", remaining=0),
+      chk(IP, adv=100, allowed=False, rule="int", retry_after_ms=90_800, reset_after_ms=90_800)])
+
+case("sw-large-clock", "Wall-clock microseconds (2026) stay exact in the counters' sub-window indices.",
+     [sw("per-ip", "ip:{ip}", 2, "7d", precision="1h")],
+     [chk(IP, reset_after_ms=608_400_000), chk(IP, adv=86_400_000),
+      chk(IP, adv=1, allowed=False, retry_after_ms=608_400_000 - 86_400_001)],
+     start_us=EPOCH_2026_US)
+
+# -- fixed window
+
+case("fw-exact-limit", "Fixed windows are aligned to the Unix epoch: the first window of the case ends 20 s after it starts, and everything resets at once.",
+     [fw("per-ip", "ip:{ip}", 3, "1m")],
+     [chk(IP, remaining=2, reset_after_ms=20_000), chk(IP, remaining=1), chk(IP, remaining=0),
+      chk(IP, allowed=False, retry_after_ms=20_000, reset_after_ms=20_000),
+      chk(IP, adv=10_000, allowed=False, retry_after_ms=10_000),
+      chk(IP, adv=10_000, allowed=True, remaining=2, reset_after_ms=60_000)])
+
+case("fw-boundary-burst", "The documented boundary burst: a full window's worth at the end of one window and another at the start of the next pass within 2 s.",
+     [fw("per-ip", "ip:{ip}", 3, "1m")],
+     [chk(IP, 3, adv=18_000, remaining=0, reset_after_ms=2_000), chk(IP, allowed=False, retry_after_ms=2_000),
+      chk(IP, 3, adv=2_000, allowed=True, remaining=0, reset_after_ms=60_000)])
+
+case("fw-cost-peek", "A fixed window counts cost units; peek consumes nothing; a denial waits for the window's end.",
+     [fw("per-tenant", "tenant:{tenant}", 10, "1h")],
+     [peek({"tenant": "acme"}, 10, remaining=0), chk({"tenant": "acme"}, 4, remaining=6),
+      chk({"tenant": "acme"}, 7, adv=1_000, allowed=False, remaining=6),
+      chk({"tenant": "acme"}, 6, remaining=0), peek({"tenant": "acme"}, allowed=False),
+      chk({"tenant": "acme"}, 11, error="invalid_argument")],
+     start_us=utc_us(2026, 3, 10, 12, 30))
+
+case("fw-reset", "reset deletes a fixed window's counter.",
+     [fw("per-ip", "ip:{ip}", 1, "1h")],
+     [chk(IP), chk(IP, allowed=False), reset(IP, deleted=1), chk(IP, allowed=True), reset(IP2, deleted=0)])
+
+case("fw-large-clock", "Wall-clock microseconds (2026), a 1d fixed window aligned to UTC midnight.",
+     [fw("per-ip", "ip:{ip}", 2, "1d")],
+     [chk(IP, reset_after_ms=36_000_000), chk(IP), chk(IP, adv=1_000, allowed=False, retry_after_ms=35_999_000)],
+     start_us=utc_us(2026, 5, 4, 14))
+
+# -- calendar quotas
+
+case("quota-day-utc", "A daily quota in UTC: Reset and Retry-After count to midnight UTC.",
+     [quota("daily", "key:{api_key}", 1000, "day")],
+     [chk({"api_key": "k1"}, 600, remaining=400, reset_after_ms=14 * 3_600_000),
+      chk({"api_key": "k1"}, 500, adv=3_600_000, allowed=False, remaining=400, retry_after_ms=13 * 3_600_000),
+      chk({"api_key": "k1"}, 400, remaining=0)],
+     start_us=utc_us(2026, 1, 15, 10))
+
+case("quota-month-end", "A monthly quota resets on the first of the next month; February 2026 has 28 days.",
+     [quota("monthly", "key:{api_key}", 3, "month")],
+     [chk({"api_key": "k1"}, 3, remaining=0, reset_after_ms=3_000), chk({"api_key": "k1"}, allowed=False, retry_after_ms=3_000),
+      chk({"api_key": "k1"}, adv=3_000, allowed=True, remaining=2, reset_after_ms=28 * 86_400_000)],
+     start_us=utc_us(2026, 1, 31, 23, 59, 57))
+
+case("quota-leap-february", "February 2024 has 29 days: a monthly quota opened on the 28th resets on March 1st, and one opened on the 29th too.",
+     [quota("monthly", "key:{api_key}", 2, "month"), quota("daily", "day:{api_key}", 10, "day")],
+     [chk({"api_key": "k1"}, rule="monthly", remaining=1, reset_after_ms=25 * 3_600_000),
+      chk({"api_key": "k1"}, adv=2 * 3_600_000, rule="monthly", remaining=0, reset_after_ms=23 * 3_600_000),
+      chk({"api_key": "k1"}, adv=22 * 3_600_000, allowed=False, rule="monthly", retry_after_ms=3_600_000),
+      chk({"api_key": "k1"}, adv=3_600_000, allowed=True, rule="monthly", remaining=1, reset_after_ms=31 * 86_400_000)],
+     start_us=utc_us(2024, 2, 28, 23))
+
+case("quota-year-end", "A monthly quota in December resets on January 1st of the next year; a weekly one on Monday.",
+     [quota("monthly", "m:{api_key}", 5, "month"), quota("weekly", "w:{api_key}", 5, "week")],
+     [chk({"api_key": "k1"}, 5, rule="monthly", remaining=0, reset_after_ms=86_400_000),
+      chk({"api_key": "k1"}, allowed=False, rule="weekly", retry_after_ms=5 * 86_400_000, reset_after_ms=5 * 86_400_000),
+      chk({"api_key": "k1"}, adv=86_400_000, allowed=False, rule="weekly", retry_after_ms=4 * 86_400_000),
+      chk({"api_key": "k1"}, adv=4 * 86_400_000, allowed=True, rule="weekly", remaining=4)],
+     start_us=utc_us(2025, 12, 31))
+
+case("quota-week-monday", "A weekly quota runs Monday 00:00 to Monday 00:00; 2026-01-01 is a Thursday.",
+     [quota("weekly", "w:{api_key}", 2, "week")],
+     [chk({"api_key": "k1"}, 2, remaining=0, reset_after_ms=4 * 86_400_000),
+      chk({"api_key": "k1"}, adv=4 * 86_400_000 - 1, allowed=False, retry_after_ms=1),
+      chk({"api_key": "k1"}, adv=1, allowed=True, remaining=1, reset_after_ms=7 * 86_400_000)],
+     start_us=EPOCH_2026_US)
+
+case("quota-hour", "An hourly quota resets at the next whole hour.",
+     [quota("hourly", "h:{api_key}", 1, "hour")],
+     [chk({"api_key": "k1"}, reset_after_ms=15 * 60_000),
+      chk({"api_key": "k1"}, adv=60_000, allowed=False, retry_after_ms=14 * 60_000),
+      chk({"api_key": "k1"}, adv=14 * 60_000, allowed=True, reset_after_ms=3_600_000)],
+     start_us=utc_us(2026, 6, 1, 8, 45))
+
+case("quota-utc-offset", "A daily quota at +02:00 resets at local midnight (22:00 UTC); a monthly one at -05:00 still counts January on February 1st 03:00 UTC and February until March 1st 05:00 UTC.",
+     [quota("daily-cest", "d:{api_key}", 2, "day", utc_offset="+02:00"),
+      quota("monthly-est", "m:{api_key}", 1, "month", utc_offset="-05:00")],
+     [chk({"api_key": "k1"}, rule="monthly-est", reset_after_ms=2 * 3_600_000),
+      chk({"api_key": "k1"}, adv=2 * 3_600_000, allowed=True, rule="daily-cest", remaining=0, reset_after_ms=17 * 3_600_000),
+      chk({"api_key": "k1"}, adv=17 * 3_600_000 - 1_000, allowed=False, rule="monthly-est", retry_after_ms=28 * 86_400_000 - 17 * 3_600_000 + 1_000),
+      chk({"api_key": "k1"}, adv=1_000, allowed=False, rule="monthly-est")],
+     start_us=utc_us(2026, 2, 1, 3))
+
+case("quota-big-limit", "Quotas take limits up to 10^15 (token budgets): counts stay exact.",
+     [quota("tokens", "t:{tenant}", 10 ** 12, "month")],
+     [chk({"tenant": "acme"}, 10 ** 12 - 1, remaining=1), chk({"tenant": "acme"}, 2, allowed=False, remaining=1),
+      chk({"tenant": "acme"}, 1, remaining=0), chk({"tenant": "acme"}, 10 ** 12 + 1, error="invalid_argument")],
+     start_us=utc_us(2026, 4, 10))
+
+case("quota-peek-reset", "peek on a quota consumes nothing; reset deletes it.",
+     [quota("daily", "d:{api_key}", 2, "day")],
+     [peek({"api_key": "k1"}, 2, remaining=0, reset_after_ms=12 * 3_600_000), chk({"api_key": "k1"}, 2),
+      peek({"api_key": "k1"}, allowed=False, retry_after_ms=12 * 3_600_000),
+      reset({"api_key": "k1"}, deleted=1), chk({"api_key": "k1"}, remaining=1)],
+     start_us=utc_us(2026, 7, 1, 12))
+
+# -- the new algorithms stacked with the others
+
+case("stack-all-algorithms", "All five algorithms in one check: admitted by all, headlined by the fewest remaining; then the quota denies and nothing is consumed anywhere.",
+     [swl("log", "l:{ip}", 10, "1m"), tb("bucket", "b:{ip}", 10, 1), sw("counters", "c:{ip}", 10, "1m"),
+      fw("fixed", "f:{ip}", 10, "1m"), quota("daily", "d:{api_key}", 3, "day")],
+     [chk(WEB, 2, rule="daily", remaining=1), chk(WEB, 2, allowed=False, rule="daily", retry_after_ms=36_000_000),
+      chk(WEB, 1, rule="daily", remaining=0),
+      chk(IP, 7, rule="bucket", remaining=0),
+      chk(IP, allowed=False, rule="counters", retry_after_ms=61_000)],
+     start_us=utc_us(2026, 3, 2, 14))
+
+case("stack-new-all-or-nothing", "A sliding window of counters denies: the fixed window and quota stacked with it consume nothing.",
+     [sw("counters", "c:{ip}", 2, "10s", precision="1s"), fw("fixed", "f:{ip}", 5, "1h"), quota("daily", "d:{ip}", 5, "day")],
+     [chk(IP, 2, rule="counters", remaining=0), chk(IP, 2, allowed=False, rule="counters", retry_after_ms=11_000),
+      chk(IP, 2, adv=11_000, allowed=True, rule="counters", remaining=0),
+      chk(IP, 1, adv=11_000, allowed=True, rule="fixed", remaining=0)],
+     start_us=utc_us(2026, 3, 2, 14))
+
+case("shadow-new-algorithms", "Shadow fixed windows, counters and quotas report their denials but never deny; they consume only when they admit.",
+     [swl("live", "l:{ip}", 4, "1m"), fw("trial-fixed", "f:{ip}", 1, "1h", shadow=True),
+      sw("trial-counters", "c:{ip}", 2, "1m", shadow=True), quota("trial-quota", "q:{ip}", 1, "day", shadow=True)],
+     [chk(IP, rule="live", remaining=3), chk(IP, allowed=True, rule="live", remaining=2),
+      chk(IP, allowed=True, remaining=1), chk(IP, allowed=True, remaining=0), chk(IP, allowed=False, rule="live")],
+     start_us=utc_us(2026, 3, 2, 14))
+
+case("call-id-replay-new-algorithms", "A re-sent call id counts once on counters, a fixed window and a quota; a denied call records nothing.",
+     [sw("counters", "c:{ip}", 3, "1m"), fw("fixed", "f:{ip}", 3, "1h"), quota("daily", "d:{ip}", 3, "day")],
+     [chk(IP, call_id="req-1", remaining=2), chk(IP, adv=1_000, call_id="req-1", allowed=True, remaining=2),
+      chk(IP, 2, call_id="req-2", remaining=0), chk(IP, call_id="req-2", allowed=True, remaining=0),
+      chk(IP, call_id="req-3", allowed=False), chk(IP, call_id="req-1", allowed=True, remaining=0)],
+     start_us=utc_us(2026, 3, 2, 14))
+
+case("call-id-counters-forgotten-with-sub-window", "A call id of a sliding window of counters is remembered while its sub-window counts; a fixed window forgets its ids when the window ends.",
+     [sw("counters", "c:{ip}", 1, "10s", precision="2s")],
+     [chk(IP, call_id="A", remaining=0), chk(IP, adv=11_999, call_id="A", allowed=True, remaining=0),
+      chk(IP, adv=1, call_id="A", allowed=True, remaining=0, reset_after_ms=12_000),
+      chk(IP, adv=1_000, call_id="B", allowed=False)],
+     start_us=utc_us(2026, 3, 2, 14))
+
+case("reset-new-algorithms", "reset counts the existing keys of counters, fixed windows and quotas.",
+     [sw("counters", "c:{ip}", 1, "1m"), fw("fixed", "f:{ip}", 1, "1h"), quota("daily", "d:{api_key}", 1, "day")],
+     [chk(WEB), chk(WEB, allowed=False), reset(IP, deleted=2), chk(WEB, allowed=False, rule="daily"),
+      reset(WEB, deleted=1), chk(WEB, allowed=True)],
+     start_us=utc_us(2026, 3, 2, 14))
+
+
 def random_cases(count, seed):
     """Random cases for exploratory runs (`--random N --out DIR`): not part
     of the suite, but replayed by the same runners to look for disagreements."""
@@ -822,8 +1212,20 @@ def random_cases(count, seed):
                 extra["shadow"] = True
             if rnd.random() < 0.2:
                 extra["match"] = {"route": rnd.choice(["/a", ["/a", "/b"]])}
-            if rnd.random() < 0.5:
+            pick = rnd.random()
+            if pick < 0.25:
                 rules.append(swl(f"r{i}", key, rnd.randint(1, 8), rnd.choice(["5s", "30s", "1m", 90_500, "1h"]), **extra))
+            elif pick < 0.45:
+                window = rnd.choice(["10s", "30s", "1m", 90_500, "1h"])
+                if rnd.random() < 0.5:
+                    extra["precision"] = rnd.choice(["1m", "6m"] if window == "1h" else ["1s", "2500ms", 700, "10s"])
+                rules.append(sw(f"r{i}", key, rnd.randint(1, 8), window, **extra))
+            elif pick < 0.6:
+                rules.append(fw(f"r{i}", key, rnd.randint(1, 8), rnd.choice(["10s", "1m", 90_500, "1h"]), **extra))
+            elif pick < 0.75:
+                if rnd.random() < 0.5:
+                    extra["utc_offset"] = rnd.choice(["+02:00", "-05:00", "+05:30", "+14:00", "-12:00"])
+                rules.append(quota(f"r{i}", key, rnd.randint(1, 8), rnd.choice(["hour", "day", "week", "month"]), **extra))
             else:
                 rate = rnd.choice([0.01, 0.1, 0.3, 0.5, 0.25, 0.05, 0.7])
                 rules.append(tb(f"r{i}", key, rnd.randint(2, 12), rate, **extra))
@@ -844,7 +1246,7 @@ def random_cases(count, seed):
                 s["call_id"] = rnd.choice(["id1", "id2"])
             steps.append(s)
         c = {"name": f"random-{seed}-{len(made)}", "description": "random", "policy": {"rules": rules},
-             "steps": steps, "start_us": START_US + rnd.randint(0, 10 ** 9)}
+             "steps": steps, "start_us": rnd.choice([START_US, EPOCH_2026_US]) + rnd.randint(0, 10 ** 9) * rnd.choice([1, 1000])}
         try:
             made.append(build(c))
         except CaseError:

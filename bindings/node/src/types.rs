@@ -138,13 +138,22 @@ pub struct RuleObject {
     /// Key template over attributes, such as `"ip:{ip}"`.
     pub key: String,
     /// The algorithm (default `sliding_window_log`).
-    #[napi(ts_type = "'sliding_window_log' | 'token_bucket'")]
+    #[napi(ts_type = "'sliding_window_log' | 'token_bucket' | 'sliding_window' | 'fixed_window' | 'quota'")]
     pub algorithm: Option<String>,
-    /// Sliding window: units admitted per window.
+    /// Sliding windows, fixed windows and quotas: units admitted per window or period.
     pub limit: Option<f64>,
-    /// Sliding window: milliseconds or a duration string such as `"1m"`.
+    /// Sliding and fixed windows: milliseconds or a duration string such as `"1m"`.
     #[napi(ts_type = "number | string")]
     pub window: Option<String>,
+    /// Sliding window of counters: the sub-window, milliseconds or a duration string (default 1/60 of the window).
+    #[napi(ts_type = "number | string")]
+    pub precision: Option<String>,
+    /// Quota: the calendar period.
+    #[napi(ts_type = "'hour' | 'day' | 'week' | 'month'")]
+    pub period: Option<String>,
+    /// Quota: the calendar's fixed offset from UTC, `"+HH:MM"` or `"-HH:MM"` (default `"+00:00"`).
+    #[napi(js_name = "utc_offset")]
+    pub utc_offset: Option<String>,
     /// Token bucket: the bucket's size.
     pub capacity: Option<f64>,
     /// Token bucket: tokens added per second (may be fractional).

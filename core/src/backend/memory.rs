@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use super::Outcomes;
-use crate::algo::{Bucket, Log, TB_IDS};
+use crate::algo::{fixed_end, quota_end, Bucket, Counters, Log, PeriodCount, TB_IDS};
 use crate::plan::{Mode, Plan, RuleArgs};
 
 const SHARDS: usize = 64;
@@ -25,6 +25,10 @@ enum State {
     Absent,
     Log(Log),
     Bucket(Bucket),
+    /// A sliding window of counters.
+    Counters(Counters),
+    /// A fixed window or a quota.
+    Period(PeriodCount),
 }
 
 struct Entry {
@@ -140,10 +144,14 @@ impl MemoryBackend {
         let mut mode = mode;
         if let Some(id) = dedupe {
             for i in 0..n {
-                let seen = match guards[slot(i)].1.live(digests[i], now).map(|e| &e.state) {
-                    Some(State::Log(log)) => log.seen(id),
-                    Some(State::Bucket(b)) => b.ids.contains(&id),
-                    Some(State::Absent) | None => false,
+                let seen = match (guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), rules[i].args) {
+                    (Some(State::Log(log)), RuleArgs::Window { .. }) => log.seen(id),
+                    (Some(State::Bucket(b)), RuleArgs::Bucket { .. }) => b.ids.contains(&id),
+                    (Some(State::Counters(c)), RuleArgs::Counters { window_us, precision_us, .. }) => {
+                        c.seen(now, window_us, precision_us, id)
+                    }
+                    (Some(State::Period(p)), RuleArgs::Fixed { .. } | RuleArgs::Quota { .. }) => p.seen(now, id),
+                    _ => false,
                 };
                 if seen {
                     mode = Mode::Peek;
@@ -154,6 +162,7 @@ impl MemoryBackend {
         }
 
         let mut outcomes = Outcomes::new();
+        // A bucket's micro-tokens left, or a period counter's period end.
         let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
         for i in 0..n {
@@ -172,6 +181,25 @@ impl MemoryBackend {
                         _ => None,
                     };
                     Bucket::decide(state, now, cost, capacity, rate)
+                }
+                RuleArgs::Counters { limit, window_us, precision_us, .. } => {
+                    let o = match entry.map(|e| &e.state) {
+                        Some(State::Counters(c)) => c.decide(now, cost, limit, window_us, precision_us),
+                        _ => Counters::default().decide(now, cost, limit, window_us, precision_us),
+                    };
+                    (o, 0)
+                }
+                RuleArgs::Fixed { limit, window_us: p, .. } | RuleArgs::Quota { limit, offset_s: p, .. } => {
+                    let period_end = match rules[i].args {
+                        RuleArgs::Quota { period, .. } => quota_end(now, period, p),
+                        _ => fixed_end(now, p),
+                    };
+                    let state = match entry.map(|e| &e.state) {
+                        Some(State::Period(c)) => Some(c),
+                        _ => None,
+                    };
+                    let (o, end) = PeriodCount::decide(state, now, cost, limit, period_end);
+                    (o, end as u64)
                 }
             };
             if !o.allowed && !rules[i].args.shadow() {
@@ -227,6 +255,22 @@ impl MemoryBackend {
                             }
                         }
                     }
+                    RuleArgs::Counters { window_us, precision_us, .. } => {
+                        if !matches!(entry.state, State::Counters(_)) {
+                            entry.state = State::Counters(Counters::default());
+                        }
+                        if let State::Counters(c) = &mut entry.state {
+                            c.commit(now, cost, window_us, precision_us, dedupe);
+                        }
+                    }
+                    RuleArgs::Fixed { .. } | RuleArgs::Quota { .. } => {
+                        let previous = match &mut entry.state {
+                            State::Period(p) => Some(p),
+                            _ => None,
+                        };
+                        let next = PeriodCount::commit(previous, now, cost, lefts[i] as i64, dedupe);
+                        entry.state = State::Period(next);
+                    }
                 }
             }
             for (_, g) in guards.iter_mut() {
@@ -265,7 +309,8 @@ impl MemoryBackend {
         self.shards.iter().map(|s| lock(s).map.len()).sum()
     }
 
-    /// Units stored in sliding-window logs and buckets held (for tests and stats).
+    /// Units stored in sliding-window logs, sub-windows of counters, and
+    /// buckets and period counters held (for tests and stats).
     #[allow(dead_code)]
     pub fn log_units(&self) -> usize {
         self.shards
@@ -276,7 +321,8 @@ impl MemoryBackend {
                     .values()
                     .map(|e| match &e.state {
                         State::Log(l) => l.len(),
-                        State::Bucket(_) => 1,
+                        State::Counters(c) => c.len(),
+                        State::Bucket(_) | State::Period(_) => 1,
                         State::Absent => 0,
                     })
                     .sum::<usize>()

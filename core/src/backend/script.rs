@@ -5,8 +5,8 @@ use super::Outcomes;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{CompiledRule, Mode, Plan, RuleArgs};
 
-/// The one script behind every check: the single-rule fast path, the
-/// arguments of the general one, both algorithms, the replay and give-back helpers and the stacked
+/// The one script behind every check: the single-rule fast paths, the
+/// arguments of the general one, every algorithm, the replay and give-back helpers and the stacked
 /// driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
 /// makes Redis refuse the whole script up front when it is out of memory,
 /// instead of failing half-way through the writes.
@@ -19,6 +19,10 @@ pub const CHECK_SCRIPT: &str = concat!(
     include_str!("../../lua/sliding_window_log.lua"),
     "\n",
     include_str!("../../lua/token_bucket.lua"),
+    "\n",
+    include_str!("../../lua/sliding_window.lua"),
+    "\n",
+    include_str!("../../lua/period_counter.lua"),
     "\n",
     include_str!("../../lua/replay.lua"),
     "\n",
@@ -55,6 +59,17 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     if let ([rule], "c", 1) = (rules, header.mode, header.cost) {
         if let RuleArgs::Window { shadow: false, .. } = rule.args {
             cmd.arg("s").arg(header.call_id).arg(&rule.script_args[1..]);
+            if let Some(t) = header.now {
+                cmd.arg(t);
+            }
+            return cmd;
+        }
+    }
+    // So has a check of one fixed window, at any cost: limit, window, cost and
+    // the time (mode "f"); it needs no call id.
+    if let ([rule], "c") = (rules, header.mode) {
+        if let RuleArgs::Fixed { shadow: false, .. } = rule.args {
+            cmd.arg("f").arg(&rule.script_args[1..]).arg(header.cost);
             if let Some(t) = header.now {
                 cmd.arg(t);
             }
@@ -151,5 +166,18 @@ mod tests {
         let with_id = rules.plan(&[("ip", "a")], 1, Some("mine"), str::to_string).unwrap();
         let c = command(None, &with_id.keys, &with_id.rules, Header::of(&with_id, Mode::Check, "mine", None));
         assert_eq!(args(&c)[4..], ["C", "", "mine", "1", "w", "5", "1000000"]);
+    }
+
+    #[test]
+    fn one_fixed_window_rule_takes_its_short_form_at_any_cost() {
+        let policy = Policy::new(vec![Rule::fixed_window("f", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
+        let rules = Rules::compile(&policy, None);
+        let plan = rules.plan(&[("ip", "a")], 3, None, str::to_string).unwrap();
+        let server = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", None));
+        assert_eq!(args(&server)[4..], ["f", "5", "1000000", "3"]);
+        let manual = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", Some(42)));
+        assert_eq!(args(&manual)[4..], ["f", "5", "1000000", "3", "42"]);
+        let peek = command(None, &plan.keys, &plan.rules, Header::of(&plan, Mode::Peek, "id", Some(42)));
+        assert_eq!(args(&peek)[4..], ["p", "42", "id", "3", "f", "5", "1000000"]);
     }
 }

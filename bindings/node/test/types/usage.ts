@@ -17,6 +17,9 @@ const policy: PolicyObject = {
   rules: [
     { name: 'per-ip', key: 'ip:{ip}', limit: 100, window: '1m' },
     { name: 'per-key', key: 'key:{api_key}', algorithm: 'token_bucket', capacity: 20, refill_rate: 5 },
+    { name: 'counters', key: 'c:{api_key}', algorithm: 'sliding_window', limit: 1000, window: '1m', precision: '1s' },
+    { name: 'fixed', key: 'f:{ip}', algorithm: 'fixed_window', limit: 600, window: 60_000 },
+    { name: 'monthly', key: 'm:{tenant}', algorithm: 'quota', limit: 1e12, period: 'month', utc_offset: '+02:00' },
     { name: 'login', key: 'login:{ip}', match: { route: '/login', method: ['POST'] }, limit: 5, window: 900_000 },
   ],
 };
