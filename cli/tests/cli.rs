@@ -808,6 +808,17 @@ fn json_output_matches_the_conformance_vectors() {
         }
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let name = v["name"].as_str().unwrap().to_string();
+        // The command runs on the real clock, so only a first step whose
+        // answer does not depend on where "now" falls is compared here: the
+        // algorithms aligned to the epoch or the calendar (sub-windows,
+        // fixed windows, quota periods) are replayed on a manual clock by
+        // every language's vector runner instead.
+        let aligned = v["policy"]["rules"].as_array().unwrap().iter().any(|r| {
+            matches!(r["algorithm"].as_str(), Some("sliding_window" | "fixed_window" | "quota"))
+        });
+        if aligned {
+            continue;
+        }
         let policy = temp_file(&format!("{name}.json"), &v["policy"].to_string());
         let step = &v["steps"][0];
         let op = step["op"].as_str().unwrap_or("check");
