@@ -406,8 +406,7 @@ mkdir -p "$SRC"
 tar xzf "$SDIST" -C "$SRC"
 "$PYTHON" -m venv "$WORK/sdist-venv"
 SPY=$WORK/sdist-venv/bin/python
-"$SPY" -m pip install --quiet --disable-pip-version-check \
-  pytest mypy typing_extensions flask fastapi uvicorn httpx requests trustme uvloop
+"$SPY" -m pip install --quiet --disable-pip-version-check -r bindings/python/tests/requirements.txt
 # In the dev profile, whose dependencies make test has built: the sources
 # sit elsewhere, so only the workspace crates (and pyo3) compile.
 CARGO_TARGET_DIR=$ROOT/target MATURIN_PEP517_ARGS="--features test-hooks --profile dev" \

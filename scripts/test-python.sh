@@ -24,9 +24,7 @@ PY="$PWD/$VENV/bin/python"
 
 "$PY" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$PY" -m pip install --quiet --disable-pip-version-check \
-  "maturin>=1.9,<2" pytest mypy typing_extensions \
-  flask fastapi uvicorn httpx requests trustme uvloop \
-  django falcon litestar gunicorn prometheus-client
+  "maturin>=1.9,<2" -r bindings/python/tests/requirements.txt
 
 # A real install from the root, as a user would (maturin via pyproject.toml;
 # cargo reuses the workspace's target/): the shipped package has no test
