@@ -17,14 +17,15 @@ deps:
 
 ## Build the core, the Python and Node packages and the C library; run every suite.
 ## Each suite starts its own redis-server(s) on free loopback ports and stops them.
+## Each suite's time is printed at the end, so that a slow one shows.
+TEST_SUITES := test-rust test-python test-node test-c test-packaging test-soak
 test: deps
-	$(MAKE) test-rust
-	$(MAKE) test-python
-	$(MAKE) test-node
-	$(MAKE) test-c
-	$(MAKE) test-packaging
-	$(MAKE) test-soak
-	@echo "make test: every suite passed"
+	@start=$$SECONDS; times=""; \
+	for suite in $(TEST_SUITES); do \
+	  t=$$SECONDS; $(MAKE) --no-print-directory $$suite || exit 1; \
+	  times="$$times $$suite=$$((SECONDS - t))s"; \
+	done; \
+	echo "make test: every suite passed in $$((SECONDS - start))s ($${times# })"
 
 test-rust:
 	$(CARGO) test --workspace --exclude throttlegate-python --exclude throttlegate-node

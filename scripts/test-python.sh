@@ -26,23 +26,22 @@ PY="$PWD/$VENV/bin/python"
 "$PY" -m pip install --quiet --disable-pip-version-check \
   "maturin>=1.9,<2" -r bindings/python/tests/requirements.txt
 
-# A real install from the root, as a user would (maturin via pyproject.toml;
-# cargo reuses the workspace's target/): the shipped package has no test
-# hooks, and its hand-written stubs match the extension module.
-"$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
-"$PY" -m mypy.stubtest throttlegate._native
-"$PY" -c 'import throttlegate._native as n, sys; sys.exit("test hooks shipped" if hasattr(n, "_panic_for_tests") else 0)'
-
-# The same package with the test hooks (a panic on purpose) for the suite;
-# only the extension crate is rebuilt.
+# The package with the test hooks (a panic on purpose) for the suite, built
+# as `pip install .` builds it (maturin via pyproject.toml; cargo reuses the
+# workspace's target/).
 MATURIN_PEP517_ARGS="--features test-hooks" \
   "$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
 
-# From outside the source tree, so the installed package is what is tested;
-# the shipped package goes back in afterwards.
+# From outside the source tree, so the installed package is what is tested.
 cd bindings/python/tests
 status=0
 "$PY" -m pytest -q -p no:cacheprovider "$@" . || status=$?
 cd "$OLDPWD"
+
+# Then a real install from the root, as a user would: the shipped package
+# has no test hooks, and its hand-written stubs match the extension module.
+# Built last, so its release build is the one scripts/dist.sh packs.
 "$PY" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+"$PY" -m mypy.stubtest throttlegate._native
+"$PY" -c 'import throttlegate._native as n, sys; sys.exit("test hooks shipped" if hasattr(n, "_panic_for_tests") else 0)'
 exit "$status"
