@@ -1,7 +1,13 @@
-//! A loop of embedded checks, for counting instructions per check under
-//! callgrind: `check_loop <rules: 1|4> <metrics: on|off> <checks>`.
+//! A loop of checks, for counting instructions per check under callgrind
+//! (embedded) or system calls per check under strace (Redis):
+//! `check_loop <rules: 1|4> <metrics: on|off> <checks> [<redis url> <blocking|runtime>]`.
 //!
 //! `valgrind --tool=callgrind target/release/examples/check_loop 1 on 100000`
+//!
+//! `strace -f -c target/release/examples/check_loop 1 on 10000 redis://127.0.0.1:6379 blocking`
+//! counts the blocking path (`check_blocking`: the calling thread's own
+//! connection); `runtime` counts an async check driven by `runtime::block_on`
+//! (the connection read and written by the runtime's thread).
 
 use std::time::Duration;
 
@@ -19,12 +25,23 @@ fn main() {
         list.push(Rule::sliding_window_log("per-tenant", "tenant:{ip}", 1_000_000, window));
         list.push(Rule::token_bucket("per-route", "route:{ip}", 1_000_000, 100_000.0));
     }
-    let l = Limiter::builder(Policy::new(list).unwrap()).metrics(metrics).build().unwrap();
+    let url = args.get(4);
+    let driven = args.get(5).map_or("blocking", String::as_str) == "runtime";
+    let mut builder = Limiter::builder(Policy::new(list).unwrap()).metrics(metrics);
+    if let Some(url) = url {
+        builder = builder.url(url);
+    }
+    let l = builder.build().unwrap();
     let names: Vec<String> = (0..1_000).map(|i| format!("10.0.{}.{}", i >> 8, i & 255)).collect();
     let opts = CheckOptions::default();
     let mut allowed = 0;
     for i in 0..n {
-        let d = l.check_in_process(&[("ip", names[i % names.len()].as_str())], &opts).unwrap().unwrap();
+        let attrs = [("ip", names[i % names.len()].as_str())];
+        let d = match (url, driven) {
+            (None, _) => l.check_in_process(&attrs, &opts).unwrap().unwrap(),
+            (Some(_), false) => l.check_blocking(&attrs, &opts).unwrap(),
+            (Some(_), true) => throttlegate::runtime::block_on(l.check(&attrs, 1)).unwrap().unwrap(),
+        };
         allowed += d.allowed as usize;
     }
     println!("{allowed} of {n} allowed");

@@ -1,8 +1,9 @@
 //! The process's runtime for network calls, fork awareness, and call ids.
 //!
-//! Every front end without an event loop of its own (Python's blocking and
-//! asyncio calls, C, the command line) runs its Redis calls on one Tokio
-//! runtime that the core makes on first use: one worker thread named
+//! Python's asyncio calls, and a Redis Cluster's calls from every front end
+//! without an event loop of its own, run on one Tokio runtime that the core
+//! makes on first use (blocking calls to one Redis node need none: the
+//! calling thread uses a connection of its own): one worker thread named
 //! `throttlegate`, which drives every connection of the process (measured
 //! from Node: about a tenth less CPU per Redis check than a worker per CPU,
 //! and no slower, since a check's work is mostly waiting). Node's Promises
@@ -113,12 +114,19 @@ pub(crate) fn current_runtime() -> Option<&'static Runtime> {
 /// Called from inside an async context (where blocking would stall it) it
 /// is refused with an `invalid_argument` error instead.
 pub fn block_on<F: Future>(fut: F) -> Result<F::Output> {
+    refuse_inside_async()?;
+    Ok(runtime()?.block_on(fut))
+}
+
+/// The error of a blocking call made from inside an async runtime, where
+/// waiting would stall every task of the runtime's thread.
+pub(crate) fn refuse_inside_async() -> Result<()> {
     if tokio::runtime::Handle::try_current().is_ok() {
         return Err(Error::invalid_argument(
             "a blocking call was made from inside an async runtime; await the async method instead",
         ));
     }
-    Ok(runtime()?.block_on(fut))
+    Ok(())
 }
 
 /// Answers finished on the runtime, for a caller that waits in an event

@@ -627,3 +627,128 @@ async fn deny_cache_and_problem_body_for_the_bounded_memory_algorithms() {
         assert_eq!(cached.reset(&a).await.unwrap(), 1, "{name}");
     }
 }
+
+/// Connected clients Redis counts (the test kit's own connection included).
+fn connected_clients(server: &RedisServer) -> u64 {
+    let info = server.command(&["INFO", "clients"]).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .map(|n| n.trim().parse().unwrap())
+        .unwrap()
+}
+
+/// The blocking path (Python's blocking calls, C, the command line) on a
+/// thread's own connection: the same decisions, commands, errors and
+/// recovery as the async path.
+#[test]
+fn blocking_checks_match_the_async_path() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let rules = || {
+        vec![
+            Rule::sliding_window_log("w", "ip:{ip}", 3, ms(1000)),
+            Rule::token_bucket("b", "key:{ip}", 5, 1.0),
+        ]
+    };
+    let blocking = limiter(&server, rules(), &clock);
+    let asynchronous = limiter(&server, rules(), &clock);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let check = CheckOptions { cost: 1, call_id: None };
+    // Twin keys, one per path: every answer the same, step by step.
+    for step in 0..6 {
+        let b = blocking.check_blocking(&ip("9.9.9.1"), &check).unwrap();
+        let a = rt.block_on(asynchronous.check(&ip("9.9.9.2"), 1)).unwrap();
+        assert_eq!((b.allowed, b.remaining, b.retry_after, b.rule), (a.allowed, a.remaining, a.retry_after, a.rule), "step {step}");
+        assert_eq!(b.headers(), a.headers(), "step {step}");
+        let (pb, pa) = (blocking.peek_blocking(&ip("9.9.9.1"), 2).unwrap(), rt.block_on(asynchronous.peek(&ip("9.9.9.2"), 2)).unwrap());
+        assert_eq!((pb.allowed, pb.retry_after), (pa.allowed, pa.retry_after), "peek {step}");
+        clock.advance(ms(150));
+    }
+    // A caller's call id is honoured: the second call is a replay.
+    let with_id = CheckOptions { cost: 1, call_id: Some("blocking-1".into()) };
+    let first = blocking.check_blocking(&ip("9.9.9.3"), &with_id).unwrap();
+    let again = blocking.check_blocking(&ip("9.9.9.3"), &with_id).unwrap();
+    assert_eq!((first.remaining, again.remaining), (2, 2));
+    // One EVALSHA per check, after a script flush too (NOSCRIPT, load, retry).
+    server.command(&["SCRIPT", "FLUSH"]).unwrap();
+    assert!(blocking.check_blocking(&ip("9.9.9.4"), &check).unwrap().allowed);
+    let base = server.command_calls("evalsha");
+    for _ in 0..5 {
+        blocking.check_blocking(&ip("9.9.9.5"), &check).unwrap();
+    }
+    assert_eq!(server.command_calls("evalsha") - base, 5);
+    assert_eq!(server.command_calls("eval"), 0);
+    // Inside an async runtime it is refused, as every blocking call is.
+    let e = rt.block_on(async { blocking.check_blocking(&ip("9.9.9.6"), &check) }).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("await the async method"), "{e}");
+    // After a restart the dead connection is dropped: at most one call fails.
+    server.restart();
+    let mut failures = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while blocking.check_blocking(&ip("9.9.9.7"), &check).is_err() {
+        failures += 1;
+        assert!(Instant::now() < deadline, "no successful check within 5 s of the restart");
+        std::thread::sleep(ms(20));
+    }
+    assert!(failures <= 1, "{failures} calls failed after the restart");
+}
+
+#[test]
+fn blocking_checks_from_many_threads_admit_exactly_the_limit_on_few_connections() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("w", "ip:{ip}", 100, ms(60_000))], &clock);
+    let before = connected_clients(&server);
+    let admitted = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..40)
+                        .filter(|_| l.check_blocking(&ip("10.0.0.1"), &CheckOptions { cost: 1, call_id: None }).unwrap().allowed)
+                        .count()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).sum::<usize>()
+    });
+    assert_eq!(admitted, 100);
+    // At most one connection per thread that called at once, kept for the next calls.
+    let opened = connected_clients(&server) - before;
+    assert!((1..=8).contains(&opened), "{opened} connections");
+    l.check_blocking(&ip("10.0.0.2"), &CheckOptions { cost: 1, call_id: None }).unwrap();
+    assert_eq!(connected_clients(&server) - before, opened);
+}
+
+#[test]
+fn blocking_check_on_a_paused_redis_times_out_like_the_async_one() {
+    let server = RedisServer::start();
+    let build = || {
+        Limiter::builder(Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 10, ms(60_000))]).unwrap())
+            .url(server.url())
+            .timeout(ms(150))
+            .on_backend_error(FailureMode::Error)
+            .build()
+            .unwrap()
+    };
+    let (blocking, asynchronous) = (build(), build());
+    let check = CheckOptions { cost: 1, call_id: None };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(blocking.check_blocking(&ip("11.0.0.1"), &check).unwrap().remaining, 9);
+    rt.block_on(asynchronous.check(&ip("11.0.0.2"), 1)).unwrap();
+    server.pause(true);
+    let started = Instant::now();
+    let b = blocking.check_blocking(&ip("11.0.0.1"), &check).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let a = rt.block_on(asynchronous.check(&ip("11.0.0.2"), 1)).unwrap_err();
+    assert_eq!((b.kind(), b.to_string()), (a.kind(), a.to_string()));
+    assert_eq!(b.kind(), ErrorKind::Timeout);
+    assert_eq!(blocking.stats().timeouts, 1);
+    server.pause(false);
+    // The timed-out call's late reply is never read as the next call's answer:
+    // the next call has its own (the timed-out one may have been applied).
+    let next = blocking.check_blocking(&ip("11.0.0.1"), &check).unwrap();
+    assert!(matches!(next.remaining, 7 | 8), "{next:?}");
+    let again = blocking.check_blocking(&ip("11.0.0.1"), &check).unwrap();
+    assert_eq!(again.remaining, next.remaining - 1);
+}

@@ -18,7 +18,7 @@ use self::redis::{RedisBackend, TlsOptions};
 use crate::algo::Outcome;
 use crate::error::{Error, Result};
 use crate::plan::{Mode, Plan};
-use crate::runtime::{current_runtime, fork_generation, random_call_id};
+use crate::runtime::{block_on, current_runtime, fork_generation, random_call_id, refuse_inside_async};
 
 /// A backend's answer: one outcome per rule of the plan, in plan order. (A
 /// re-sent call that was already applied is answered as admitted, with the
@@ -53,17 +53,23 @@ impl Remote {
 
     /// Decide `plan` (a random call id is made when the caller gave none).
     async fn eval(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
-        let random;
-        let call_id = match plan.call_id {
-            Some(id) => id,
-            None => {
-                random = random_call_id();
-                random.as_str()
-            }
-        };
+        let mut random = None;
+        let call_id = call_id(plan, &mut random);
         match self {
             Remote::Redis(r) => r.eval(plan, call_id, mode, now).await,
             Remote::Cluster(c) => c.eval(plan, call_id, mode, now).await,
+        }
+    }
+
+    /// [`Remote::eval`] on the calling thread: on one node its own
+    /// connection; a cluster's calls still run on the runtime.
+    fn eval_blocking(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>, timeout: Duration) -> Result<Outcomes> {
+        match self {
+            Remote::Redis(r) => {
+                let mut random = None;
+                r.eval_blocking(plan, call_id(plan, &mut random), mode, now)
+            }
+            Remote::Cluster(_) => block_on(bounded(timeout, self.eval(plan, mode, now)))?,
         }
     }
 
@@ -162,11 +168,15 @@ impl Connection {
         self.bounded(remote.ping()).await
     }
 
+    /// [`Connection::eval`] for a caller without an event loop, on its own
+    /// thread (see [`RedisBackend::eval_blocking`]).
+    pub fn eval_blocking(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
+        refuse_inside_async()?;
+        self.get()?.eval_blocking(plan, mode, now, self.timeout)
+    }
+
     async fn bounded<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::timeout(self.timeout)),
-        }
+        bounded(self.timeout, call).await
     }
 
     /// Drop the connections; every later call fails with `closed`.
@@ -179,6 +189,23 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         release(self.live.get_mut().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
+/// `call` within `timeout`, else the timeout error.
+async fn bounded<T>(timeout: Duration, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::timeout(timeout)),
+    }
+}
+
+/// The plan's call id, or a random one made into `random` when the caller
+/// gave none.
+fn call_id<'a>(plan: &'a Plan<'_, String>, random: &'a mut Option<String>) -> &'a str {
+    match plan.call_id {
+        Some(id) => id,
+        None => random.insert(random_call_id()).as_str(),
     }
 }
 

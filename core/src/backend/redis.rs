@@ -1,7 +1,15 @@
 //! Redis on one node, and the TLS settings of every Redis connection.
+//!
+//! Two ways to the same server, with the same script, errors and timeout:
+//! - **async** (Node, Python's asyncio, Rust's `check`): one multiplexed
+//!   connection, driven by the runtime, that reconnects by itself;
+//! - **blocking** (Python's blocking calls, C, the command line): the
+//!   calling thread writes its command and reads the reply on a connection
+//!   of its own, taken from a pool of idle ones, with no thread hand-over
+//!   (a check is one `write` and one `read`).
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -19,8 +27,14 @@ pub(crate) struct RedisInner {
     client: redis::Client,
     timeout: Duration,
     conn: OnceLock<ConnectionManager>,
+    /// Idle connections of the blocking path; a connection is taken out for
+    /// one call and put back only if it is still in step with the server.
+    idle: Mutex<Vec<redis::Connection>>,
     sha: String,
 }
+
+/// Idle blocking connections kept at most (one per thread that calls at once).
+const MAX_IDLE: usize = 64;
 
 impl RedisBackend {
     pub fn new(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<RedisBackend> {
@@ -38,6 +52,7 @@ impl RedisBackend {
             client,
             timeout,
             conn: OnceLock::new(),
+            idle: Mutex::new(Vec::new()),
             sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
         })))
     }
@@ -92,6 +107,97 @@ impl RedisBackend {
             Err(e) => return Err(e.into()),
         };
         parse_reply(&reply, plan.keys.len())
+    }
+
+    /// [`RedisBackend::eval`] on the calling thread: the same commands
+    /// (EVALSHA, and SCRIPT LOAD then a retry on NOSCRIPT) on a connection of
+    /// its own, the whole call bounded by the timeout. A connection that
+    /// failed or timed out is dropped, and with it every idle one (they
+    /// lead to the same server, which is likely gone); the next call
+    /// connects anew.
+    pub fn eval_blocking(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
+        let deadline = Instant::now() + self.0.timeout;
+        let header = Header::of(plan, mode, call_id, now);
+        let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, header);
+        let mut conn = self.take(deadline)?;
+        let mut shortened = false;
+        let reply = match cmd.query::<Vec<i64>>(&mut conn) {
+            Err(e) if is_noscript(&e) => (|| {
+                shortened = true;
+                self.bound(&conn, deadline)?;
+                redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).query::<String>(&mut conn)?;
+                self.bound(&conn, deadline)?;
+                match cmd.query(&mut conn) {
+                    // Flushed again in between: the script itself cannot miss.
+                    Err(e) if is_noscript(&e) => command(None, &plan.keys, &plan.rules, header).query(&mut conn),
+                    other => other,
+                }
+            })(),
+            other => other,
+        };
+        let reply = self.put_back(conn, shortened, reply)?;
+        parse_reply(&reply, plan.keys.len())
+    }
+
+    /// An idle connection, or a new one made within the time left. Its
+    /// read and write timeouts are the limiter's timeout, so a first
+    /// command is bounded without a system call to set them.
+    fn take(&self, deadline: Instant) -> Result<redis::Connection> {
+        if let Some(c) = self.0.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(c);
+        }
+        let left = self.left(deadline)?;
+        let conn = self.0.client.get_connection_with_timeout(left).map_err(|e| self.error(e))?;
+        conn.set_read_timeout(Some(self.0.timeout)).map_err(|e| self.error(e))?;
+        conn.set_write_timeout(Some(self.0.timeout)).map_err(|e| self.error(e))?;
+        Ok(conn)
+    }
+
+    /// Shorten a connection's timeouts to the time left (the rare second
+    /// and third commands of a call after NOSCRIPT).
+    fn bound(&self, conn: &redis::Connection, deadline: Instant) -> redis::RedisResult<()> {
+        let left = self.left(deadline).map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?;
+        conn.set_read_timeout(Some(left))?;
+        conn.set_write_timeout(Some(left))
+    }
+
+    fn left(&self, deadline: Instant) -> Result<Duration> {
+        match deadline.checked_duration_since(Instant::now()) {
+            Some(d) if !d.is_zero() => Ok(d),
+            _ => Err(Error::timeout(self.0.timeout)),
+        }
+    }
+
+    /// Keep a connection that is still in step with the server (its reply
+    /// was read: a value or an error reply), with its timeouts restored if
+    /// they were `shortened`; drop it, and every idle one, after a failure
+    /// of the connection.
+    fn put_back<T>(&self, conn: redis::Connection, shortened: bool, reply: redis::RedisResult<T>) -> Result<T> {
+        let broken = |e: &redis::RedisError| e.is_timeout() || e.is_io_error() || e.is_unrecoverable_error();
+        match &reply {
+            Err(e) if broken(e) => {
+                self.0.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                drop(conn);
+            }
+            _ => {
+                let timeout = Some(self.0.timeout);
+                let restored = !shortened || conn.set_read_timeout(timeout).and_then(|_| conn.set_write_timeout(timeout)).is_ok();
+                let mut idle = self.0.idle.lock().unwrap_or_else(|p| p.into_inner());
+                if restored && idle.len() < MAX_IDLE {
+                    idle.push(conn);
+                }
+            }
+        }
+        reply.map_err(|e| self.error(e))
+    }
+
+    /// The error of a blocking call: a timeout reads as the async path's.
+    fn error(&self, e: redis::RedisError) -> Error {
+        if e.is_timeout() {
+            Error::timeout(self.0.timeout)
+        } else {
+            e.into()
+        }
     }
 
     /// Delete `keys`; returns how many existed.

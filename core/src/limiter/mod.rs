@@ -25,7 +25,7 @@ use futures_util::stream::{FuturesOrdered, StreamExt};
 use futures_util::FutureExt;
 
 use crate::backend::memory::MemoryBackend;
-use crate::backend::Connection;
+use crate::backend::{Connection, Outcomes};
 use crate::clock::{system_now_us, Clock};
 use crate::decision::{Decision, HeaderOptions, RuleName, RuleResult};
 use crate::deny_cache::DenyCache;
@@ -210,18 +210,12 @@ impl Limiter {
     /// in place on the embedded backend, else on the calling thread with the
     /// core's runtime driving the connection.
     pub fn check_blocking<A: Attributes + ?Sized>(&self, attrs: &A, options: &CheckOptions) -> Result<Decision> {
-        match self.check_in_process(attrs, options) {
-            Some(answer) => answer,
-            None => runtime::block_on(self.check_with(attrs, options))?,
-        }
+        self.run_blocking(&AttrRef(attrs), options.cost, options.call_id.as_deref(), Mode::Check)
     }
 
     /// [`Limiter::peek`] for callers without an event loop.
     pub fn peek_blocking<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
-        match self.peek_in_process(attrs, cost) {
-            Some(answer) => answer,
-            None => runtime::block_on(self.peek(attrs, cost))?,
-        }
+        self.run_blocking(&AttrRef(attrs), cost, None, Mode::Peek)
     }
 
     /// [`Limiter::reset`] for callers without an event loop.
@@ -383,12 +377,44 @@ impl Limiter {
         }
     }
 
+    /// [`Limiter::run`] on the calling thread: in process on the embedded
+    /// backend, else on a Redis connection of the thread's own.
+    fn run_blocking(&self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Result<Decision> {
+        if let Some(answer) = self.in_process(attrs, cost, call_id, mode) {
+            return answer;
+        }
+        self.send_blocking(self.inner.rules.plan(attrs, cost, call_id, str::to_string)?, mode)
+    }
+
     /// A plan through the deny cache and the network.
     async fn send(&self, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
-        let Some(remote) = &self.inner.remote else { return Err(Error::closed()) };
+        let (remote, sent) = match self.before_send(&plan) {
+            Ok(ready) => ready,
+            Err(answer) => return answer,
+        };
+        let answer = remote.eval(&plan, mode, sent.now).await;
+        self.after_send(&plan, sent, answer)
+    }
+
+    /// [`Limiter::send`] on the calling thread, which writes and reads its
+    /// own connection to Redis.
+    fn send_blocking(&self, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+        let (remote, sent) = match self.before_send(&plan) {
+            Ok(ready) => ready,
+            Err(answer) => return answer,
+        };
+        let answer = remote.eval_blocking(&plan, mode, sent.now);
+        self.after_send(&plan, sent, answer)
+    }
+
+    /// What comes before a plan is sent: the answer when nothing needs
+    /// sending (no rule applies, or a remembered denial), else the backend
+    /// and the times of the call.
+    fn before_send(&self, plan: &Plan<'_, String>) -> std::result::Result<(&Connection, Sent<'_>), Result<Decision>> {
+        let Some(remote) = &self.inner.remote else { return Err(Err(Error::closed())) };
         if plan.keys.is_empty() {
             self.inner.counters.count(&Decision::unlimited());
-            return Ok(Decision::unlimited());
+            return Err(Ok(Decision::unlimited()));
         }
         // Remembered denials (opt-in): read the clock before anything is
         // sent, so a wait counted from here never outlives Redis's.
@@ -398,7 +424,7 @@ impl Limiter {
             let keys = plan.keys.iter().zip(&plan.rules).map(|(k, r)| (k.as_str(), r.shadow));
             if let Some(d) = cache.lookup(keys, plan.cost, sent_us) {
                 self.count(&d, false);
-                return Ok(d);
+                return Err(Ok(d));
             }
         }
         let now = match &self.inner.clock {
@@ -406,14 +432,18 @@ impl Limiter {
             _ => Some(sent_us.unwrap_or_else(|| self.local_now())),
         };
         let started = self.inner.metrics.as_ref().map(|_| Instant::now());
-        let answer = remote.eval(&plan, mode, now).await;
-        if let (Some(m), Some(started)) = (&self.inner.metrics, started) {
+        Ok((remote, Sent { cache, sent_us, now, started }))
+    }
+
+    /// A backend's answer to a plan, as a decision (or the failure policy's).
+    fn after_send(&self, plan: &Plan<'_, String>, sent: Sent<'_>, answer: Result<Outcomes>) -> Result<Decision> {
+        if let (Some(m), Some(started)) = (&self.inner.metrics, sent.started) {
             m.observe(started.elapsed());
         }
         match answer {
             Ok(outcomes) => {
                 let d = decide(&plan.rules, &outcomes);
-                if let (Some(cache), Some(sent_us), false) = (cache, sent_us, d.allowed) {
+                if let (Some(cache), Some(sent_us), false) = (sent.cache, sent.sent_us, d.allowed) {
                     cache.remember(&plan.keys, &d, plan.cost, sent_us);
                 }
                 self.count(&d, false);
@@ -424,7 +454,7 @@ impl Limiter {
                     Counters::bump(&self.inner.counters.timeouts);
                 }
                 if e.kind().is_backend_failure() {
-                    self.degrade(&plan, e)
+                    self.degrade(plan, e)
                 } else {
                     Err(e)
                 }
@@ -480,6 +510,16 @@ impl Limiter {
 /// A call's answer, or its panic as an internal error.
 fn caught(r: std::thread::Result<Result<Decision>>) -> Result<Decision> {
     r.unwrap_or_else(|p| Err(Error::from_panic(p.as_ref())))
+}
+
+/// A call on its way to the backend: the deny cache it may update, the
+/// local time it was sent at (for the cache), the time sent to the backend
+/// (`None` on the backend's clock), and when it started (for the metrics).
+struct Sent<'a> {
+    cache: Option<&'a DenyCache>,
+    sent_us: Option<i64>,
+    now: Option<i64>,
+    started: Option<Instant>,
 }
 
 struct AttrRef<'a, A: ?Sized>(&'a A);
