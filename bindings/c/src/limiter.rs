@@ -782,7 +782,7 @@ pub unsafe extern "C" fn tg_limiter_reload_last_error(
         if !kind.is_null() {
             *kind = last.as_ref().map_or(tg_result::TG_OK, |e| tg_result::from_kind(e.kind()));
         }
-        *out = last.map_or(std::ptr::null_mut(), |e| crate::decision::to_cstring(e.message().to_string()).into_raw());
+        *out = last.map_or(std::ptr::null_mut(), |e| crate::decision::to_cstring(e.to_string()).into_raw());
         Ok(())
     })
 }
