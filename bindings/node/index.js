@@ -25,6 +25,8 @@ const flushQueued = proto._flush;
 const resultsOf = proto._results;
 const headersOf = proto._headers;
 const problemJsonOf = proto._problemJson;
+const ruleTableOf = proto._ruleTable;
+const overflowOf = proto._overflow;
 // A decision record: HEAD numbers, then PER_RULE numbers per rule result
 // (the core's `throttlegate::record`, whose documentation has the layout).
 const [HEAD, PER_RULE] = native._recordLayout();
@@ -36,6 +38,9 @@ const MIN_CHUNK = 8;
 const MAX_CHUNK = 64;
 // What `checkNow` returns when the backend is not in process.
 const NOT_IN_PROCESS = -1;
+// What `checkNow` returns when the decision did not fit the scratch buffer
+// (a reload brought more rules): the record is read with `_overflow()`.
+const OVERFLOW = -2;
 
 /**
  * The answer to one check: the most restrictive rule's figures as the
@@ -51,7 +56,7 @@ class Decision {
   #headers;
   #problemJson;
 
-  constructor(limiter, records, offset, names) {
+  constructor(limiter, records, offset, calls) {
     const flags = records[offset + 1];
     const rule = records[offset + 6];
     this.allowed = (flags & 1) !== 0;
@@ -59,7 +64,7 @@ class Decision {
     this.remaining = records[offset + 3];
     this.retryAfterMs = records[offset + 4];
     this.resetAfterMs = records[offset + 5];
-    this.rule = rule < 0 ? null : names[rule];
+    this.rule = rule < 0 ? null : ruleName(limiter, calls, rule);
     this.degraded = (flags & 2) !== 0;
     this.#limiter = limiter;
     // A copy: a decision kept for long holds its own few numbers, not a
@@ -123,12 +128,22 @@ class Decision {
   }
 }
 
+/**
+ * The name of rule number `n` of a decision record. The numbers stay with
+ * their names across reloads; a number not seen yet (a reload brought a new
+ * rule) reads the limiter's table again.
+ */
+function ruleName(limiter, calls, n) {
+  if (n >= calls.names.length) calls.names = ruleTableOf.call(limiter);
+  return calls.names[n];
+}
+
 /** A limiter's calls in progress: its buffer for embedded records, or its queued Redis calls. */
 class Calls {
   constructor(limiter) {
     const backend = limiter.backend;
     this.handle = handleOf.call(limiter);
-    this.names = limiter.policy.ruleNames;
+    this.names = ruleTableOf.call(limiter);
     // A limiter closed before its first call answers in place too (with the error).
     this.inProcess = backend === 'memory' || backend === 'closed';
     // Where embedded decisions are written (kept here, so alive, for the limiter's life).
@@ -197,7 +212,13 @@ function answerNow(limiter, calls, attributes, options, peek) {
     calls.inProcess = false;
     return queue(limiter, calls, attributes, options, peek);
   }
-  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls.names));
+  if (status === OVERFLOW) {
+    const record = overflowOf.call(limiter);
+    calls.scratch = new Float64Array(record.length);
+    setScratch(calls.handle, calls.scratch);
+    return Promise.resolve(new Decision(limiter, record, 0, calls));
+  }
+  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls));
 }
 
 function queue(limiter, calls, attributes, options, peek) {
@@ -256,7 +277,7 @@ function flushChunk(limiter, calls, resolves, rejects) {
         rejects[i](errors[i]);
         offset += 1;
       } else {
-        resolves[i](new Decision(limiter, records, offset, calls.names));
+        resolves[i](new Decision(limiter, records, offset, calls));
         offset += HEAD + PER_RULE * n;
       }
     }

@@ -33,6 +33,10 @@ function families(limiter, counterSuffix) {
     ),
     perRule('throttlegate_backend_errors', 'Backend failures returned as errors, per rule.', 'backendErrors'),
     perRule('throttlegate_timeouts', 'Backend calls that ran out of time, per rule.', 'timeouts'),
+    counter('throttlegate_policy_reloads', 'Policies applied by a reload.', (m) => [{ labels: {}, value: m.reloads }]),
+    counter('throttlegate_policy_reload_errors', 'Reloads refused; the policy in force stayed.', (m) => [
+      { labels: {}, value: m.reloadErrors },
+    ]),
     {
       name: 'throttlegate_backend_call_seconds',
       help: 'Time of backend calls (Redis round trips).',

@@ -116,7 +116,7 @@ pub fn run(args: BenchArgs) -> CliResult<u8> {
     let limiter = builder.build()?;
     let mut templates = parse_attr_flags(&args.attrs)?;
     if templates.is_empty() {
-        templates = templates_for_policy(limiter.policy());
+        templates = templates_for_policy(&limiter.policy());
     }
     let templates = Arc::new(templates);
     let picker = Arc::new(ClientPicker::new(args.clients, args.skew));

@@ -5,11 +5,14 @@
 //!   denied, interval by interval;
 //! - `check`, `peek` and `reset` make one decision, take one look, or clear
 //!   one client's state (to unblock a customer) against a live Redis;
-//! - `bench` measures a backend: checks per second and latency percentiles.
+//! - `bench` measures a backend: checks per second and latency percentiles;
+//! - `lint` reads a policy for its mistakes, and `diff` compares two as a
+//!   reload does (which rules keep their state).
 
 mod bench;
 mod error;
 mod oneshot;
+mod policy_tools;
 mod simulate;
 mod traffic;
 
@@ -26,8 +29,9 @@ use crate::error::{CliError, CliResult, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE};
 const EXIT_CODES: &str = "\
 Exit status:
   0  success (check/peek: the request is allowed)
-  1  check/peek: the request is denied
-  2  bad input: arguments, policy file, scenario file, attributes
+  1  check/peek: the request is denied; lint: warnings only; diff: the policies differ
+  2  bad input: arguments, policy file, scenario file, attributes; lint: errors;
+     diff: a reload would refuse the new policy
   3  the backend is unreachable, too slow or failing
   4  internal error";
 
@@ -58,6 +62,14 @@ enum Command {
     /// Load a backend with checks and report checks/s and latency percentiles.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
+    /// Report a policy's mistakes: rules that never apply or never decide,
+    /// costs that never pass, keys all in one Cluster slot.
+    #[command(after_help = policy_tools::LINT_AFTER_HELP)]
+    Lint(policy_tools::LintArgs),
+    /// Compare two policies as a reload does: which rules are added,
+    /// removed or changed, and which keep their state.
+    #[command(after_help = policy_tools::DIFF_AFTER_HELP)]
+    Diff(policy_tools::DiffArgs),
     /// Print the Lua script every check runs in Redis (for `SCRIPT LOAD`,
     /// audits and benchmarks); its arguments are documented at its top.
     Script,
@@ -127,6 +139,8 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Peek(a) => oneshot::peek(a),
         Command::Reset(a) => oneshot::reset(a),
         Command::Bench(a) => bench::run(a),
+        Command::Lint(a) => policy_tools::lint(a),
+        Command::Diff(a) => policy_tools::diff(a),
         Command::Script => {
             print!("{}", throttlegate::CHECK_SCRIPT);
             Ok(0)
@@ -135,7 +149,9 @@ fn run(cli: Cli) -> CliResult<u8> {
 }
 
 fn json_requested() -> bool {
-    std::env::args().skip(1).any(|a| a == "--json")
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    args.iter().any(|a| a == "--json" || a == "--format=json")
+        || args.windows(2).any(|w| w[0] == "--format" && w[1] == "json")
 }
 
 fn report(err: &CliError) {

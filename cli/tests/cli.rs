@@ -867,3 +867,41 @@ fn script_prints_the_check_script() {
     assert_eq!(stdout(&o), throttlegate::CHECK_SCRIPT);
     assert!(stdout(&o).starts_with("#!lua\n"));
 }
+
+/// `lint` and `diff` against golden outputs (`cli/tests/golden/`; rewrite
+/// them with `TG_UPDATE_GOLDEN=1` and review the change).
+#[test]
+fn lint_and_diff_print_their_golden_outputs_and_exit_codes() {
+    let cases: &[(&str, &[&str], i32)] = &[
+        ("lint-clean.txt", &["lint", "lint-clean.toml"], 0),
+        ("lint-warnings.txt", &["lint", "lint-warnings.toml"], 1),
+        ("lint-mistakes.txt", &["lint", "lint-mistakes.toml", "--cost", "10", "--attributes", "ip,route,method"], 2),
+        ("lint-mistakes.json", &["lint", "lint-mistakes.toml", "--cost=10", "--attributes=ip,route,method", "--format", "json"], 2),
+        ("lint-broken.json", &["lint", "lint-broken.toml", "--format=json"], 2),
+        ("diff-same.txt", &["diff", "diff-old.toml", "diff-old.toml"], 0),
+        ("diff-new.txt", &["diff", "diff-old.toml", "diff-new.toml"], 1),
+        ("diff-new.json", &["diff", "diff-old.toml", "diff-new.toml", "--format", "json"], 1),
+        ("diff-conflict.txt", &["diff", "diff-old.toml", "diff-conflict.toml"], 2),
+        ("diff-conflict.json", &["diff", "diff-old.toml", "diff-conflict.toml", "--format", "json"], 2),
+    ];
+    let update = std::env::var_os("TG_UPDATE_GOLDEN").is_some();
+    for (golden, args, code) in cases {
+        let o = bin().args(*args).current_dir(repo("cli/tests/policies")).output().unwrap();
+        assert_eq!(o.status.code(), Some(*code), "{args:?}: {}{}", stdout(&o), stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+        let path = repo(&format!("cli/tests/golden/{golden}"));
+        if update {
+            std::fs::write(&path, stdout(&o)).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(stdout(&o), expected, "{args:?} differs from {golden}");
+        if golden.ends_with(".json") {
+            json(&o);
+        }
+    }
+    // A file that does not parse is an error of diff (exit 2, one line).
+    let o = bin().args(["diff", "diff-old.toml", "lint-broken.toml"]).current_dir(repo("cli/tests/policies")).output().unwrap();
+    assert_fails(&o, 2, &["invalid_policy", "lint-broken.toml", "limit"]);
+    let o = bin().args(["diff", "diff-old.toml", "missing.toml", "--format", "json"]).current_dir(repo("cli/tests/policies")).output().unwrap();
+    assert_eq!(json(&o)["error"]["kind"], "io");
+}

@@ -143,6 +143,24 @@ impl DenyCache {
         }
     }
 
+    /// A cache for a reloaded policy: the denials of the rules `keep` maps
+    /// to their new position (rules whose every field is unchanged), none
+    /// of the others (a new limit must not be answered with an old denial).
+    pub fn carried(&self, keep: impl Fn(&str) -> Option<usize>) -> DenyCache {
+        let fresh = DenyCache { hasher: self.hasher.clone(), ..DenyCache::new() };
+        for (old, new) in self.shards.iter().zip(fresh.shards.iter()) {
+            let mut new = lock(new);
+            for (key, d) in lock(old).iter() {
+                if let Some(index) = keep(&d.result.rule) {
+                    let mut d = d.clone();
+                    d.result.index = index;
+                    new.insert(key.clone(), d);
+                }
+            }
+        }
+        fresh
+    }
+
     /// Forget everything (the limiter was closed).
     pub fn clear(&self) {
         for s in self.shards.iter() {

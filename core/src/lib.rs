@@ -45,6 +45,8 @@ pub mod runtime;
 mod backend;
 mod deny_cache;
 mod limiter;
+pub mod diff;
+pub mod lint;
 
 pub use backend::script::CHECK_SCRIPT;
 pub use attributes::AttributeBuf;
@@ -55,8 +57,10 @@ pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{
     BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder, LimiterOption, LimiterOptions,
-    Metrics, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS, METRICS_CONTENT_TYPE,
+    Metrics, ReloadStatus, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS, METRICS_CONTENT_TYPE,
+    RELOAD_POLL_INTERVAL,
 };
+pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     default_precision, format_utc_offset, parse_utc_offset, Algorithm, FailureMode, Period, Policy, Rule,

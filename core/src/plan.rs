@@ -186,6 +186,11 @@ impl Rules {
         Rules { rules, secret: secret.map(KeySecret::new) }
     }
 
+    /// The rule at `index` (its position in the policy).
+    pub fn rule(&self, index: usize) -> &CompiledRule {
+        &self.rules[index]
+    }
+
     /// The rule names, in policy order.
     pub fn names(&self) -> Vec<RuleName> {
         self.rules.iter().map(|r| r.name).collect()

@@ -7,7 +7,7 @@
 //! whose message names the field.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -409,6 +409,8 @@ pub struct Policy {
     pub(crate) on_backend_error: FailureMode,
     pub(crate) rules: Vec<Rule>,
     pub(crate) templates: Vec<KeyTemplate>,
+    /// The file the policy was read from ([`Policy::from_file`]), for `reload_on_change`.
+    pub(crate) source: Option<PathBuf>,
 }
 
 impl PartialEq for Policy {
@@ -460,6 +462,7 @@ impl Policy {
             on_backend_error,
             rules,
             templates,
+            source: None,
         })
     }
 
@@ -511,9 +514,17 @@ impl Policy {
             Some("toml") => Policy::from_toml_str(&text),
             _ => Policy::from_str_any(&text),
         };
-        parsed.map_err(|e| {
+        let mut policy = parsed.map_err(|e| {
             Error::invalid_policy(format!("{}: {}", path.display(), e.message()))
-        })
+        })?;
+        policy.source = Some(path.to_path_buf());
+        Ok(policy)
+    }
+
+    /// The file this policy was read from ([`Policy::from_file`]); `None`
+    /// for a policy built from code or text. What `reload_on_change` watches.
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
     }
 
     /// Build a policy from a JSON value tree (what the Python and Node

@@ -106,6 +106,7 @@ fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value, route
             in_process(limiter.check_in_process(&attrs, &options)).map(|d| decision_json(&d))
         }
         _ => match op {
+            "reload" => Policy::from_value(&step["policy"]).and_then(|p| limiter.reload(p)).map(|_| json!({})),
             "reset" => rt
                 .block_on(limiter.reset(&attrs))
                 .map(|n| json!({ "deleted": n })),

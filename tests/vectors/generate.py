@@ -32,7 +32,12 @@ lua/period_counter.lua, not from running the implementation. It models:
   over the applied non-shadow rules, Retry-After (at least 1) on a denial;
 - call ids: a check repeating an id that the state already holds is answered
   as a peek at cost 0 and consumes nothing;
-- reset: the number of applicable rules whose key exists.
+- reset: the number of applicable rules whose key exists;
+- reload: the new rules take over; state lives under (rule name, key
+  template, attribute values), so a rule that keeps its name and key keeps
+  its state, and one with a new key starts afresh; a rule that keeps its name
+  and key but changes its algorithm (or a sliding window's precision) is
+  refused with invalid_policy, and the old rules stay.
 
 Usage:
     python3 tests/vectors/generate.py           # (re)write every file
@@ -112,6 +117,7 @@ def template_attrs(template):
 class Rule:
     def __init__(self, spec):
         self.name = spec["name"]
+        self.template = spec["key"]
         self.attrs = template_attrs(spec["key"])
         self.shadow = bool(spec.get("shadow", False))
         m = spec.get("match", {})
@@ -152,7 +158,7 @@ class Rule:
         return all(a in attrs for a in self.attrs)
 
     def key(self, attrs):
-        return (self.name,) + tuple(attrs[a] for a in self.attrs)
+        return (self.name, self.template) + tuple(attrs[a] for a in self.attrs)
 
 
 # ---- the algorithms ---------------------------------------------------------
@@ -523,6 +529,17 @@ class Model:
         allowed, head = headline(results)
         return {"expect": expect_of(allowed, head, results)}
 
+    def reload(self, policy):
+        rules = [Rule(r) for r in policy["rules"]]
+        for new in rules:
+            for old in self.rules:
+                if old.name != new.name or old.template != new.template:
+                    continue
+                if old.algo != new.algo or getattr(old, "precision_us", None) != getattr(new, "precision_us", None):
+                    return {"error": "invalid_policy"}
+        self.rules = rules
+        return {"expect": {}}
+
     def reset(self, attrs):
         n = 0
         for r in self.applicable(attrs):
@@ -544,6 +561,17 @@ def build(case):
         adv = s.get("advance_ms", 0)
         model.now += adv * 1000
         op = s.get("op", "check")
+        if op == "reload":
+            step = {"advance_ms": adv, "op": op, "policy": s["policy"]}
+            # A policy that does not parse is refused by the parser, which
+            # the model does not restate: the case says so.
+            out = {"error": "invalid_policy"} if s.get("invalid") else model.reload(s["policy"])
+            if "error" in out:
+                step["expect_error"] = out["error"]
+            else:
+                step["expect"] = out["expect"]
+            steps.append(step)
+            continue
         attrs = s["attributes"]
         step = {"advance_ms": adv, "op": op, "attributes": attrs}
         if op == "reset":
@@ -611,6 +639,10 @@ def reset(attrs, adv=0, deleted=None):
     if deleted is not None:
         s["assert"] = {"deleted": deleted}
     return s
+
+
+def reload(rules, adv=0, invalid=False):
+    return {"op": "reload", "policy": {"rules": rules}, "advance_ms": adv, "invalid": invalid}
 
 
 def sw(name, key, limit, window, **extra):
@@ -1257,6 +1289,26 @@ def random_cases(count, seed):
 def render(v):
     return json.dumps(v, indent=2, ensure_ascii=False) + "\n"
 
+
+# -- reload
+
+IPK = {"ip": "203.0.113.7", "api_key": "k_1"}
+
+case("reload-keeps-state",
+     "A reload keeps the state of rules whose name, key and algorithm are unchanged (a higher limit counts "
+     "what was admitted), starts a rule with a new key afresh, refuses a new algorithm under the same name "
+     "and key and a policy that does not parse (the old rules stay), and a key given back finds its state again.",
+     [swl("per-ip", "ip:{ip}", 3, "10s"), tb("per-key", "key:{api_key}", 4, 0.25)],
+     [chk(IPK, remaining=2), chk(IPK, remaining=1),
+      reload([swl("per-ip", "ip:{ip}", 5, "10s"), tb("per-key", "apikey:{api_key}", 4, 0.25),
+              swl("login", "login:{ip}", 1, "10s", match={"route": "/login"})]),
+      chk(IPK, remaining=2, limit=5),
+      reload([tb("per-ip", "ip:{ip}", 5, 1)]),
+      reload([swl("per-ip", "ip:{ip}", 0, "10s")], invalid=True),
+      chk(IPK, remaining=1, limit=5),
+      reload([swl("per-ip", "ip:{ip}", 5, "10s"), tb("per-key", "key:{api_key}", 4, 0.25)]),
+      chk(IPK, remaining=0, rule="per-ip"),
+      chk(IPK, adv=10_000, remaining=2, rule="per-key")])
 
 def main(argv):
     if "--random" in argv:

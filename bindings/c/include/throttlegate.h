@@ -398,6 +398,25 @@ typedef struct tg_latency {
     double sum_seconds;
 } tg_latency;
 
+/**
+ * How a limiter's reloads went, filled by `tg_limiter_reload_status()`.
+ */
+typedef struct tg_reload_status {
+    /**
+     * Policies applied (`tg_limiter_reload()`, `tg_limiter_reload_file()`
+     * and the file watch).
+     */
+    uint64_t reloads;
+    /**
+     * Reloads refused; the policy in force stayed.
+     */
+    uint64_t errors;
+    /**
+     * Non-zero when the limiter watches its policy file.
+     */
+    int32_t watching;
+} tg_reload_status;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -804,6 +823,66 @@ tg_result tg_limiter_metrics_text(const struct tg_limiter *limiter, char **out);
  * Release a string made by `tg_limiter_metrics_text()`. `NULL` is a no-op.
  */
 void tg_string_free(char *text);
+
+/**
+ * Put `policy` in force on `limiter`, atomically: calls already running
+ * finish on the old policy, every later one uses the new one. A rule that
+ * keeps its name, key and algorithm (and the prefix) keeps its state; the
+ * others start afresh. The limiter's own options (prefix, failure mode,
+ * key secret) apply to the new policy as they did to the first; the
+ * timeout stays the limiter's. The limiter keeps its own copy of `policy`.
+ * On failure the old policy stays in force (and the refusal is counted by
+ * `tg_limiter_reload_status()`).
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_INVALID_POLICY` (a rule keeps its name and
+ * key but changes its algorithm; the message names it), `TG_CLOSED`.
+ */
+tg_result tg_limiter_reload(const struct tg_limiter *limiter, const struct tg_policy *policy);
+
+/**
+ * Read the policy file `path` (as `tg_policy_from_file()` does) and
+ * `tg_limiter_reload()` it. A file that cannot be read or parsed is
+ * refused, and counted, like any other refusal.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_IO`, `TG_INVALID_POLICY`, `TG_CLOSED`.
+ */
+tg_result tg_limiter_reload_file(const struct tg_limiter *limiter, const char *path);
+
+/**
+ * Watch the policy's file (a policy made by `tg_policy_from_file()`) and
+ * reload it when it changes (`on` non-zero; default off): the file's
+ * modification time, size and inode are read every 250 ms on the library's
+ * runtime. A file that does not parse, or that a reload refuses, leaves the
+ * policy in force and is reported by `tg_limiter_reload_status()`,
+ * `tg_limiter_reload_last_error()` and the metrics
+ * (`throttlegate_policy_reload_errors_total`). Replace the file atomically
+ * (write another file, then rename it over). Building a limiter with this
+ * option from a policy not read from a file fails with
+ * `TG_INVALID_ARGUMENT`. The watch ends with `tg_limiter_close()` or
+ * `tg_limiter_free()`; a forked child does not watch.
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_options_set_reload_on_change(struct tg_limiter_options *options, int32_t on);
+
+/**
+ * The limiter's reload counters, written to `*out`.
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_reload_status(const struct tg_limiter *limiter, struct tg_reload_status *out);
+
+/**
+ * The message of the last refused reload (a background one included):
+ * `*out` receives a new NUL-terminated string to release with
+ * `tg_string_free()`, or NULL when no reload was refused; `*kind` (when
+ * not NULL) receives its result code (`TG_OK` when none).
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_reload_last_error(const struct tg_limiter *limiter,
+                                       tg_result *kind,
+                                       char **out);
 
 /**
  * Read a policy file: `.json` is JSON, `.toml` is TOML, anything else is

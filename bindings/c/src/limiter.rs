@@ -677,3 +677,112 @@ pub unsafe extern "C" fn tg_string_free(text: *mut c_char) {
         }
     });
 }
+
+/// Put `policy` in force on `limiter`, atomically: calls already running
+/// finish on the old policy, every later one uses the new one. A rule that
+/// keeps its name, key and algorithm (and the prefix) keeps its state; the
+/// others start afresh. The limiter's own options (prefix, failure mode,
+/// key secret) apply to the new policy as they did to the first; the
+/// timeout stays the limiter's. The limiter keeps its own copy of `policy`.
+/// On failure the old policy stays in force (and the refusal is counted by
+/// `tg_limiter_reload_status()`).
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_POLICY` (a rule keeps its name and
+/// key but changes its algorithm; the message names it), `TG_CLOSED`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_reload(limiter: *const tg_limiter, policy: *const tg_policy) -> tg_result {
+    ffi(|| {
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let policy = in_ref(policy, "policy")?;
+        limiter.reload(policy.policy.clone())?;
+        Ok(())
+    })
+}
+
+/// Read the policy file `path` (as `tg_policy_from_file()` does) and
+/// `tg_limiter_reload()` it. A file that cannot be read or parsed is
+/// refused, and counted, like any other refusal.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_IO`, `TG_INVALID_POLICY`, `TG_CLOSED`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_reload_file(limiter: *const tg_limiter, path: *const c_char) -> tg_result {
+    ffi(|| {
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        if path.is_null() {
+            return Err(Fail::null("path"));
+        }
+        let path = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(std::ffi::CStr::from_ptr(path).to_bytes());
+        limiter.reload_file(path)?;
+        Ok(())
+    })
+}
+
+/// Watch the policy's file (a policy made by `tg_policy_from_file()`) and
+/// reload it when it changes (`on` non-zero; default off): the file's
+/// modification time, size and inode are read every 250 ms on the library's
+/// runtime. A file that does not parse, or that a reload refuses, leaves the
+/// policy in force and is reported by `tg_limiter_reload_status()`,
+/// `tg_limiter_reload_last_error()` and the metrics
+/// (`throttlegate_policy_reload_errors_total`). Replace the file atomically
+/// (write another file, then rename it over). Building a limiter with this
+/// option from a policy not read from a file fails with
+/// `TG_INVALID_ARGUMENT`. The watch ends with `tg_limiter_close()` or
+/// `tg_limiter_free()`; a forked child does not watch.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_reload_on_change(options: *mut tg_limiter_options, on: i32) -> tg_result {
+    ffi(|| {
+        out_ptr(options, "options")?.options.reload_on_change = on != 0;
+        Ok(())
+    })
+}
+
+/// How a limiter's reloads went, filled by `tg_limiter_reload_status()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct tg_reload_status {
+    /// Policies applied (`tg_limiter_reload()`, `tg_limiter_reload_file()`
+    /// and the file watch).
+    pub reloads: u64,
+    /// Reloads refused; the policy in force stayed.
+    pub errors: u64,
+    /// Non-zero when the limiter watches its policy file.
+    pub watching: i32,
+}
+
+/// The limiter's reload counters, written to `*out`.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_reload_status(limiter: *const tg_limiter, out: *mut tg_reload_status) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let s = in_ref(limiter, "limiter")?.limiter.reload_status();
+        *out = tg_reload_status { reloads: s.reloads, errors: s.errors, watching: s.watching.is_some() as i32 };
+        Ok(())
+    })
+}
+
+/// The message of the last refused reload (a background one included):
+/// `*out` receives a new NUL-terminated string to release with
+/// `tg_string_free()`, or NULL when no reload was refused; `*kind` (when
+/// not NULL) receives its result code (`TG_OK` when none).
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_reload_last_error(
+    limiter: *const tg_limiter,
+    kind: *mut tg_result,
+    out: *mut *mut c_char,
+) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let last = in_ref(limiter, "limiter")?.limiter.reload_status().last_error;
+        if !kind.is_null() {
+            *kind = last.as_ref().map_or(tg_result::TG_OK, |e| tg_result::from_kind(e.kind()));
+        }
+        *out = last.map_or(std::ptr::null_mut(), |e| crate::decision::to_cstring(e.to_string()).into_raw());
+        Ok(())
+    })
+}

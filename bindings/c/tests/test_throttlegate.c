@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <throttlegate.h>
@@ -1123,6 +1124,108 @@ static void test_metrics(const char *url) {
     tg_policy_free(policy);
 }
 
+/* Write `text` to `path` atomically: another file, renamed over it. */
+static void write_policy_file(const char *path, const char *text) {
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    CHECK(f != NULL, "cannot write %s", tmp);
+    if (f == NULL) return;
+    fputs(text, f);
+    fclose(f);
+    CHECK(rename(tmp, path) == 0, "cannot rename %s", tmp);
+}
+
+/* Wait (up to 10 s) until the reload counters reach `reloads` and `errors`. */
+static tg_reload_status wait_reloads(const tg_limiter *l, uint64_t reloads, uint64_t errors) {
+    tg_reload_status s;
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < 500; i++) {
+        OK(tg_limiter_reload_status(l, &s));
+        if (s.reloads >= reloads && s.errors >= errors) break;
+        struct timespec pause = {0, 20 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return s;
+}
+
+/* tg_limiter_reload: state kept, refusals, the counters; reload_on_change. */
+static void test_reload(const char *url) {
+    tg_policy *three = policy_from("[[rules]]\nname = \"per-ip\"\nkey = \"ip:{ip}\"\nlimit = 3\nwindow = \"1h\"\n");
+    tg_policy *five = policy_from("[[rules]]\nname = \"per-ip\"\nkey = \"ip:{ip}\"\nlimit = 5\nwindow = \"1h\"\n");
+    tg_policy *bucket = policy_from(
+        "[[rules]]\nname = \"per-ip\"\nkey = \"ip:{ip}\"\nalgorithm = \"token_bucket\"\ncapacity = 5\nrefill_rate = 1\n");
+    tg_limiter *l = limiter_on(three, url, NULL);
+    tg_attribute attrs[] = {{"ip", "198.51.100.9"}};
+    check_info(l, attrs, 1, 1);
+    check_info(l, attrs, 1, 1);
+    OK(tg_limiter_reload(l, five));
+    tg_decision_info info = check_info(l, attrs, 1, 1);
+    CHECK(info.allowed && info.limit == 5 && info.remaining == 2, "after reload: limit %" PRIu64 " remaining %" PRIu64,
+          info.limit, info.remaining);
+    EXPECT_RC(tg_limiter_reload(l, bucket), TG_INVALID_POLICY, "changed from sliding_window_log to token_bucket");
+    info = check_info(l, attrs, 1, 1);
+    CHECK(info.limit == 5 && info.remaining == 1, "the old policy stayed: remaining %" PRIu64, info.remaining);
+    EXPECT_RC(tg_limiter_reload_file(l, "/nonexistent/rules.toml"), TG_IO, "cannot read policy file");
+    tg_reload_status s;
+    OK(tg_limiter_reload_status(l, &s));
+    CHECK(s.reloads == 1 && s.errors == 2 && s.watching == 0, "status %" PRIu64 " %" PRIu64, s.reloads, s.errors);
+    char *last = NULL;
+    tg_result kind = TG_OK;
+    OK(tg_limiter_reload_last_error(l, &kind, &last));
+    CHECK(kind == TG_IO && last != NULL && strstr(last, "/nonexistent/rules.toml") != NULL, "last error: %s",
+          last ? last : "NULL");
+    tg_string_free(last);
+    char *text = NULL;
+    OK(tg_limiter_metrics_text(l, &text));
+    CHECK(text != NULL && strstr(text, "throttlegate_policy_reload_errors_total 2\n") != NULL, "metrics: %s",
+          text ? text : "NULL");
+    tg_string_free(text);
+    EXPECT_RC(tg_limiter_reload(NULL, five), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_reload(l, NULL), TG_NULL_POINTER, "policy");
+    EXPECT_RC(tg_limiter_reload_file(l, NULL), TG_NULL_POINTER, "path");
+    EXPECT_RC(tg_limiter_reload_last_error(l, NULL, NULL), TG_NULL_POINTER, "out");
+    OK(tg_limiter_close(l));
+    EXPECT_RC(tg_limiter_reload(l, five), TG_CLOSED, "closed");
+    tg_limiter_free(l);
+
+    /* reload_on_change: a policy read from a file, the file replaced. */
+    tg_limiter_options *o = options_on(url, NULL);
+    OK(tg_limiter_options_set_reload_on_change(o, 1));
+    EXPECT_RC(tg_limiter_new_with_options(three, o, &l), TG_INVALID_ARGUMENT, "reload_on_change: the policy was not read from a file");
+    char path[256];
+    const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(path, sizeof path, "%s/tgc-reload-%ld.toml", dir, (long)getpid());
+    write_policy_file(path, "[[rules]]\nname = \"per-ip\"\nkey = \"ip:{ip}\"\nlimit = 3\nwindow = \"1h\"\n");
+    tg_policy *from_file = NULL;
+    OK(tg_policy_from_file(path, &from_file));
+    l = NULL;
+    OK(tg_limiter_new_with_options(from_file, o, &l));
+    check_info(l, attrs, 1, 1);
+    write_policy_file(path, "[[rules]]\nname = \"per-ip\"\nkey = \"ip:{ip}\"\nlimit = 7\nwindow = \"1h\"\n");
+    s = wait_reloads(l, 1, 0);
+    CHECK(s.reloads == 1 && s.errors == 0 && s.watching == 1, "watch: %" PRIu64 " %" PRIu64, s.reloads, s.errors);
+    info = check_info(l, attrs, 1, 1);
+    CHECK(info.limit == 7 && info.remaining == 5, "watched reload: limit %" PRIu64 " remaining %" PRIu64, info.limit,
+          info.remaining);
+    write_policy_file(path, "[[rules]]\nname = \"per-ip\"\nkey = \"ip:{ip}\"\nlimit = 0\nwindow = \"1h\"\n");
+    s = wait_reloads(l, 1, 1);
+    CHECK(s.reloads == 1 && s.errors == 1, "broken file: %" PRIu64 " %" PRIu64, s.reloads, s.errors);
+    OK(tg_limiter_reload_last_error(l, &kind, &last));
+    CHECK(kind == TG_INVALID_POLICY && last != NULL && strstr(last, "limit: must be between 1 and 1000000000, not 0"),
+          "last error: %s", last ? last : "NULL");
+    tg_string_free(last);
+    info = check_info(l, attrs, 1, 1);
+    CHECK(info.limit == 7, "the policy in force stayed: limit %" PRIu64, info.limit);
+    tg_limiter_free(l);
+    unlink(path);
+    tg_limiter_options_free(o);
+    tg_policy_free(from_file);
+    tg_policy_free(bucket);
+    tg_policy_free(five);
+    tg_policy_free(three);
+}
+
 int main(void) {
     redis_url = getenv("TG_REDIS_URL");
     const char *port = getenv("TG_REDIS_PORT");
@@ -1157,6 +1260,8 @@ int main(void) {
         test_shared_by_threads(urls[i]);
         printf("test: metrics on %s\n", urls[i]);
         test_metrics(urls[i]);
+        printf("test: reload on %s\n", urls[i]);
+        test_reload(urls[i]);
     }
     printf("test_throttlegate: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;

@@ -152,8 +152,24 @@ static tg_attribute *step_attributes(const json_value *step, size_t *len) {
     return out;
 }
 
-/* Run one step's op (check, with a call id or not, peek, reset) on its
- * attributes; false (and a mismatch) for an unknown op. */
+/* A reload step: its policy (the JSON text as written) to tg_limiter_reload(). */
+static tg_result reload_step(tg_limiter *limiter, const json_value *step) {
+    const json_value *policy_json = json_get(step, "policy");
+    if (policy_json == NULL) {
+        mismatch("a reload step has no policy");
+        return TG_INTERNAL;
+    }
+    char *text = strndup(policy_json->raw, policy_json->raw_len);
+    tg_policy *policy = NULL;
+    tg_result rc = tg_policy_from_str(text, &policy);
+    if (rc == TG_OK) rc = tg_limiter_reload(limiter, policy);
+    tg_policy_free(policy);
+    free(text);
+    return rc;
+}
+
+/* Run one step's op (check, with a call id or not, peek, reset, reload) on
+ * its attributes; false (and a mismatch) for an unknown op. */
 static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, uint64_t cost,
                    const json_value *call_id, tg_result *rc, tg_decision **d, uint64_t *deleted) {
     size_t attrs_len;
@@ -167,6 +183,8 @@ static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, 
         *rc = tg_limiter_peek(limiter, attrs, attrs_len, cost, d);
     } else if (strcmp(op, "reset") == 0) {
         *rc = tg_limiter_reset(limiter, attrs, attrs_len, deleted);
+    } else if (strcmp(op, "reload") == 0) {
+        *rc = reload_step(limiter, step);
     } else {
         mismatch("unknown op %s", op);
         known = false;
@@ -214,6 +232,8 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
             mismatch("unexpected error %s: %s", tg_result_name(rc), tg_last_error_message());
         } else if (expect != NULL && strcmp(op, "reset") == 0) {
             expect_u64(expect, "deleted", deleted);
+        } else if (strcmp(op, "reload") == 0) {
+            if (expect == NULL || expect->type != JSON_OBJECT || expect->count != 0) mismatch("a reload expects {}");
         } else if (expect != NULL) {
             check_decision(d, expect);
         }

@@ -210,6 +210,14 @@ pub(crate) fn policy_value(
         .map_err(|e| Error::new(ErrorKind::InvalidPolicy, format!("{what}: {}", e.reason)))
 }
 
+/// The path when `v` is a string (a policy file), else `None`.
+pub(crate) fn policy_path(env: &Env, v: &Unknown<'_>) -> Result<Option<String>, Error> {
+    match type_of(v)? {
+        ValueType::String => Ok(Some(string(env, v, "policy")?)),
+        _ => Ok(None),
+    }
+}
+
 /// The first argument of `new Limiter()`: a `Policy`, a file path, or a plain object.
 pub(crate) fn any_policy(env: &Env, v: &Unknown<'_>) -> Result<throttlegate::Policy, Error> {
     match type_of(v)? {
@@ -269,7 +277,7 @@ fn option_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<OptionValue, E
 }
 
 /// This package's names of the limiter options.
-const LIMITER_OPTIONS: [(&str, LimiterOption); 10] = [
+const LIMITER_OPTIONS: [(&str, LimiterOption); 11] = [
     ("url", LimiterOption::Url),
     ("timeout", LimiterOption::Timeout),
     ("onBackendError", LimiterOption::OnBackendError),
@@ -280,6 +288,7 @@ const LIMITER_OPTIONS: [(&str, LimiterOption); 10] = [
     ("denyCache", LimiterOption::DenyCache),
     ("tls", LimiterOption::Tls),
     ("metrics", LimiterOption::Metrics),
+    ("reloadOnChange", LimiterOption::ReloadOnChange),
 ];
 
 /// Each property of an options object, with its option among `known`:

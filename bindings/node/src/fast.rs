@@ -15,6 +15,8 @@
 use std::cell::{Cell, RefCell};
 use std::ptr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use napi::{sys, Env, Unknown};
 use throttlegate::{record, AttributeBuf, BatchCall, CheckOptions, Error};
@@ -29,10 +31,16 @@ pub(crate) struct Hot {
     pub limiter: throttlegate::Limiter,
     pub pending: RefCell<Vec<BatchCall<AttributeBuf>>>,
     scratch: Cell<Scratch>,
+    /// An embedded decision record too long for the scratch buffer (a
+    /// reload brought more rules), for `Limiter._overflow()`.
+    pub overflow: RefCell<Vec<f64>>,
+    /// The rule numbers decision records use.
+    pub names: Arc<NameTable>,
 }
 
 impl Hot {
     pub(crate) fn new(limiter: throttlegate::Limiter) -> Hot {
+        let names = Arc::new(NameTable::new(&limiter));
         Hot {
             limiter,
             pending: RefCell::new(Vec::new()),
@@ -40,7 +48,60 @@ impl Hot {
                 data: ptr::null_mut(),
                 len: 0,
             }),
+            overflow: RefCell::new(Vec::new()),
+            names,
         }
+    }
+}
+
+/// The rule numbers of decision records: every rule name the limiter's
+/// policies have had, in order of first appearance, so a number keeps its
+/// name across reloads (a check that ran on the old policy is read with the
+/// same names as one that ran on the new). Until a reload (or with
+/// `reloadOnChange`), the numbers are the policy's indexes, and nothing is
+/// renumbered.
+pub(crate) struct NameTable {
+    reloaded: AtomicBool,
+    table: Mutex<Vec<throttlegate::RuleName>>,
+}
+
+impl NameTable {
+    fn new(limiter: &throttlegate::Limiter) -> NameTable {
+        NameTable {
+            reloaded: AtomicBool::new(limiter.reload_status().watching.is_some()),
+            table: Mutex::new(limiter.rule_names()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<throttlegate::RuleName>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From now on, renumber decisions (a reload happened).
+    pub(crate) fn reloaded(&self) {
+        self.reloaded.store(true, Ordering::Relaxed);
+    }
+
+    /// Give each rule result of `d` its number in the table.
+    pub(crate) fn renumber(&self, d: &mut throttlegate::Decision) {
+        if !self.reloaded.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut table = self.lock();
+        for r in &mut d.results {
+            r.index = match table.iter().position(|n| *n == r.rule) {
+                Some(i) => i,
+                None => {
+                    table.push(r.rule);
+                    table.len() - 1
+                }
+            };
+        }
+    }
+
+    /// The names, by number.
+    pub(crate) fn names(&self) -> Vec<throttlegate::RuleName> {
+        self.lock().clone()
     }
 }
 
@@ -281,11 +342,16 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
     let status = match answer {
         None => -1,
         Some(answer) => {
-            let d = answer?;
+            let mut d = answer?;
+            a.hot.names.renumber(&mut d);
             let scratch = a.hot.scratch.get();
             let len = record::len(&d);
             if len > scratch.len {
-                return Err(internal("no room for the decision record"));
+                let mut overflow = a.hot.overflow.borrow_mut();
+                overflow.clear();
+                overflow.resize(len, 0.0);
+                record::write(&mut overflow, &d);
+                return status_value(env, OVERFLOW);
             }
             // SAFETY: a live Float64Array of `scratch.len` numbers (see
             // `Scratch`), not read by JavaScript while this runs.
@@ -299,6 +365,15 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
         sys::napi_create_int32(env, status, &mut out),
         "cannot return the status"
     );
+    Ok(out)
+}
+
+/// What `checkNow` returns when the record is in `Hot::overflow`.
+const OVERFLOW: i32 = -2;
+
+fn status_value(env: sys::napi_env, status: i32) -> Result<sys::napi_value, Error> {
+    let mut out = ptr::null_mut();
+    check!(sys::napi_create_int32(env, status, &mut out), "cannot return the status");
     Ok(out)
 }
 

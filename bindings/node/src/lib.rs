@@ -244,6 +244,19 @@ pub struct RuleResult {
     pub window_ms: i64,
 }
 
+/// How a limiter's reloads went (see `Limiter.reloadStatus()`).
+#[napi(object)]
+pub struct ReloadStatus {
+    /// Policies applied (`reload()` and the file watch).
+    pub reloads: i64,
+    /// Reloads refused; the policy in force stayed.
+    pub errors: i64,
+    /// The last refusal's message, or `null`.
+    pub last_error: Option<String>,
+    /// The file watched with `reloadOnChange`, or `null`.
+    pub watching: Option<String>,
+}
+
 /// Counters since a limiter was made, for operators.
 #[napi(object)]
 pub struct Stats {
@@ -313,6 +326,10 @@ pub struct Metrics {
     pub rules: Vec<RuleMetrics>,
     /// The backend calls' latency.
     pub backend_latency: LatencyHistogram,
+    /// Policies applied by `reload()` or `reloadOnChange`.
+    pub reloads: i64,
+    /// Reloads refused (see `reloadStatus()`).
+    pub reload_errors: i64,
 }
 
 /// The content type of `Limiter.metricsText()`, for a `/metrics` response.
@@ -342,6 +359,8 @@ fn metrics(m: throttlegate::Metrics) -> Metrics {
             count: n(m.backend_latency.count),
             sum_seconds: m.backend_latency.sum_seconds,
         },
+        reloads: n(m.reloads),
+        reload_errors: n(m.reload_errors),
     }
 }
 
@@ -381,8 +400,8 @@ fn rule_results(d: &throttlegate::Decision) -> Vec<RuleResult> {
 #[napi]
 pub struct Limiter {
     inner: throttlegate::Limiter,
-    /// The rule names that decision records refer to by index.
-    names: Vec<throttlegate::RuleName>,
+    /// The rule names that decision records refer to by number.
+    names: std::sync::Arc<fast::NameTable>,
     /// What the fast paths of `check` and `peek` use (see `fast`).
     hot: Rc<fast::Hot>,
     /// The number that names `hot` to the fast paths.
@@ -462,7 +481,10 @@ impl ToNapiValue for BatchOut {
 }
 
 /// The records of a batch's outcomes, in call order.
-fn encode(outcomes: Vec<throttlegate::Result<throttlegate::Decision>>) -> BatchOut {
+fn encode(mut outcomes: Vec<throttlegate::Result<throttlegate::Decision>>, names: &fast::NameTable) -> BatchOut {
+    for d in outcomes.iter_mut().flatten() {
+        names.renumber(d);
+    }
     let (records, errors) = record::write_all(outcomes);
     BatchOut { records, errors }
 }
@@ -490,8 +512,8 @@ impl Limiter {
             let hot = Rc::new(fast::Hot::new(inner.clone()));
             Ok(Limiter {
                 handle: fast::register(hot.clone()),
+                names: hot.names.clone(),
                 hot,
-                names: inner.rule_names(),
                 inner,
             })
         })
@@ -540,15 +562,66 @@ impl Limiter {
             pending.drain(..n).collect()
         };
         let limiter = self.inner.clone();
+        let names = self.names.clone();
         errors::spawn(
             env,
-            async move { Ok(encode(limiter.check_batch(&calls).await)) },
+            async move { Ok(encode(limiter.check_batch(&calls).await, &names)) },
         )
     }
 
     /// The decision of a record, as the core built it.
     fn rebuilt(&self, record: &[f64]) -> throttlegate::Result<throttlegate::Decision> {
-        record::rebuild(record, &self.names)
+        record::rebuild(record, &self.names.names())
+    }
+
+    /// The rule names decision records refer to by number (index.js reads
+    /// them again when a record names a rule it does not know yet).
+    #[napi(js_name = "_ruleTable", skip_typescript, enumerable = false)]
+    pub fn rule_table(&self) -> Vec<String> {
+        self.names.names().iter().map(|n| n.to_string()).collect()
+    }
+
+    /// The last embedded decision record that did not fit the scratch buffer.
+    #[napi(js_name = "_overflow", skip_typescript, enumerable = false)]
+    pub fn overflow(&self) -> Vec<f64> {
+        std::mem::take(&mut *self.hot.overflow.borrow_mut())
+    }
+
+    /// Put a new policy in force (a `Policy`, a path to a TOML/JSON file,
+    /// or a plain object), atomically: checks already running finish on the
+    /// old policy, every later one uses the new one. A rule that keeps its
+    /// name, key and algorithm (and the prefix) keeps its state; the others
+    /// start afresh. The limiter's own options (`keyPrefix`,
+    /// `onBackendError`, `keySecret`) apply to the new policy; the timeout
+    /// stays. Throws (`code` `invalid_policy`) for a policy
+    /// that does not parse, or one in which a rule keeps its name and key
+    /// but changes its algorithm, and after `close()`; the old policy then
+    /// stays in force, and the refusal is counted by `reloadStatus()` (for a
+    /// file, one that does not parse too).
+    #[napi(ts_args_type = "policy: Policy | string | PolicyObject")]
+    pub fn reload(&self, env: &Env, policy: Unknown<'_>) -> Result<(), Code> {
+        guard(|| {
+            self.names.reloaded();
+            match convert::policy_path(env, &policy)? {
+                Some(path) => self.inner.reload_file(path)?,
+                None => self.inner.reload(convert::any_policy(env, &policy)?)?,
+            };
+            Ok(())
+        })
+    }
+
+    /// How reloads went: applied, refused, the last refusal's message, the
+    /// watched file. Background reloads (`reloadOnChange`) report their
+    /// failures here and in the metrics (`throttlegate_policy_reload_errors_total`).
+    #[napi(catch_unwind)]
+    pub fn reload_status(&self) -> ReloadStatus {
+        let s = self.inner.reload_status();
+        ReloadStatus {
+            reloads: s.reloads as i64,
+            errors: s.errors as i64,
+            last_error: s.last_error.map(|e| e.to_string()),
+            watching: s.watching.map(|p| p.to_string_lossy().into_owned()),
+        }
     }
 
     /// The per-rule results of a decision record, given as an array of
@@ -649,11 +722,11 @@ impl Limiter {
         self.inner.is_closed()
     }
 
-    /// The policy in effect, with the options' overrides applied.
+    /// The policy in effect (the last one reloaded), with the options' overrides applied.
     #[napi(getter)]
     pub fn policy(&self) -> Policy {
         Policy {
-            inner: self.inner.policy().clone(),
+            inner: self.inner.policy(),
         }
     }
 }

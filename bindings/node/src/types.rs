@@ -81,6 +81,12 @@ pub struct LimiterOptions {
     pub deny_cache: Option<bool>,
     /// Count per-rule metrics (`metrics()`, `metricsText()`; default on).
     pub metrics: Option<bool>,
+    /// Watch the policy's file (a path given as the policy, or
+    /// `Policy.fromFile`) and reload it when it changes (default off): see
+    /// `reload()`. A file that does not parse leaves the policy in force
+    /// and is reported by `reloadStatus()` and the metrics. Replace the file
+    /// atomically (write another, then rename it over).
+    pub reload_on_change: Option<bool>,
     /// Certificates for `rediss://` and `rediss+cluster://` URLs, when the
     /// system's trust store is not enough (a private CA, mutual TLS).
     pub tls: Option<TlsOptions>,

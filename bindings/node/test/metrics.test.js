@@ -60,6 +60,8 @@ describe('metrics', () => {
     assert.ok(text.includes('throttlegate_decisions_total{rule="shadow-bucket",outcome="shadow_denied"} 2'), text);
     assert.ok(text.includes('throttlegate_backend_call_seconds_bucket{le="+Inf"} 3'), text);
     assert.ok(text.includes('throttlegate_backend_call_seconds_count 3'), text);
+    assert.ok(text.includes('throttlegate_policy_reloads_total 0'), text);
+    assert.ok(text.includes('throttlegate_policy_reload_errors_total 0'), text);
     const open = new client.Registry(client.Registry.OPENMETRICS_CONTENT_TYPE);
     registerMetrics(limiter, open);
     assert.ok((await open.metrics()).includes('throttlegate_checks_total{rule="per-ip"} 3'));

@@ -69,7 +69,10 @@ async function replay(file, url) {
       if (op === 'check') call = limiter.check(step.attributes || {}, options);
       else if (op === 'peek') call = limiter.peek(step.attributes || {}, options);
       else if (op === 'reset') call = limiter.reset(step.attributes || {});
-      else throw new Error(`${where}: unknown op ${op}`);
+      else if (op === 'reload') {
+        // Synchronous: a refusal throws; as a Promise, it compares like the others.
+        call = new Promise((resolve) => resolve(limiter.reload(step.policy)));
+      } else throw new Error(`${where}: unknown op ${op}`);
       if (step.expect_error !== undefined) {
         await assert.rejects(call, (err) => {
           assert.ok(err instanceof Error, where);
@@ -79,7 +82,9 @@ async function replay(file, url) {
         continue;
       }
       const got = await call;
-      if (op === 'reset') {
+      if (op === 'reload') {
+        assert.deepEqual([got, step.expect], [undefined, {}], where);
+      } else if (op === 'reset') {
         assert.deepEqual({ deleted: got }, step.expect, where);
       } else {
         assert.deepEqual(pick(snake(got), step.expect), step.expect, where);

@@ -92,8 +92,13 @@ impl Limiter {
     /// are then denied without a round trip for exactly as long as Redis would
     /// deny them (see the README's "Remembered denials"). `metrics=False`
     /// turns the per-rule metrics off (they are on by default).
+    ///
+    /// `reload_on_change=True` (with a policy read from a file: a path, or
+    /// `Policy.from_file`) watches the file and reloads it when it changes
+    /// (see `reload`); a file that does not parse leaves the policy in
+    /// force and is reported by `reload_status()` and the metrics.
     #[new]
-    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None, deny_cache = None, metrics = None))]
+    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None, deny_cache = None, metrics = None, reload_on_change = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -108,6 +113,7 @@ impl Limiter {
         tls_client_cert: Option<&Bound<'_, PyAny>>,
         deny_cache: Option<&Bound<'_, PyAny>>,
         metrics: Option<&Bound<'_, PyAny>>,
+        reload_on_change: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
@@ -125,7 +131,7 @@ impl Limiter {
                 None => None,
             };
             use core::LimiterOption as O;
-            let given = [(O::Url, "url", url), (O::Timeout, "timeout", timeout), (O::OnBackendError, "on_backend_error", on_backend_error), (O::Prefix, "prefix", prefix), (O::Clock, "clock", clock), (O::KeySecret, "key_secret", key_secret), (O::DenyCache, "deny_cache", deny_cache), (O::Metrics, "metrics", metrics)];
+            let given = [(O::Url, "url", url), (O::Timeout, "timeout", timeout), (O::OnBackendError, "on_backend_error", on_backend_error), (O::Prefix, "prefix", prefix), (O::Clock, "clock", clock), (O::KeySecret, "key_secret", key_secret), (O::DenyCache, "deny_cache", deny_cache), (O::Metrics, "metrics", metrics), (O::ReloadOnChange, "reload_on_change", reload_on_change)];
             for (option, what, value) in given {
                 if let Some(value) = value {
                     o.set(option, what, convert::option_value(value, what)?, core::DurationUnit::Seconds).map_err(|e| core_to_py(py, &e))?;
@@ -214,7 +220,8 @@ impl Limiter {
     /// Per-rule metrics since the limiter was made (in this process), or
     /// None when they were turned off (`metrics=False`): `{"rules": [{"rule":
     /// name, "checks": n, ...}], "backend_latency": {"buckets": [(seconds,
-    /// cumulative calls), ...], "count": n, "sum_seconds": s}}`.
+    /// cumulative calls), ...], "count": n, "sum_seconds": s}, "reloads": n,
+    /// "reload_errors": n}`.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some(m) = self.inner.metrics() else { return Ok(None) };
         let rules = pyo3::types::PyList::empty(py);
@@ -233,6 +240,8 @@ impl Limiter {
         let out = PyDict::new(py);
         out.set_item("rules", rules)?;
         out.set_item("backend_latency", h)?;
+        out.set_item("reloads", m.reloads)?;
+        out.set_item("reload_errors", m.reload_errors)?;
         Ok(Some(out))
     }
 
@@ -241,6 +250,46 @@ impl Limiter {
     /// when metrics were turned off.
     fn metrics_text(&self) -> Option<String> {
         self.inner.metrics_text()
+    }
+
+    /// Put a new policy in force (a `Policy`, a path to a TOML/JSON file, or
+    /// plain dicts), atomically: checks already running finish on the old
+    /// policy, every later one uses the new one. A rule that keeps its name,
+    /// key and algorithm (and the prefix) keeps its state; the others start
+    /// afresh. The limiter's own options (`prefix`, `on_backend_error`,
+    /// `key_secret`) apply to the new policy; the timeout stays. Raises
+    /// `InvalidPolicyError` for a policy that does not parse, or one in
+    /// which a rule keeps its name and key but changes its algorithm, and
+    /// `ClosedError` after `close()`; the old policy then stays in force
+    /// (a file that does not parse, and every refusal, is counted by
+    /// `reload_status()`).
+    fn reload(&self, py: Python<'_>, policy: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(py, || {
+            let answer = if policy.is_instance_of::<pyo3::types::PyString>() || policy.hasattr("__fspath__")? {
+                let path: std::path::PathBuf = policy
+                    .extract()
+                    .map_err(|_| crate::errors::invalid_argument(py, "policy: the path is not a valid file name"))?;
+                self.inner.reload_file(path)
+            } else {
+                self.inner.reload(Policy::resolve(policy)?)
+            };
+            answer.map(|_| ()).map_err(|e| core_to_py(py, &e))
+        })
+    }
+
+    /// How reloads went: `{"reloads": applied, "errors": refused,
+    /// "last_error": the last refusal's message or None, "watching": the
+    /// watched file or None}`. Background reloads (`reload_on_change`)
+    /// report their failures here, and in the metrics
+    /// (`throttlegate_policy_reload_errors_total`).
+    fn reload_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.reload_status();
+        let d = PyDict::new(py);
+        d.set_item("reloads", s.reloads)?;
+        d.set_item("errors", s.errors)?;
+        d.set_item("last_error", s.last_error.map(|e| e.to_string()))?;
+        d.set_item("watching", s.watching.map(|p| p.to_string_lossy().into_owned()))?;
+        Ok(d)
     }
 
     /// Close the limiter: every later call raises `ClosedError`. Idempotent.
@@ -260,10 +309,10 @@ impl Limiter {
         self.inner.backend_name()
     }
 
-    /// The policy, with the limiter's overrides applied.
+    /// The policy in force (the last one reloaded), with the limiter's overrides applied.
     #[getter]
     fn policy(&self) -> Policy {
-        Policy { inner: self.inner.policy().clone() }
+        Policy { inner: self.inner.policy() }
     }
 
     /// `with Limiter(...) as limiter:` yields the limiter itself.

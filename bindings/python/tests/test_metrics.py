@@ -51,6 +51,8 @@ def test_the_collector_gives_prometheus_client_the_same_numbers(redis_server: ob
     assert 'throttlegate_decisions_total{outcome="shadow_denied",rule="shadow-bucket"} 2.0' in text
     assert "throttlegate_backend_call_seconds_count 3.0" in text
     assert 'throttlegate_backend_call_seconds_bucket{le="+Inf"} 3.0' in text
+    assert "throttlegate_policy_reloads_total 0.0" in text
+    assert "throttlegate_policy_reload_errors_total 0.0" in text
 
 
 def test_failures_are_counted_for_every_rule_of_the_call(prefix: str) -> None:

@@ -98,14 +98,19 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             clock.advance(ms=step.get("advance_ms", 0))
             op = step.get("op", "check")
             try:
-                out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"))
+                if op == "reload":
+                    out = limiter.reload(step["policy"])
+                else:
+                    out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"))
             except tg.ThrottlegateError as e:
                 assert "expect_error" in step, f"{where}: unexpected {type(e).__name__}: {e}"
                 assert e.kind == step["expect_error"], f"{where}: {e.kind} ({e}) instead of {step['expect_error']}"
                 continue
             assert "expect_error" not in step, f"{where}: expected {step['expect_error']}, got {out!r}"
             want = step["expect"]
-            if op == "reset":
+            if op == "reload":
+                assert out is None and want == {}, where
+            elif op == "reset":
                 assert {"deleted": out} == want, where
             else:
                 assert decision_view(out, want) == want, where

@@ -5,9 +5,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
+
 use super::metrics::RuleCounters;
+use super::reload::{self, Overrides, ReloadCounters};
 use super::stats::Counters;
-use super::{Inner, Limiter};
+use super::{Generation, Inner, Limiter};
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::TlsOptions;
 use crate::backend::Connection;
@@ -52,6 +55,9 @@ pub struct LimiterOptions {
     pub legacy_headers: bool,
     /// Count per-rule metrics ([`crate::Limiter::metrics`]; default on).
     pub metrics: bool,
+    /// Watch the policy's file and reload it when it changes (default off;
+    /// see [`LimiterBuilder::reload_on_change`]).
+    pub reload_on_change: bool,
 }
 
 impl Default for LimiterOptions {
@@ -68,6 +74,7 @@ impl Default for LimiterOptions {
             deny_cache: false,
             legacy_headers: false,
             metrics: true,
+            reload_on_change: false,
         }
     }
 }
@@ -158,6 +165,21 @@ impl LimiterBuilder {
         self
     }
 
+    /// Watch the file the policy was read from ([`Policy::from_file`]) and
+    /// [`Limiter::reload`] it when it changes (default off): its
+    /// modification time, size and inode are read every
+    /// [`reload::RELOAD_POLL_INTERVAL`] on the core's runtime. A file that
+    /// does not parse, or that a reload refuses, leaves the policy in force
+    /// and is reported by [`Limiter::reload_status`] and the metrics
+    /// (`throttlegate_policy_reload_errors_total`). Replace the file
+    /// atomically (write another, then rename it over) so that a half-written
+    /// file is never read. The watch ends when the limiter is closed or
+    /// dropped; a forked child does not watch.
+    pub fn reload_on_change(mut self, on: bool) -> Self {
+        self.options.reload_on_change = on;
+        self
+    }
+
     /// Where "now" comes from (default: the backend's clock).
     pub fn clock(mut self, clock: Clock) -> Self {
         self.options.clock = clock;
@@ -176,8 +198,8 @@ impl LimiterBuilder {
     /// first use, so a limiter can be built while Redis is down.
     pub fn build(self) -> Result<Limiter> {
         let LimiterBuilder { mut policy, options: o } = self;
-        if let Some(p) = o.prefix {
-            policy = policy.with_prefix(p)?;
+        if let Some(p) = &o.prefix {
+            policy = policy.with_prefix(p.clone())?;
         }
         if let Some(t) = o.timeout {
             policy = policy.with_timeout(t)?;
@@ -188,6 +210,15 @@ impl LimiterBuilder {
         if o.key_secret.as_ref().is_some_and(Vec::is_empty) {
             return Err(Error::invalid_argument("key_secret: must not be empty"));
         }
+        let watching = match (o.reload_on_change, policy.source()) {
+            (false, _) => None,
+            (true, Some(path)) => Some(path.to_path_buf()),
+            (true, None) => {
+                return Err(Error::invalid_argument(
+                    "reload_on_change: the policy was not read from a file; read it with a policy-from-file call",
+                ))
+            }
+        };
         let tls = (o.tls_root_cert.is_some() || o.tls_client_cert.is_some())
             .then_some(TlsOptions { root_cert_pem: o.tls_root_cert, client_cert_pem: o.tls_client_cert });
         let remote = Connection::open(o.url.as_deref(), policy.timeout, tls)?;
@@ -195,21 +226,29 @@ impl LimiterBuilder {
         let deny_cache = (o.deny_cache && remote.is_some()).then(DenyCache::new);
         let rules = Rules::compile(&policy, o.key_secret.as_deref());
         let metrics = o.metrics.then(|| RuleCounters::new(rules.names()));
-        Ok(Limiter {
+        let limiter = Limiter {
             inner: Arc::new(Inner {
-                rules,
-                policy,
+                current: ArcSwap::from_pointee(Generation { policy, rules, metrics, deny_cache }),
                 memory,
                 remote,
-                deny_cache,
+                overrides: Overrides {
+                    prefix: o.prefix,
+                    on_backend_error: o.on_backend_error,
+                    key_secret: o.key_secret,
+                    watching: watching.clone(),
+                },
+                reloads: ReloadCounters::default(),
                 clock: o.clock,
                 headers: HeaderOptions { legacy: o.legacy_headers },
                 started: Instant::now(),
                 epoch_us: system_now_us(),
                 closed: AtomicBool::new(false),
                 counters: Counters::default(),
-                metrics,
             }),
-        })
+        };
+        if let Some(path) = watching {
+            reload::watch(Arc::downgrade(&limiter.inner), path)?;
+        }
+        Ok(limiter)
     }
 }

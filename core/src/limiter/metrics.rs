@@ -8,6 +8,7 @@
 //! `prometheus-client` crate.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
@@ -97,6 +98,11 @@ pub struct Metrics {
     pub rules: Vec<RuleMetrics>,
     /// The backend calls' latency.
     pub backend_latency: LatencyHistogram,
+    /// Policies applied by [`crate::Limiter::reload`] or `reload_on_change`.
+    pub reloads: u64,
+    /// Reloads refused (a policy that did not parse or could not replace
+    /// the current one); see [`crate::Limiter::reload_status`].
+    pub reload_errors: u64,
 }
 
 impl Metrics {
@@ -104,8 +110,12 @@ impl Metrics {
     /// `throttlegate_checks_total{rule}`,
     /// `throttlegate_decisions_total{rule,outcome}`,
     /// `throttlegate_backend_errors_total{rule}`,
-    /// `throttlegate_timeouts_total{rule}` and the
-    /// `throttlegate_backend_call_seconds` histogram, then `# EOF`.
+    /// `throttlegate_timeouts_total{rule}`, the
+    /// `throttlegate_backend_call_seconds` histogram,
+    /// `throttlegate_policy_reloads_total` and
+    /// `throttlegate_policy_reload_errors_total`, then `# EOF`. Only the
+    /// current policy's rules are listed: a rule a reload removed is no
+    /// longer exposed, and one that keeps its name keeps its counts.
     pub fn to_text(&self) -> String {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Snapshot(self.clone())));
@@ -155,7 +165,17 @@ impl Metrics {
             Some(&Unit::Seconds),
             MetricType::Histogram,
         )?;
-        family.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &buckets, None)
+        family.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &buckets, None)?;
+        drop(family);
+        let reloads: [(&str, &str, u64); 2] = [
+            ("throttlegate_policy_reloads", "Policies applied by a reload.", self.reloads),
+            ("throttlegate_policy_reload_errors", "Reloads refused; the policy in use stayed.", self.reload_errors),
+        ];
+        for (name, help, n) in reloads {
+            let family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(n).encode(family)?;
+        }
+        Ok(())
     }
 }
 
@@ -183,14 +203,26 @@ struct RuleCells {
     timeouts: AtomicU64,
 }
 
-/// What the limiter counts per rule (when metrics are on).
+/// The backend latency histogram's atomics.
+#[derive(Default)]
+struct Latency {
+    /// Calls at or under each bucket's bound (not cumulative), then above the last.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    micros: AtomicU64,
+}
+
+/// What the limiter counts per rule (when metrics are on), for one policy:
+/// a reload makes a new one that shares the cells of the rules it keeps by
+/// name ([`RuleCounters::carried`]), so their counters go on.
 pub(crate) struct RuleCounters {
     names: Vec<RuleName>,
-    /// `STRIPES` runs of one `RuleCells` per rule.
-    cells: Box<[RuleCells]>,
-    /// Calls at or under each bucket's bound (not cumulative), then above the last.
-    latency: [AtomicU64; LATENCY_BUCKETS.len() + 1],
-    latency_us: AtomicU64,
+    /// Per rule, `STRIPES` cells.
+    cells: Vec<Arc<[RuleCells]>>,
+    latency: Arc<Latency>,
+}
+
+fn fresh_cells() -> Arc<[RuleCells]> {
+    (0..STRIPES).map(|_| RuleCells::default()).collect()
 }
 
 fn add(a: &AtomicU64) {
@@ -199,12 +231,27 @@ fn add(a: &AtomicU64) {
 
 impl RuleCounters {
     pub fn new(names: Vec<RuleName>) -> RuleCounters {
-        let cells = (0..names.len() * STRIPES).map(|_| RuleCells::default()).collect();
-        RuleCounters { names, cells, latency: Default::default(), latency_us: AtomicU64::new(0) }
+        let cells = names.iter().map(|_| fresh_cells()).collect();
+        RuleCounters { names, cells, latency: Default::default() }
+    }
+
+    /// The counters of a reloaded policy with rules `names`: a rule whose
+    /// name was here keeps its cells (its counters go on, also for checks
+    /// still running on the old policy), a new one starts at zero, and the
+    /// latency histogram is shared.
+    pub fn carried(&self, names: Vec<RuleName>) -> RuleCounters {
+        let cells = names
+            .iter()
+            .map(|n| match self.names.iter().position(|o| o == n) {
+                Some(i) => Arc::clone(&self.cells[i]),
+                None => fresh_cells(),
+            })
+            .collect();
+        RuleCounters { names, cells, latency: Arc::clone(&self.latency) }
     }
 
     fn cells(&self, index: usize) -> Option<&RuleCells> {
-        self.cells.get(stripe_index() * self.names.len() + index)
+        self.cells.get(index).map(|c| &c[stripe_index()])
     }
 
     /// Count each rule's result of a decision (`degraded`: from the failure policy).
@@ -238,19 +285,18 @@ impl RuleCounters {
     pub fn observe(&self, took: Duration) {
         let secs = took.as_secs_f64();
         let bucket = LATENCY_BUCKETS.iter().position(|&b| secs <= b).unwrap_or(LATENCY_BUCKETS.len());
-        add(&self.latency[bucket]);
-        self.latency_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        add(&self.latency.buckets[bucket]);
+        self.latency.micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn read(&self) -> Metrics {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let n = self.names.len();
         let rules = self
             .names
             .iter()
             .enumerate()
             .map(|(i, name)| {
-                let sum = |f: fn(&RuleCells) -> &AtomicU64| (0..STRIPES).map(|s| get(f(&self.cells[s * n + i]))).sum();
+                let sum = |f: fn(&RuleCells) -> &AtomicU64| self.cells[i].iter().map(|c| get(f(c))).sum();
                 let mut m = RuleMetrics {
                     rule: *name,
                     checks: 0,
@@ -269,15 +315,15 @@ impl RuleCounters {
         let mut cumulative = 0;
         let buckets = LATENCY_BUCKETS
             .iter()
-            .zip(&self.latency)
+            .zip(&self.latency.buckets)
             .map(|(&bound, a)| {
                 cumulative += get(a);
                 (bound, cumulative)
             })
             .collect();
-        let count = cumulative + get(&self.latency[LATENCY_BUCKETS.len()]);
-        let sum_seconds = get(&self.latency_us) as f64 / 1e6;
-        Metrics { rules, backend_latency: LatencyHistogram { buckets, count, sum_seconds } }
+        let count = cumulative + get(&self.latency.buckets[LATENCY_BUCKETS.len()]);
+        let sum_seconds = get(&self.latency.micros) as f64 / 1e6;
+        Metrics { rules, backend_latency: LatencyHistogram { buckets, count, sum_seconds }, reloads: 0, reload_errors: 0 }
     }
 }
 

@@ -9,16 +9,21 @@
 mod builder;
 mod metrics;
 mod options;
+mod reload;
 mod stats;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
 pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
+pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
 pub use stats::Stats;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
@@ -69,15 +74,29 @@ pub struct BatchCall<A> {
     pub peek: bool,
 }
 
-struct Inner {
+/// A policy in force: what a check reads, swapped whole by a reload. A
+/// check loads it once and finishes on it, whatever a reload does meanwhile.
+struct Generation {
     policy: Policy,
     rules: Rules,
+    /// Per-rule metrics, unless turned off (kept rules share their cells
+    /// with the generation before).
+    metrics: Option<RuleCounters>,
+    /// Remembered denials, when asked for (network backends only).
+    deny_cache: Option<DenyCache>,
+}
+
+struct Inner {
+    /// The policy in force.
+    current: ArcSwap<Generation>,
     /// The embedded backend's store (emptied by `close`); `None` for a network backend.
     memory: Option<MemoryBackend>,
     /// The network backend; `None` for the embedded one.
     remote: Option<Connection>,
-    /// Remembered denials, when asked for (network backends only).
-    deny_cache: Option<DenyCache>,
+    /// The builder's settings a reloaded policy gets too.
+    overrides: reload::Overrides,
+    /// Reloads applied and refused.
+    reloads: reload::ReloadCounters,
     clock: Clock,
     /// The headers decisions get where a front end makes them per limiter.
     headers: HeaderOptions,
@@ -85,8 +104,6 @@ struct Inner {
     epoch_us: i64,
     closed: AtomicBool,
     counters: Counters,
-    /// Per-rule metrics, unless turned off.
-    metrics: Option<RuleCounters>,
 }
 
 /// A rate limiter: a policy bound to a backend (Redis or in-memory).
@@ -108,7 +125,7 @@ pub struct Limiter {
 impl std::fmt::Debug for Limiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Limiter")
-            .field("rules", &self.inner.policy.rules().len())
+            .field("rules", &self.inner.current.load().policy.rules().len())
             .field("backend", &self.backend_name())
             .field("closed", &self.is_closed())
             .finish()
@@ -133,9 +150,10 @@ impl Limiter {
             .expect("a validated policy always builds an in-memory limiter")
     }
 
-    /// The policy, with the builder's overrides applied.
-    pub fn policy(&self) -> &Policy {
-        &self.inner.policy
+    /// The policy in force (the last one reloaded), with the builder's
+    /// overrides applied.
+    pub fn policy(&self) -> Policy {
+        self.inner.current.load().policy.clone()
     }
 
     /// The header options given when the limiter was made
@@ -146,7 +164,7 @@ impl Limiter {
 
     /// The rule names in policy order: what [`RuleResult::index`] refers to.
     pub fn rule_names(&self) -> Vec<RuleName> {
-        self.inner.rules.names()
+        self.inner.current.load().rules.names()
     }
 
     /// `"memory"`, `"redis"` or `"cluster"` (`"closed"` after [`Limiter::close`]).
@@ -178,12 +196,16 @@ impl Limiter {
     /// unblock a customer). Returns how many keys existed.
     pub async fn reset<A: Attributes + ?Sized>(&self, attrs: &A) -> Result<u64> {
         self.ensure_open()?;
-        let keys = self.inner.rules.keys(&AttrRef(attrs));
+        let keys = {
+            let g = self.inner.current.load();
+            let keys = g.rules.keys(&AttrRef(attrs));
+            if let Some(c) = &g.deny_cache {
+                c.forget(&keys);
+            }
+            keys
+        };
         if keys.is_empty() {
             return Ok(0);
-        }
-        if let Some(c) = &self.inner.deny_cache {
-            c.forget(&keys);
         }
         match (&self.inner.memory, &self.inner.remote) {
             (Some(m), _) => Ok(m.reset(&keys, self.local_now())),
@@ -194,7 +216,7 @@ impl Limiter {
 
     /// The keys this request touches, one per applicable rule, in policy order.
     pub fn keys<A: Attributes + ?Sized>(&self, attrs: &A) -> Vec<String> {
-        self.inner.rules.keys(&AttrRef(attrs))
+        self.inner.current.load().rules.keys(&AttrRef(attrs))
     }
 
     /// Check that the backend answers (a `PING` for Redis), within the timeout.
@@ -256,7 +278,10 @@ impl Limiter {
     /// Per-rule metrics since the limiter was made; `None` when they were
     /// turned off ([`LimiterOptions::metrics`]).
     pub fn metrics(&self) -> Option<Metrics> {
-        self.inner.metrics.as_ref().map(RuleCounters::read)
+        let mut m = self.inner.current.load().metrics.as_ref().map(RuleCounters::read)?;
+        let status = self.reload_status();
+        (m.reloads, m.reload_errors) = (status.reloads, status.errors);
+        Some(m)
     }
 
     /// [`Limiter::metrics`] as the OpenMetrics text exposition, for a
@@ -265,10 +290,11 @@ impl Limiter {
         self.metrics().map(|m| m.to_text())
     }
 
-    /// Count a decision in the totals and, when on, per rule.
-    fn count(&self, d: &Decision, degraded: bool) {
+    /// Count a decision in the totals and, when on, per rule (in the
+    /// counters of the policy that decided it).
+    fn count(&self, g: &Generation, d: &Decision, degraded: bool) {
         self.inner.counters.count(d);
-        if let Some(m) = &self.inner.metrics {
+        if let Some(m) = &g.metrics {
             m.count(&d.results, degraded);
         }
     }
@@ -291,7 +317,7 @@ impl Limiter {
         if let Some(m) = &self.inner.memory {
             m.clear();
         }
-        if let Some(c) = &self.inner.deny_cache {
+        if let Some(c) = &self.inner.current.load().deny_cache {
             c.clear();
         }
     }
@@ -344,20 +370,22 @@ impl Limiter {
             return Some(Err(Error::closed()));
         }
         let memory = self.inner.memory.as_ref()?;
-        Some(self.inner.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).map(|plan| {
+        let g = self.inner.current.load();
+        Some(g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).map(|plan| {
             let d = if plan.keys.is_empty() {
                 Decision::unlimited()
             } else {
                 decide(&plan.rules, &memory.eval(&plan, mode, self.local_now()))
             };
-            self.count(&d, false);
+            self.count(&g, &d, false);
             d
         }))
     }
 
     /// A check or peek: in process on the embedded backend, else through
     /// the deny cache and the network. The attributes are read before the
-    /// future is made, so it holds none of them.
+    /// future is made, so it holds none of them; it holds the policy in
+    /// force when it was made, and finishes on it.
     fn run<'a>(
         &'a self,
         attrs: &dyn Attributes,
@@ -367,12 +395,23 @@ impl Limiter {
     ) -> impl Future<Output = Result<Decision>> + Send + 'a {
         let planned = match self.in_process(attrs, cost, call_id, mode) {
             Some(answer) => Err(answer),
-            None => Ok(self.inner.rules.plan(attrs, cost, call_id, str::to_string)),
+            None => {
+                let g = self.inner.current.load_full();
+                let plan = g.rules.plan(attrs, cost, call_id, str::to_string).map(|p| {
+                    let rules: SmallVec<[usize; 4]> = p.rules.iter().map(|r| r.index).collect();
+                    (p.keys, rules)
+                });
+                Ok((g, plan))
+            }
         };
         async move {
             match planned {
                 Err(answer) => answer,
-                Ok(plan) => self.send(plan?, mode).await,
+                Ok((g, plan)) => {
+                    let (keys, rules) = plan?;
+                    let rules = rules.iter().map(|&i| g.rules.rule(i)).collect();
+                    self.send(&g, Plan { keys, rules, cost, call_id }, mode).await
+                }
             }
         }
     }
@@ -383,34 +422,37 @@ impl Limiter {
         if let Some(answer) = self.in_process(attrs, cost, call_id, mode) {
             return answer;
         }
-        self.send_blocking(self.inner.rules.plan(attrs, cost, call_id, str::to_string)?, mode)
+        // The policy in force now, held until the answer (as the async path does).
+        let g = self.inner.current.load_full();
+        let plan = g.rules.plan(attrs, cost, call_id, str::to_string)?;
+        self.send_blocking(&g, plan, mode)
     }
 
     /// A plan through the deny cache and the network.
-    async fn send(&self, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
-        let (remote, sent) = match self.before_send(&plan) {
+    async fn send(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+        let (remote, sent) = match self.before_send(g, &plan) {
             Ok(ready) => ready,
             Err(answer) => return answer,
         };
         let answer = remote.eval(&plan, mode, sent.now).await;
-        self.after_send(&plan, sent, answer)
+        self.after_send(g, &plan, sent, answer)
     }
 
     /// [`Limiter::send`] on the calling thread, which writes and reads its
     /// own connection to Redis.
-    fn send_blocking(&self, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
-        let (remote, sent) = match self.before_send(&plan) {
+    fn send_blocking(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+        let (remote, sent) = match self.before_send(g, &plan) {
             Ok(ready) => ready,
             Err(answer) => return answer,
         };
         let answer = remote.eval_blocking(&plan, mode, sent.now);
-        self.after_send(&plan, sent, answer)
+        self.after_send(g, &plan, sent, answer)
     }
 
     /// What comes before a plan is sent: the answer when nothing needs
     /// sending (no rule applies, or a remembered denial), else the backend
     /// and the times of the call.
-    fn before_send(&self, plan: &Plan<'_, String>) -> std::result::Result<(&Connection, Sent<'_>), Result<Decision>> {
+    fn before_send<'a>(&'a self, g: &'a Generation, plan: &Plan<'_, String>) -> std::result::Result<(&'a Connection, Sent<'a>), Result<Decision>> {
         let Some(remote) = &self.inner.remote else { return Err(Err(Error::closed())) };
         if plan.keys.is_empty() {
             self.inner.counters.count(&Decision::unlimited());
@@ -418,12 +460,12 @@ impl Limiter {
         }
         // Remembered denials (opt-in): read the clock before anything is
         // sent, so a wait counted from here never outlives Redis's.
-        let cache = self.inner.deny_cache.as_ref().filter(|_| plan.call_id.is_none());
+        let cache = g.deny_cache.as_ref().filter(|_| plan.call_id.is_none());
         let sent_us = cache.map(|_| self.local_now());
         if let (Some(cache), Some(sent_us)) = (cache, sent_us) {
             let keys = plan.keys.iter().zip(&plan.rules).map(|(k, r)| (k.as_str(), r.shadow));
             if let Some(d) = cache.lookup(keys, plan.cost, sent_us) {
-                self.count(&d, false);
+                self.count(g, &d, false);
                 return Err(Ok(d));
             }
         }
@@ -431,13 +473,13 @@ impl Limiter {
             Clock::Backend => None,
             _ => Some(sent_us.unwrap_or_else(|| self.local_now())),
         };
-        let started = self.inner.metrics.as_ref().map(|_| Instant::now());
+        let started = g.metrics.as_ref().map(|_| Instant::now());
         Ok((remote, Sent { cache, sent_us, now, started }))
     }
 
     /// A backend's answer to a plan, as a decision (or the failure policy's).
-    fn after_send(&self, plan: &Plan<'_, String>, sent: Sent<'_>, answer: Result<Outcomes>) -> Result<Decision> {
-        if let (Some(m), Some(started)) = (&self.inner.metrics, sent.started) {
+    fn after_send(&self, g: &Generation, plan: &Plan<'_, String>, sent: Sent<'_>, answer: Result<Outcomes>) -> Result<Decision> {
+        if let (Some(m), Some(started)) = (&g.metrics, sent.started) {
             m.observe(started.elapsed());
         }
         match answer {
@@ -446,7 +488,7 @@ impl Limiter {
                 if let (Some(cache), Some(sent_us), false) = (sent.cache, sent.sent_us, d.allowed) {
                     cache.remember(&plan.keys, &d, plan.cost, sent_us);
                 }
-                self.count(&d, false);
+                self.count(g, &d, false);
                 Ok(d)
             }
             Err(e) => {
@@ -454,7 +496,7 @@ impl Limiter {
                     Counters::bump(&self.inner.counters.timeouts);
                 }
                 if e.kind().is_backend_failure() {
-                    self.degrade(plan, e)
+                    self.degrade(g, plan, e)
                 } else {
                     Err(e)
                 }
@@ -463,10 +505,10 @@ impl Limiter {
     }
 
     /// Answer from the failure policy: `error` wins over `deny`, `deny` over `allow`.
-    fn degrade(&self, plan: &Plan<'_, String>, err: Error) -> Result<Decision> {
+    fn degrade(&self, g: &Generation, plan: &Plan<'_, String>, err: Error) -> Result<Decision> {
         let mode = plan.rules.iter().fold(FailureMode::Allow, |m, r| m.strictest(r.failure));
         let c = &self.inner.counters;
-        if let Some(m) = &self.inner.metrics {
+        if let Some(m) = &g.metrics {
             let rules = plan.rules.iter().map(|r| r.index);
             m.failed(rules, err.kind() == ErrorKind::Timeout, mode == FailureMode::Error);
         }
@@ -502,7 +544,7 @@ impl Limiter {
         } else {
             Counters::bump(&c.degraded_denied);
         }
-        self.count(&d, true);
+        self.count(g, &d, true);
         Ok(d)
     }
 }

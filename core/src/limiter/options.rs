@@ -39,6 +39,8 @@ pub enum LimiterOption {
     LegacyHeaders,
     /// [`LimiterOptions::metrics`]: a boolean.
     Metrics,
+    /// [`LimiterOptions::reload_on_change`]: a boolean.
+    ReloadOnChange,
 }
 
 /// The settings of [`CheckOptions`], by name.
@@ -105,6 +107,7 @@ impl LimiterOptions {
             LimiterOption::DenyCache => self.deny_cache = value.boolean(what)?,
             LimiterOption::LegacyHeaders => self.legacy_headers = value.boolean(what)?,
             LimiterOption::Metrics => self.metrics = value.boolean(what)?,
+            LimiterOption::ReloadOnChange => self.reload_on_change = value.boolean(what)?,
         }
         Ok(())
     }

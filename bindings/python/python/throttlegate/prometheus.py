@@ -66,4 +66,10 @@ class LimiterCollector(Collector):
             sum_value=latency["sum_seconds"],
             unit="seconds",
         )
-        yield from (checks, decisions, errors, timeouts, histogram)
+        reloads = CounterMetricFamily("throttlegate_policy_reloads", "Policies applied by a reload.")
+        reloads.add_metric([], metrics["reloads"])
+        reload_errors = CounterMetricFamily(
+            "throttlegate_policy_reload_errors", "Reloads refused; the policy in force stayed."
+        )
+        reload_errors.add_metric([], metrics["reload_errors"])
+        yield from (checks, decisions, errors, timeouts, histogram, reloads, reload_errors)

@@ -1,0 +1,144 @@
+//! `lint` and `diff`: a policy file read for its mistakes, and two policy
+//! files compared as a reload compares them. The checks and the rule
+//! identity live in the core (`throttlegate::lint`, `throttlegate::diff`);
+//! this prints them.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use throttlegate::lint::{self, LintOptions, Severity};
+use throttlegate::{Policy, PolicyDiff};
+
+use crate::error::CliResult;
+
+/// How `lint` and `diff` print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Lines for people.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+pub const LINT_AFTER_HELP: &str = "\
+Checks:
+  invalid_policy         error    the file does not parse or validate
+  never_applies          error    the rule needs an attribute not in --attributes
+  cost_never_passes      error    --cost is above the rule's limit: such checks are refused
+  shadowed               warning  another rule applies to every request this one does, counts them
+                                  under a key at least as coarse and is at least as strict
+  one_slot               warning  the key's {{hash tag}} holds no attribute: one Redis Cluster slot
+  never_denies           warning  every rule is in shadow mode
+  duplicate_match_value  warning  a match list names a value twice
+
+Exit status:
+  0  nothing found
+  1  warnings only
+  2  at least one error (a file that does not parse included)";
+
+pub const DIFF_AFTER_HELP: &str = "\
+A rule keeps its state (its keys) when the prefix, its name, its key and its algorithm are
+unchanged, as in a reload (`limiter.reload`). Lines: `~` changed, state kept; `!` new key
+or prefix, state starts afresh; `+` added; `-` removed; `x` same name and key with another
+algorithm, which a reload refuses.
+
+Exit status:
+  0  the policies are the same
+  1  they differ, and a reload applies the new one
+  2  a file does not parse, or a reload would refuse the new one";
+
+/// `throttlegate lint`.
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// Policy file (TOML or JSON).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The largest cost the application sends: rules with a lower limit are errors.
+    #[arg(long, value_name = "N")]
+    pub cost: Option<u64>,
+    /// Every attribute the application sends, comma-separated: rules needing
+    /// another one never apply.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub attributes: Option<Vec<String>>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// `throttlegate diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The policy in force (TOML or JSON).
+    #[arg(value_name = "OLD")]
+    pub old: PathBuf,
+    /// The policy to reload.
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+pub fn lint(a: LintArgs) -> CliResult<u8> {
+    let options = LintOptions { cost: a.cost, attributes: a.attributes };
+    let findings = lint::lint_file(&a.file, &options);
+    let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
+    let warnings = findings.len() - errors;
+    let file = a.file.display().to_string();
+    match a.format {
+        Format::Json => println!(
+            "{}",
+            json!({
+                "file": file,
+                "errors": errors,
+                "warnings": warnings,
+                "findings": findings.iter().map(|f| f.to_json()).collect::<Vec<_>>(),
+            })
+        ),
+        Format::Text => {
+            for f in &findings {
+                println!("{file}: {f}");
+            }
+            if findings.is_empty() {
+                println!("{file}: no problems found");
+            } else {
+                println!("{file}: {}, {}", plural(errors, "error"), plural(warnings, "warning"));
+            }
+        }
+    }
+    Ok(lint::exit_code(&findings) as u8)
+}
+
+pub fn diff(a: DiffArgs) -> CliResult<u8> {
+    let old = Policy::from_file(&a.old)?;
+    let new = Policy::from_file(&a.new)?;
+    let d = PolicyDiff::between(&old, &new);
+    let refused = d.check(&old, &new).err();
+    match a.format {
+        Format::Json => {
+            let mut v = d.to_json();
+            v["reload"] = json!({
+                "applies": refused.is_none(),
+                "error": refused.as_ref().map(|e| e.message().to_string()),
+            });
+            println!("{v}");
+        }
+        Format::Text => {
+            print!("{}", d.to_text());
+            match &refused {
+                None => println!("reload: applies"),
+                Some(e) => println!("reload: refused: {}", e.message()),
+            }
+        }
+    }
+    Ok(match (&refused, d.is_empty()) {
+        (Some(_), _) => 2,
+        (None, true) => 0,
+        (None, false) => 1,
+    })
+}
