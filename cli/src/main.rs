@@ -10,6 +10,7 @@
 mod bench;
 mod error;
 mod oneshot;
+mod report;
 mod simulate;
 mod traffic;
 
