@@ -4,10 +4,10 @@
 //! page's Content-Security-Policy forbids loading anything, so it opens the
 //! same from a mail attachment, an artifact store or a laptop without network.
 //!
-//! Per policy: every request over virtual time (allowed / denied), each rule
-//! over virtual time, the shadow rules' would-be denials of admitted requests,
-//! and the most denied clients. With `--compare`, two columns share every
-//! axis. Colours differ in lightness as well as hue, and denials are also
+//! Per policy: every request over virtual time (allowed / denied), the
+//! shadow rules' would-be denials of admitted requests, the most denied
+//! clients, and each rule over virtual time. With `--compare`, two columns
+//! share every axis, row by row (rules matched by name). Colours differ in lightness as well as hue, and denials are also
 //! hatched, so the charts read the same printed in grey. Every name (rules,
 //! files, phases, attribute values) is escaped.
 
@@ -84,7 +84,7 @@ const STYLE: &str = "\
 body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,'Liberation Sans',Arial,sans-serif;color:#1b1b1b;background:#fff;margin:24px auto;padding:0 16px}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:0 0 6px;word-break:break-all}h3{font-size:14px;margin:18px 0 2px}
 .meta{color:#444;margin:0 0 16px}.meta li{margin:0}
-.cols{display:grid;gap:28px}
+.row{display:grid;gap:0 28px}
 svg.chart{width:100%;height:auto;display:block}
 svg text{font-family:inherit;fill:#1b1b1b}
 .axis line,.axis path{stroke:#555;stroke-width:1}.grid line{stroke:#ddd;stroke-width:1}
@@ -497,23 +497,51 @@ fn scales(page: &Page) -> Scales {
     s
 }
 
-fn side_html(out: &mut String, page: &Page, side: &Side, scales: &Scales) {
+/// One row of the page: a cell per policy, so that both columns of a
+/// comparison line up section by section.
+fn row(out: &mut String, page: &Page, mut cell: impl FnMut(&mut String, &Side)) {
+    out.push_str("<div class=\"row\">");
+    for side in &page.sides {
+        let _ = write!(out, "<div class=\"cell\" data-policy=\"{}\">", esc(&side.rules_file));
+        cell(out, side);
+        out.push_str("</div>");
+    }
+    out.push_str("</div>");
+}
+
+/// Every rule name of the page, in the first policy's order, then the second's new ones.
+fn rule_names(page: &Page) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for side in &page.sides {
+        for r in side.policy.rules() {
+            if !names.contains(&r.name) {
+                names.push(r.name.clone());
+            }
+        }
+    }
+    names
+}
+
+fn per_interval(report: &Report) -> String {
+    format!("requests per {}", format_duration(report.interval))
+}
+
+fn header_cell(out: &mut String, side: &Side) {
     let report = side.report;
-    let rules = side.policy.rules();
-    let interval_us = report.interval.as_micros() as i64;
-    let per = format!("requests per {}", format_duration(report.interval));
     let requests = report.total.allowed + report.total.denied;
     let _ = write!(
         out,
-        "<section class=\"policy\" data-policy=\"{}\"><h2>{}</h2><p class=\"note\">{requests} requests: {} allowed ({}), {} denied ({})</p>",
-        esc(&side.rules_file),
+        "<h2>{}</h2><p class=\"note\">{requests} requests: {} allowed ({}), {} denied ({})</p>",
         esc(&side.rules_file),
         report.total.allowed,
         pct(report.total.allowed, requests),
         report.total.denied,
         pct(report.total.denied, requests)
     );
+}
 
+fn total_cell(out: &mut String, side: &Side, scales: &Scales) {
+    let report = side.report;
     out.push_str("<h3>Every request</h3>");
     let totals: Vec<&Counts> = report.intervals.iter().map(|r| &r.total).collect();
     bars_chart(
@@ -523,71 +551,82 @@ fn side_html(out: &mut String, page: &Page, side: &Side, scales: &Scales) {
         &format!("{}: every request", side.rules_file),
         &totals,
         scales.total,
-        interval_us,
-        &per,
+        report.interval.as_micros() as i64,
+        &per_interval(report),
         "denied",
         DENIED,
     );
+}
 
-    for (i, rule) in rules.iter().enumerate() {
-        let title = if rule.shadow {
-            format!("{} (shadow: reported, not enforced)", rule.name)
-        } else {
-            rule.name.clone()
-        };
-        let t = &report.rules[i];
-        let _ = write!(
-            out,
-            "<h3>Rule {}</h3><p class=\"note\">{} · applied to {} · denied {} ({})</p>",
-            esc(&title),
-            esc(&algorithm_text(&rule.algorithm)),
-            t.applied,
-            t.denied,
-            pct(t.denied, t.applied)
-        );
-        let counts: Vec<&Counts> = report.intervals.iter().map(|r| &r.rules[i]).collect();
-        let (name, fill) = if rule.shadow { ("would deny", WOULD_DENY) } else { ("denied", DENIED) };
-        bars_chart(
-            out,
-            140.0,
-            &format!("rule:{}", rule.name),
-            &format!("{}: rule {}", side.rules_file, title),
-            &counts,
-            scales.rule,
-            interval_us,
-            &per,
-            name,
-            fill,
-        );
-    }
-
+fn shadow_cell(out: &mut String, side: &Side, scales: &Scales) {
+    let report = side.report;
+    let rules = side.policy.rules();
+    let requests = report.total.allowed + report.total.denied;
     out.push_str("<h3>Shadow rules: would-be denials of admitted requests</h3>");
     let shadows: Vec<usize> = rules.iter().enumerate().filter(|(_, r)| r.shadow).map(|(i, _)| i).collect();
     if shadows.is_empty() {
         out.push_str("<p class=\"note\">This policy has no shadow rule.</p>");
-    } else {
-        for &i in &shadows {
-            let t = &report.rules[i];
-            let _ = write!(
-                out,
-                "<p class=\"note\">{} would have denied {} admitted request(s), {} of all requests.</p>",
-                esc(&rules[i].name),
-                t.would_deny_admitted,
-                pct(t.would_deny_admitted, requests)
-            );
-        }
-        shadow_chart(out, side, &shadows, scales.shadow, interval_us, &per);
+        return;
     }
+    for &i in &shadows {
+        let t = &report.rules[i];
+        let _ = write!(
+            out,
+            "<p class=\"note\">{} would have denied {} admitted request(s), {} of all requests.</p>",
+            esc(&rules[i].name),
+            t.would_deny_admitted,
+            pct(t.would_deny_admitted, requests)
+        );
+    }
+    shadow_chart(out, side, &shadows, scales.shadow, report.interval.as_micros() as i64, &per_interval(report));
+}
 
+fn clients_cell(out: &mut String, page: &Page, side: &Side, scales: &Scales) {
     out.push_str("<h3>Most denied clients</h3>");
-    if top_clients(report, page.top).is_empty() {
+    if top_clients(side.report, page.top).is_empty() {
         out.push_str("<p class=\"note\">No client was denied.</p>");
     } else {
         clients_chart(out, side, page.scenario, page.top, scales.clients);
     }
+}
 
+fn rule_cell(out: &mut String, side: &Side, name: &str, scales: &Scales) {
+    let report = side.report;
+    let Some(i) = side.policy.rules().iter().position(|r| r.name == name) else {
+        let _ = write!(out, "<h3>Rule {}</h3><p class=\"note\">Not in this policy.</p>", esc(name));
+        return;
+    };
+    let rule = &side.policy.rules()[i];
+    let title = if rule.shadow { format!("{name} (shadow: reported, not enforced)") } else { name.to_string() };
+    let t = &report.rules[i];
+    let _ = write!(
+        out,
+        "<h3>Rule {}</h3><p class=\"note\">{} · applied to {} · denied {} ({})</p>",
+        esc(&title),
+        esc(&algorithm_text(&rule.algorithm)),
+        t.applied,
+        t.denied,
+        pct(t.denied, t.applied)
+    );
+    let counts: Vec<&Counts> = report.intervals.iter().map(|r| &r.rules[i]).collect();
+    let (denied, fill) = if rule.shadow { ("would deny", WOULD_DENY) } else { ("denied", DENIED) };
+    bars_chart(
+        out,
+        140.0,
+        &format!("rule:{name}"),
+        &format!("{}: rule {title}", side.rules_file),
+        &counts,
+        scales.rule,
+        report.interval.as_micros() as i64,
+        &per_interval(report),
+        denied,
+        fill,
+    );
+}
+
+fn table_cell(out: &mut String, side: &Side) {
     out.push_str("<h3>Rules</h3><table><thead><tr><th>rule</th><th>limit</th><th>applied</th><th>allowed</th><th>denied</th><th>denied %</th><th>decided denials</th></tr></thead><tbody>");
-    for (r, t) in rules.iter().zip(&report.rules) {
+    for (r, t) in side.policy.rules().iter().zip(&side.report.rules) {
         let name = if r.shadow { format!("{} (shadow)", r.name) } else { r.name.clone() };
         let caused = if r.shadow { "-".to_string() } else { t.caused.to_string() };
         let _ = write!(
@@ -601,7 +640,7 @@ fn side_html(out: &mut String, page: &Page, side: &Side, scales: &Scales) {
             pct(t.denied, t.applied)
         );
     }
-    out.push_str("</tbody></table><p class=\"note\">Decided denials: the rule was the most restrictive one, whose Retry-After was sent.</p></section>");
+    out.push_str("</tbody></table><p class=\"note\">Decided denials: the rule was the most restrictive one, whose Retry-After was sent.</p>");
 }
 
 /// The whole page.
@@ -616,7 +655,7 @@ pub(crate) fn render(page: &Page) -> String {
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title>\
-<style>{STYLE}body{{max-width:{width}px}}.cols{{grid-template-columns:repeat({cols},minmax(0,1fr))}}</style></head><body>{DEFS}",
+<style>{STYLE}body{{max-width:{width}px}}.row{{grid-template-columns:repeat({cols},minmax(0,1fr))}}</style></head><body>{DEFS}",
         esc(&title)
     );
     let sc = page.scenario;
@@ -644,12 +683,17 @@ pub(crate) fn render(page: &Page) -> String {
             esc(&attrs.join(" "))
         );
     }
-    out.push_str("<li>A request passes only when every rule that applies allows it, and only then counts against all of them.</li></ul><div class=\"cols\">");
+    out.push_str("<li>A request passes only when every rule that applies allows it, and only then counts against all of them.</li></ul>");
     let scales = scales(page);
-    for side in &page.sides {
-        side_html(&mut out, page, side, &scales);
+    row(&mut out, page, header_cell);
+    row(&mut out, page, |o, side| total_cell(o, side, &scales));
+    row(&mut out, page, |o, side| shadow_cell(o, side, &scales));
+    row(&mut out, page, |o, side| clients_cell(o, page, side, &scales));
+    for name in rule_names(page) {
+        row(&mut out, page, |o, side| rule_cell(o, side, &name, &scales));
     }
-    out.push_str("</div></body></html>\n");
+    row(&mut out, page, table_cell);
+    out.push_str("</body></html>\n");
     out
 }
 

@@ -943,7 +943,9 @@ fn compare_runs_a_second_policy_on_the_same_traffic() {
     assert_eq!(alone["denied"], v["denied"]);
     assert!(other["denied"].as_u64() > v["denied"].as_u64(), "enforcing the candidate denies more");
     let html = std::fs::read_to_string(&page).unwrap();
-    assert_eq!(html.matches("<section class=\"policy\"").count(), 2);
+    // One cell per policy in each row: header, every request, shadow, clients, 5 rules, table.
+    assert_eq!(html.matches("<div class=\"row\">").count(), 10);
+    assert_eq!(html.matches("<div class=\"cell\" data-policy=").count(), 20);
     // The enforced policy has no shadow rule: one shadow chart, on the first side.
     assert_eq!(html.matches("data-chart=\"shadow\"").count(), 1);
     assert!(html.contains("This policy has no shadow rule."));

@@ -34,12 +34,12 @@ function simulate(page, extra) {
 function expectedCharts(run) {
   const n = run.intervals.length;
   const charts = [['total', ['allowed', 'denied'], n]];
-  for (const r of run.rules) {
-    charts.push([`rule:${r.rule}`, ['allowed', r.shadow ? 'would deny' : 'denied'], n]);
-  }
   const shadows = run.rules.filter((r) => r.shadow).map((r) => r.rule);
   if (shadows.length > 0) charts.push(['shadow', shadows, n]);
   if (run.most_denied_clients.length > 0) charts.push(['clients', ['allowed', 'denied'], run.most_denied_clients.length]);
+  for (const r of run.rules) {
+    charts.push([`rule:${r.rule}`, ['allowed', r.shadow ? 'would deny' : 'denied'], n]);
+  }
   return charts;
 }
 
@@ -58,10 +58,15 @@ async function open(browser, file, width) {
   const url = pathToFileURL(file).href;
   const response = await page.goto(url, { waitUntil: 'networkidle0' });
   assert.ok(response.ok(), `${url} loads`);
-  const drawn = await page.evaluate(() =>
-    [...document.querySelectorAll('section.policy')].map((section) => ({
-      policy: section.dataset.policy,
-      charts: [...section.querySelectorAll('svg[data-chart]')].map((svg) => {
+  const drawn = await page.evaluate(() => {
+    // One cell per policy in every row of the page.
+    const policies = [...new Set([...document.querySelectorAll('.cell[data-policy]')].map((c) => c.dataset.policy))];
+    return policies.map((policy) => ({
+      policy,
+      charts: [...document.querySelectorAll('.cell[data-policy]')]
+        .filter((cell) => cell.dataset.policy === policy)
+        .flatMap((cell) => [...cell.querySelectorAll('svg[data-chart]')])
+        .map((svg) => {
         const box = svg.getBoundingClientRect();
         const legend = svg.nextElementSibling;
         return {
@@ -76,8 +81,8 @@ async function open(browser, file, width) {
           text: [...svg.querySelectorAll('text')].map((t) => t.textContent),
         };
       }),
-    })),
-  );
+    }));
+  });
   return { page, url, requests, errors, drawn };
 }
 
@@ -144,9 +149,15 @@ describe('simulate --report in Chromium', () => {
     checkSide(drawn[0], run);
     checkSide(drawn[1], run.compare);
     assert.ok(!drawn[1].charts.some((c) => c.chart === 'shadow'), 'the enforced policy has no shadow rule');
-    // Side by side: the two columns start at the same height.
-    const tops = await page.$$eval('section.policy', (s) => s.map((e) => e.getBoundingClientRect().top));
-    assert.equal(tops[0], tops[1]);
+    // Side by side: each row's two charts start at the same height.
+    const rows = await page.$$eval('.row', (rows) =>
+      rows.map((r) => [...r.querySelectorAll(':scope > .cell')].map((c) => c.getBoundingClientRect().top)),
+    );
+    assert.ok(rows.length >= 4 + run.rules.length, `${rows.length} rows`);
+    for (const tops of rows) {
+      assert.equal(tops.length, 2);
+      assert.equal(tops[0], tops[1]);
+    }
     await page.screenshot({ path: path.join(OUT, 'compare.png'), fullPage: true });
     // The top of the page, as docs/report.png shows it in the README.
     await page.screenshot({ path: path.join(OUT, 'compare-top.png'), clip: { x: 0, y: 0, width: 1280, height: 1400 } });
