@@ -407,7 +407,7 @@ fn clients_chart(out: &mut String, side: &Side, scenario: &Scenario, top: usize,
         .map(|((pi, client), c)| {
             let who = if c.label.is_empty() { format!("client {client}") } else { c.label.clone() };
             if multi {
-                format!("{who} in {}", scenario.phases[*pi].name)
+                format!("{who} in “{}”", scenario.phases[*pi].name)
             } else {
                 who
             }

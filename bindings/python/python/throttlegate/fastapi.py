@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from throttlegate import asgi
-from throttlegate._http import HttpOptions
+from throttlegate._http import AttributeMap, HttpOptions
 from throttlegate._native import ClientIp, Decision, Limiter
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "default_attributes"]
