@@ -43,9 +43,8 @@ pub(crate) struct Side<'a> {
 
 /// Write the page to `path`.
 pub(crate) fn write(path: &Path, page: &Page) -> CliResult<()> {
-    std::fs::write(path, render(page)).map_err(|e| {
-        CliError::usage(format!("cannot write --report {}: {e}", path.display()))
-    })
+    std::fs::write(path, render(page))
+        .map_err(|e| CliError::usage(format!("cannot write --report {}: {e}", path.display())))
 }
 
 /// Text for HTML content and attribute values.
@@ -113,7 +112,11 @@ fn nice(max: f64) -> (f64, f64) {
     let raw = max / 5.0;
     let p = 10f64.powf(raw.log10().floor());
     // 2.5 only where it keeps the ticks whole numbers.
-    let steps: &[f64] = if p >= 10.0 { &[1.0, 2.0, 2.5, 5.0, 10.0] } else { &[1.0, 2.0, 5.0, 10.0] };
+    let steps: &[f64] = if p >= 10.0 {
+        &[1.0, 2.0, 2.5, 5.0, 10.0]
+    } else {
+        &[1.0, 2.0, 5.0, 10.0]
+    };
     let step = steps
         .iter()
         .map(|m| m * p)
@@ -149,7 +152,17 @@ struct Frame {
 impl Frame {
     fn new(h: f64, n: usize, max: u64) -> Frame {
         let (ymax, step) = nice(max as f64);
-        Frame { w: 560.0, h, left: 56.0, right: 24.0, top: 10.0, bottom: 40.0, ymax, step, n: n.max(1) }
+        Frame {
+            w: 560.0,
+            h,
+            left: 56.0,
+            right: 24.0,
+            top: 10.0,
+            bottom: 40.0,
+            ymax,
+            step,
+            n: n.max(1),
+        }
     }
     fn plot_w(&self) -> f64 {
         self.w - self.left - self.right
@@ -177,7 +190,12 @@ impl Frame {
         let mut v = self.step;
         while v <= self.ymax + 1e-9 {
             let y = self.y(v);
-            let _ = write!(out, "<line x1=\"{}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/>", self.left, self.w - self.right);
+            let _ = write!(
+                out,
+                "<line x1=\"{}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/>",
+                self.left,
+                self.w - self.right
+            );
             v += self.step;
         }
         out.push_str("</g><g class=\"axis\">");
@@ -251,9 +269,25 @@ fn marker(i: usize, x: f64, y: f64) -> String {
     let (colour, _) = LINES[i % LINES.len()];
     match (i / LINES.len() + i) % 4 {
         0 => format!("<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\" fill=\"{colour}\"/>"),
-        1 => format!("<rect x=\"{:.1}\" y=\"{:.1}\" width=\"6\" height=\"6\" fill=\"{colour}\"/>", x - 3.0, y - 3.0),
-        2 => format!("<path d=\"M{x:.1} {:.1}L{:.1} {:.1}H{:.1}Z\" fill=\"{colour}\"/>", y - 4.0, x + 4.0, y + 3.0, x - 4.0),
-        _ => format!("<path d=\"M{x:.1} {:.1}L{:.1} {y:.1}L{x:.1} {:.1}L{:.1} {y:.1}Z\" fill=\"{colour}\"/>", y - 4.0, x + 4.0, y + 4.0, x - 4.0),
+        1 => format!(
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"6\" height=\"6\" fill=\"{colour}\"/>",
+            x - 3.0,
+            y - 3.0
+        ),
+        2 => format!(
+            "<path d=\"M{x:.1} {:.1}L{:.1} {:.1}H{:.1}Z\" fill=\"{colour}\"/>",
+            y - 4.0,
+            x + 4.0,
+            y + 3.0,
+            x - 4.0
+        ),
+        _ => format!(
+            "<path d=\"M{x:.1} {:.1}L{:.1} {y:.1}L{x:.1} {:.1}L{:.1} {y:.1}Z\" fill=\"{colour}\"/>",
+            y - 4.0,
+            x + 4.0,
+            y + 4.0,
+            x - 4.0
+        ),
     }
 }
 
@@ -296,7 +330,11 @@ fn bars_chart(
     let bw = f.plot_w() / f.n as f64;
     let gap = if bw > 6.0 { 1.0 } else { 0.0 };
     for (series, fill) in [("allowed", ALLOWED), (denied_name, denied_fill)] {
-        let _ = write!(out, "<g class=\"series\" data-series=\"{}\" fill=\"{fill}\">", esc(series));
+        let _ = write!(
+            out,
+            "<g class=\"series\" data-series=\"{}\" fill=\"{fill}\">",
+            esc(series)
+        );
         for (i, c) in counts.iter().enumerate() {
             let (low, high) = if series == "allowed" {
                 (0, c.allowed)
@@ -330,11 +368,22 @@ fn bars_chart(
 }
 
 /// One line per shadow rule: would-be denials of requests the policy admitted.
-fn shadow_chart(out: &mut String, side: &Side, shadows: &[usize], max: u64, interval_us: i64, y_title: &str) {
+fn shadow_chart(
+    out: &mut String,
+    side: &Side,
+    shadows: &[usize],
+    max: u64,
+    interval_us: i64,
+    y_title: &str,
+) {
     let rules = side.policy.rules();
     let n = side.report.intervals.len();
     let f = Frame::new(190.0, n, max);
-    f.open(out, "shadow", &format!("{}: shadow rules' would-be denials", side.rules_file));
+    f.open(
+        out,
+        "shadow",
+        &format!("{}: shadow rules' would-be denials", side.rules_file),
+    );
     f.axes(out, y_title, interval_us);
     let mut entries = Vec::new();
     for (k, &ri) in shadows.iter().enumerate() {
@@ -351,7 +400,10 @@ fn shadow_chart(out: &mut String, side: &Side, shadows: &[usize], max: u64, inte
             })
             .collect();
         let _ = write!(out, "<g class=\"series\" data-series=\"{}\">", esc(name));
-        let path: Vec<String> = points.iter().map(|(x, y, _)| format!("{x:.1},{y:.1}")).collect();
+        let path: Vec<String> = points
+            .iter()
+            .map(|(x, y, _)| format!("{x:.1},{y:.1}"))
+            .collect();
         let _ = write!(
             out,
             "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" stroke-dasharray=\"{dash}\"/>",
@@ -372,7 +424,10 @@ fn shadow_chart(out: &mut String, side: &Side, shadows: &[usize], max: u64, inte
             }
         }
         out.push_str("</g>");
-        entries.push((swatch_line(k), format!("{name} (shadow): would deny, of admitted requests")));
+        entries.push((
+            swatch_line(k),
+            format!("{name} (shadow): would deny, of admitted requests"),
+        ));
     }
     out.push_str("</svg>");
     legend(out, "shadow", &entries);
@@ -397,7 +452,11 @@ fn clients_chart(out: &mut String, side: &Side, scenario: &Scenario, top: usize,
     out.push_str("<g class=\"grid\">");
     let mut v = step;
     while v <= xmax + 1e-9 {
-        let _ = write!(out, "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{top_pad}\" y2=\"{base:.1}\"/>", x(v));
+        let _ = write!(
+            out,
+            "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{top_pad}\" y2=\"{base:.1}\"/>",
+            x(v)
+        );
         v += step;
     }
     out.push_str("</g>");
@@ -405,7 +464,11 @@ fn clients_chart(out: &mut String, side: &Side, scenario: &Scenario, top: usize,
     let labels: Vec<String> = clients
         .iter()
         .map(|((pi, client), c)| {
-            let who = if c.label.is_empty() { format!("client {client}") } else { c.label.clone() };
+            let who = if c.label.is_empty() {
+                format!("client {client}")
+            } else {
+                c.label.clone()
+            };
             if multi {
                 format!("{who} in “{}”", scenario.phases[*pi].name)
             } else {
@@ -414,10 +477,17 @@ fn clients_chart(out: &mut String, side: &Side, scenario: &Scenario, top: usize,
         })
         .collect();
     for (series, fill) in [("allowed", ALLOWED), ("denied", DENIED)] {
-        let _ = write!(out, "<g class=\"series\" data-series=\"{series}\" fill=\"{fill}\">");
+        let _ = write!(
+            out,
+            "<g class=\"series\" data-series=\"{series}\" fill=\"{fill}\">"
+        );
         for (i, (_, c)) in clients.iter().enumerate() {
             let allowed = c.requests - c.denied;
-            let (a, b) = if series == "allowed" { (0, allowed) } else { (allowed, c.requests) };
+            let (a, b) = if series == "allowed" {
+                (0, allowed)
+            } else {
+                (allowed, c.requests)
+            };
             let y = top_pad + row * i as f64 + 17.0;
             let _ = write!(
                 out,
@@ -443,7 +513,11 @@ fn clients_chart(out: &mut String, side: &Side, scenario: &Scenario, top: usize,
             pct(c.denied, c.requests)
         );
     }
-    let _ = write!(out, "<g class=\"axis\"><path d=\"M{left} {base:.1}H{:.1}\" fill=\"none\"/>", w - right);
+    let _ = write!(
+        out,
+        "<g class=\"axis\"><path d=\"M{left} {base:.1}H{:.1}\" fill=\"none\"/>",
+        w - right
+    );
     let mut v = 0.0;
     while v <= xmax + 1e-9 {
         let _ = write!(
@@ -465,7 +539,10 @@ fn clients_chart(out: &mut String, side: &Side, scenario: &Scenario, top: usize,
     legend(
         out,
         "clients",
-        &[(swatch_fill(ALLOWED), "allowed".into()), (swatch_fill(DENIED), "denied".into())],
+        &[
+            (swatch_fill(ALLOWED), "allowed".into()),
+            (swatch_fill(DENIED), "denied".into()),
+        ],
     );
 }
 
@@ -478,7 +555,12 @@ struct Scales {
 }
 
 fn scales(page: &Page) -> Scales {
-    let mut s = Scales { total: 0, rule: 0, shadow: 0, clients: 0 };
+    let mut s = Scales {
+        total: 0,
+        rule: 0,
+        shadow: 0,
+        clients: 0,
+    };
     for side in &page.sides {
         let shadow: Vec<bool> = side.policy.rules().iter().map(|r| r.shadow).collect();
         for row in &side.report.intervals {
@@ -502,7 +584,11 @@ fn scales(page: &Page) -> Scales {
 fn row(out: &mut String, page: &Page, mut cell: impl FnMut(&mut String, &Side)) {
     out.push_str("<div class=\"row\">");
     for side in &page.sides {
-        let _ = write!(out, "<div class=\"cell\" data-policy=\"{}\">", esc(&side.rules_file));
+        let _ = write!(
+            out,
+            "<div class=\"cell\" data-policy=\"{}\">",
+            esc(&side.rules_file)
+        );
         cell(out, side);
         out.push_str("</div>");
     }
@@ -563,7 +649,12 @@ fn shadow_cell(out: &mut String, side: &Side, scales: &Scales) {
     let rules = side.policy.rules();
     let requests = report.total.allowed + report.total.denied;
     out.push_str("<h3>Shadow rules: would-be denials of admitted requests</h3>");
-    let shadows: Vec<usize> = rules.iter().enumerate().filter(|(_, r)| r.shadow).map(|(i, _)| i).collect();
+    let shadows: Vec<usize> = rules
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.shadow)
+        .map(|(i, _)| i)
+        .collect();
     if shadows.is_empty() {
         out.push_str("<p class=\"note\">This policy has no shadow rule.</p>");
         return;
@@ -578,7 +669,14 @@ fn shadow_cell(out: &mut String, side: &Side, scales: &Scales) {
             pct(t.would_deny_admitted, requests)
         );
     }
-    shadow_chart(out, side, &shadows, scales.shadow, report.interval.as_micros() as i64, &per_interval(report));
+    shadow_chart(
+        out,
+        side,
+        &shadows,
+        scales.shadow,
+        report.interval.as_micros() as i64,
+        &per_interval(report),
+    );
 }
 
 fn clients_cell(out: &mut String, page: &Page, side: &Side, scales: &Scales) {
@@ -593,11 +691,19 @@ fn clients_cell(out: &mut String, page: &Page, side: &Side, scales: &Scales) {
 fn rule_cell(out: &mut String, side: &Side, name: &str, scales: &Scales) {
     let report = side.report;
     let Some(i) = side.policy.rules().iter().position(|r| r.name == name) else {
-        let _ = write!(out, "<h3>Rule {}</h3><p class=\"note\">Not in this policy.</p>", esc(name));
+        let _ = write!(
+            out,
+            "<h3>Rule {}</h3><p class=\"note\">Not in this policy.</p>",
+            esc(name)
+        );
         return;
     };
     let rule = &side.policy.rules()[i];
-    let title = if rule.shadow { format!("{name} (shadow: reported, not enforced)") } else { name.to_string() };
+    let title = if rule.shadow {
+        format!("{name} (shadow: reported, not enforced)")
+    } else {
+        name.to_string()
+    };
     let t = &report.rules[i];
     let _ = write!(
         out,
@@ -609,7 +715,11 @@ fn rule_cell(out: &mut String, side: &Side, name: &str, scales: &Scales) {
         pct(t.denied, t.applied)
     );
     let counts: Vec<&Counts> = report.intervals.iter().map(|r| &r.rules[i]).collect();
-    let (denied, fill) = if rule.shadow { ("would deny", WOULD_DENY) } else { ("denied", DENIED) };
+    let (denied, fill) = if rule.shadow {
+        ("would deny", WOULD_DENY)
+    } else {
+        ("denied", DENIED)
+    };
     bars_chart(
         out,
         140.0,
@@ -627,8 +737,16 @@ fn rule_cell(out: &mut String, side: &Side, name: &str, scales: &Scales) {
 fn table_cell(out: &mut String, side: &Side) {
     out.push_str("<h3>Rules</h3><table><thead><tr><th>rule</th><th>limit</th><th>applied</th><th>allowed</th><th>denied</th><th>denied %</th><th>decided denials</th></tr></thead><tbody>");
     for (r, t) in side.policy.rules().iter().zip(&side.report.rules) {
-        let name = if r.shadow { format!("{} (shadow)", r.name) } else { r.name.clone() };
-        let caused = if r.shadow { "-".to_string() } else { t.caused.to_string() };
+        let name = if r.shadow {
+            format!("{} (shadow)", r.name)
+        } else {
+            r.name.clone()
+        };
+        let caused = if r.shadow {
+            "-".to_string()
+        } else {
+            t.caused.to_string()
+        };
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{caused}</td></tr>",
@@ -669,7 +787,11 @@ pub(crate) fn render(page: &Page) -> String {
         format_duration(page.sides.first().map(|s| s.report.interval).unwrap_or_default())
     );
     for p in &sc.phases {
-        let attrs: Vec<String> = p.attributes.iter().map(|(k, t)| format!("{k}={}", t.describe())).collect();
+        let attrs: Vec<String> = p
+            .attributes
+            .iter()
+            .map(|(k, t)| format!("{k}={}", t.describe()))
+            .collect();
         let _ = write!(
             out,
             "<li>phase “{}”: {} at {} req/s, {} clients (skew {}), burst {}, cost {}; {}</li>",
@@ -688,7 +810,9 @@ pub(crate) fn render(page: &Page) -> String {
     row(&mut out, page, header_cell);
     row(&mut out, page, |o, side| total_cell(o, side, &scales));
     row(&mut out, page, |o, side| shadow_cell(o, side, &scales));
-    row(&mut out, page, |o, side| clients_cell(o, page, side, &scales));
+    row(&mut out, page, |o, side| {
+        clients_cell(o, page, side, &scales)
+    });
     for name in rule_names(page) {
         row(&mut out, page, |o, side| rule_cell(o, side, &name, &scales));
     }
@@ -703,7 +827,10 @@ mod tests {
 
     #[test]
     fn names_are_escaped() {
-        assert_eq!(esc("<a href=\"x\">&'</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(
+            esc("<a href=\"x\">&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;"
+        );
     }
 
     #[test]
