@@ -10,6 +10,8 @@ all: test
 ## The main job: simulate traffic through examples/rules.toml on the embedded backend.
 demo:
 	$(CARGO) run -q -p throttlegate-cli -- simulate --rules examples/rules.toml
+	@echo "As a page of charts, beside the same policy with its shadow rule enforced:"
+	@echo "  cargo run -q -p throttlegate-cli -- simulate --rules examples/rules.toml --compare examples/rules-enforced.toml --report report.html"
 
 ## Everything the tests need: redis-server (Debian package), Python and Node tools (local folders).
 deps:

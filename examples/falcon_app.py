@@ -10,8 +10,6 @@ library's wsgiref, one thread per request.
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Sequence
 from socketserver import ThreadingMixIn
 from typing import Optional
@@ -19,21 +17,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import falcon
 
-import throttlegate
 from throttlegate.wsgi import DECISION_KEY, RateLimitMiddleware, WSGIApp
 
-POLICY = {
-    "rules": [
-        {"name": "per-ip", "key": "ip:{ip}", "limit": 5, "window": "1m"},
-        {
-            "name": "login",
-            "key": "login:{ip}",
-            "match": {"path": "/login", "method": ["POST"]},
-            "limit": 2,
-            "window": "15m",
-        },
-    ]
-}
+import _common  # examples/_common.py: the policy and the command line
 
 
 class Index:
@@ -54,13 +40,11 @@ def create_app(
     timeout: Optional[float] = None,
 ) -> WSGIApp:
     """The app, limited by a Limiter on `url` (None: the embedded backend)."""
-    limiter = throttlegate.Limiter(POLICY, url, prefix=prefix, on_backend_error=on_backend_error,  # type: ignore[arg-type]
-                                   timeout=timeout)
+    limiter = _common.limiter(url, prefix, on_backend_error, timeout)
     app = falcon.App()
     app.add_route("/", Index())
     app.add_route("/login", Login())
-    client_ip = throttlegate.ClientIp(trusted_proxies=list(trusted_proxies))
-    return RateLimitMiddleware(app, limiter=limiter, client_ip=client_ip)
+    return RateLimitMiddleware(app, limiter=limiter, client_ip=_common.client_ip(trusted_proxies))
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
@@ -73,15 +57,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--url", default=os.environ.get("THROTTLEGATE_URL"))
-    parser.add_argument("--prefix", default=None)
-    parser.add_argument("--timeout", type=float, default=None, help="seconds")
-    parser.add_argument("--on-backend-error", choices=["allow", "deny", "error"], default=None)
-    parser.add_argument("--trusted-proxy", action="append", default=[])
-    args = parser.parse_args()
+    args = _common.parse_args(__doc__)
     app = create_app(args.url, args.trusted_proxy, args.prefix, args.on_backend_error, args.timeout)
     with make_server(args.host, args.port, app, server_class=_ThreadingServer, handler_class=_QuietHandler) as server:
         server.serve_forever()

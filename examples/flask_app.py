@@ -9,8 +9,6 @@ RateLimit headers, Retry-After and an application/problem+json body.
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Sequence
 from typing import Optional
 
@@ -19,25 +17,20 @@ from flask import Flask, jsonify
 import throttlegate
 from throttlegate.flask import Throttle
 
-POLICY = {
-    "rules": [
-        {"name": "per-ip", "key": "ip:{ip}", "limit": 5, "window": "1m"},
-        {
-            "name": "login",
-            "key": "login:{ip}",
-            "match": {"path": "/login", "method": ["POST"]},
-            "limit": 2,
-            "window": "15m",
-        },
-    ]
-}
+import _common  # examples/_common.py: the policy and the command line
 
 
-def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), prefix: Optional[str] = None) -> Flask:
+def create_app(
+    url: Optional[str] = None,
+    trusted_proxies: Sequence[str] = (),
+    prefix: Optional[str] = None,
+    on_backend_error: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Flask:
     """The app, limited by a Limiter on `url` (None: the embedded backend)."""
-    limiter = throttlegate.Limiter(POLICY, url=url, prefix=prefix)
+    limiter = _common.limiter(url, prefix, on_backend_error, timeout)
     app = Flask(__name__)
-    throttle = Throttle(app, limiter=limiter, client_ip=throttlegate.ClientIp(trusted_proxies=list(trusted_proxies)))
+    throttle = Throttle(app, limiter=limiter, client_ip=_common.client_ip(trusted_proxies))
 
     @app.get("/")
     def index():  # type: ignore[no-untyped-def]
@@ -61,14 +54,8 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--url", default=os.environ.get("THROTTLEGATE_URL"))
-    parser.add_argument("--prefix", default=None)
-    parser.add_argument("--trusted-proxy", action="append", default=[])
-    args = parser.parse_args()
-    app = create_app(args.url, args.trusted_proxy, args.prefix)
+    args = _common.parse_args(__doc__)
+    app = create_app(args.url, args.trusted_proxy, args.prefix, args.on_backend_error, args.timeout)
     app.run(host=args.host, port=args.port, threaded=True)
 
 

@@ -9,8 +9,6 @@ any ASGI app (Litestar, falcon.asgi.App, a bare callable).
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Sequence
 from typing import Optional
 
@@ -21,21 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-import throttlegate
 from throttlegate.asgi import RateLimitMiddleware
 
-POLICY = {
-    "rules": [
-        {"name": "per-ip", "key": "ip:{ip}", "limit": 5, "window": "1m"},
-        {
-            "name": "login",
-            "key": "login:{ip}",
-            "match": {"path": "/login", "method": ["POST"]},
-            "limit": 2,
-            "window": "15m",
-        },
-    ]
-}
+import _common  # examples/_common.py: the policy and the command line
 
 
 async def index(request: Request) -> JSONResponse:
@@ -54,25 +40,15 @@ def create_app(
     timeout: Optional[float] = None,
 ) -> Starlette:
     """The app, limited by a Limiter on `url` (None: the embedded backend)."""
-    limiter = throttlegate.Limiter(POLICY, url, prefix=prefix, on_backend_error=on_backend_error,  # type: ignore[arg-type]
-                                   timeout=timeout)
-    client_ip = throttlegate.ClientIp(trusted_proxies=list(trusted_proxies))
+    limiter = _common.limiter(url, prefix, on_backend_error, timeout)
     return Starlette(
         routes=[Route("/", index), Route("/login", login, methods=["POST"])],
-        middleware=[Middleware(RateLimitMiddleware, limiter=limiter, client_ip=client_ip)],
+        middleware=[Middleware(RateLimitMiddleware, limiter=limiter, client_ip=_common.client_ip(trusted_proxies))],
     )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--url", default=os.environ.get("THROTTLEGATE_URL"))
-    parser.add_argument("--prefix", default=None)
-    parser.add_argument("--timeout", type=float, default=None, help="seconds")
-    parser.add_argument("--on-backend-error", choices=["allow", "deny", "error"], default=None)
-    parser.add_argument("--trusted-proxy", action="append", default=[])
-    args = parser.parse_args()
+    args = _common.parse_args(__doc__)
     app = create_app(args.url, args.trusted_proxy, args.prefix, args.on_backend_error, args.timeout)
     # proxy_headers=False: only throttlegate's trusted proxies may speak for a client.
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=False)

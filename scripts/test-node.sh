@@ -3,7 +3,8 @@
 # script, which builds the addon from source), check that the committed
 # index.d.ts matches the Rust source, type-check a TypeScript user, run the
 # node:test suites (they start their own redis-servers, a local Redis Cluster
-# and a TLS redis-server with a private CA), then pack the main and the
+# and a TLS redis-server with a private CA; tests/report opens the CLI's
+# `simulate --report` page in Debian's headless Chromium), then pack the main and the
 # platform package (scripts/dist.sh node) and install both tarballs in an
 # empty folder.
 set -euo pipefail
@@ -15,6 +16,8 @@ ROOT="$PWD"
 . scripts/need.sh  # need TOOL PACKAGE
 need redis-cli redis-tools
 need openssl openssl
+# tests/report drives Debian's Chromium (puppeteer-core downloads no browser).
+need chromium chromium
 
 # Tests build the addon without optimisations; users' `npm install` builds release.
 export THROTTLEGATE_BUILD_PROFILE="${THROTTLEGATE_BUILD_PROFILE:-dev}"
@@ -41,8 +44,11 @@ fi
 echo "== tsc --noEmit on a TypeScript user of the API"
 npx tsc -p bindings/node/test/types/tsconfig.json
 
+echo "== cargo build -p throttlegate-cli (the simulate --report page for tests/report)"
+cargo build -q -p throttlegate-cli
+
 echo "== node --test"
-node --test bindings/node/test/
+node --test bindings/node/test/ tests/report/
 
 echo "== pack the main and the platform package, install both in an empty folder"
 PROFILE="$THROTTLEGATE_BUILD_PROFILE" DIST="$WORK/dist" scripts/dist.sh node >"$WORK/dist.log" 2>&1 \

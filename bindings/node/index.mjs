@@ -1,5 +1,15 @@
 // ES module entry: the same objects as the CommonJS entry.
 import native from './index.js';
 
-export const { ClientIp, ErrorCode, Limiter, ManualClock, METRICS_CONTENT_TYPE, Policy, VERSION } = native;
+export const {
+  ClientIp,
+  ErrorCode,
+  Limiter,
+  ManualClock,
+  METRICS_CONTENT_TYPE,
+  metricFamilies,
+  metricOutcomes,
+  Policy,
+  VERSION,
+} = native;
 export default native;

@@ -13,6 +13,7 @@ mod bench;
 mod error;
 mod oneshot;
 mod policy_tools;
+mod report;
 mod simulate;
 mod traffic;
 

@@ -6,7 +6,7 @@
 //! the same report.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -100,6 +100,15 @@ pub struct SimulateArgs {
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
+    /// Also write the run as one self-contained HTML page of charts (no
+    /// network needed to view it): requests allowed and denied per rule over
+    /// virtual time, the shadow rules' would-be denials, the most denied clients.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// A second policy run on the same traffic: its tables follow the first
+    /// one's, and the --report page draws both side by side.
+    #[arg(long, value_name = "FILE")]
+    compare: Option<PathBuf>,
 }
 
 /// The virtual clock starts at 2026-01-01T00:00:00Z, so runs are reproducible.
@@ -118,43 +127,52 @@ fn default_interval(total: Duration) -> Duration {
     Duration::from_secs(s)
 }
 
+/// Requests allowed and denied (by a rule, or by the whole policy).
 #[derive(Debug, Clone, Default)]
-struct Counts {
-    allowed: u64,
-    denied: u64,
+pub(crate) struct Counts {
+    pub allowed: u64,
+    pub denied: u64,
+    /// Shadow rules: denials of requests the policy admitted.
+    pub would_deny_admitted: u64,
 }
 
+/// One rule over the whole run.
 #[derive(Debug, Clone, Default)]
-struct RuleTotals {
-    applied: u64,
-    allowed: u64,
-    denied: u64,
+pub(crate) struct RuleTotals {
+    pub applied: u64,
+    pub allowed: u64,
+    pub denied: u64,
     /// Denials where this rule was the headline (most restrictive) rule.
-    caused: u64,
+    pub caused: u64,
     /// Shadow rules: would have denied a request that was admitted.
-    would_deny_admitted: u64,
+    pub would_deny_admitted: u64,
 }
 
+/// One interval of the run: the policy's decisions and each rule's.
 #[derive(Debug, Clone, Default)]
-struct Interval {
-    total: Counts,
-    rules: Vec<Counts>,
+pub(crate) struct Interval {
+    pub total: Counts,
+    /// In policy order.
+    pub rules: Vec<Counts>,
 }
 
+/// One client (in one phase) over the whole run.
 #[derive(Debug, Clone, Default)]
-struct ClientTotals {
-    requests: u64,
-    denied: u64,
-    label: String,
+pub(crate) struct ClientTotals {
+    pub requests: u64,
+    pub denied: u64,
+    /// Its fixed attributes (`ip=10.0.0.3 api_key=api_key-3`).
+    pub label: String,
 }
 
-struct Report {
-    interval: Duration,
-    intervals: Vec<Interval>,
-    rules: Vec<RuleTotals>,
-    phases: Vec<Counts>,
-    clients: HashMap<(usize, u64), ClientTotals>,
-    total: Counts,
+/// What one policy did to the traffic.
+pub(crate) struct Report {
+    pub interval: Duration,
+    pub intervals: Vec<Interval>,
+    pub rules: Vec<RuleTotals>,
+    pub phases: Vec<Counts>,
+    pub clients: HashMap<(usize, u64), ClientTotals>,
+    pub total: Counts,
 }
 
 fn client_label(templates: &AttributeTemplates, attrs: &[(String, String)]) -> String {
@@ -167,7 +185,7 @@ fn client_label(templates: &AttributeTemplates, attrs: &[(String, String)]) -> S
 }
 
 /// Build the scenario from the flags or the scenario file.
-fn scenario_of(args: &SimulateArgs, policy: &Policy) -> CliResult<Scenario> {
+fn scenario_of(args: &SimulateArgs, policy: &Policy, other: Option<&Policy>) -> CliResult<Scenario> {
     let defaults = PhaseDefaults {
         burst: args.burst,
         clients: args.clients,
@@ -196,6 +214,13 @@ fn scenario_of(args: &SimulateArgs, policy: &Policy) -> CliResult<Scenario> {
         phase.attributes.extend(flags.clone());
         if phase.attributes.is_empty() {
             phase.attributes = templates_for_policy(policy);
+            // The same traffic for both policies: it carries the attributes
+            // the compared policy names too (the first policy's win).
+            if let Some(other) = other {
+                for (name, t) in templates_for_policy(other) {
+                    phase.attributes.entry(name).or_insert(t);
+                }
+            }
         }
     }
     if let Some(seed) = args.seed {
@@ -310,6 +335,7 @@ async fn drive(
                         tot.denied += 1;
                         if r.shadow && d.allowed {
                             tot.would_deny_admitted += 1;
+                            row.rules[i].would_deny_admitted += 1;
                         }
                     }
                 }
@@ -337,7 +363,7 @@ async fn drive(
     Ok((report, seen))
 }
 
-fn algorithm_text(a: &Algorithm) -> String {
+pub(crate) fn algorithm_text(a: &Algorithm) -> String {
     match *a {
         Algorithm::SlidingWindowLog { limit, window } => {
             format!("{limit} per {}", format_duration(window))
@@ -358,12 +384,12 @@ fn algorithm_text(a: &Algorithm) -> String {
     }
 }
 
-fn clock_text(us: i64) -> String {
+pub(crate) fn clock_text(us: i64) -> String {
     let s = us / 1_000_000;
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
 }
 
-fn pct(part: u64, whole: u64) -> String {
+pub(crate) fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
         "-".into()
     } else {
@@ -373,6 +399,7 @@ fn pct(part: u64, whole: u64) -> String {
 
 fn print_report(
     args: &SimulateArgs,
+    rules_file: &Path,
     policy: &Policy,
     scenario: &Scenario,
     report: &Report,
@@ -382,7 +409,7 @@ fn print_report(
     let requests = report.total.allowed + report.total.denied;
     println!(
         "Simulating {} on the {} backend: {} of virtual time, seed {}",
-        args.backend.rules.display(),
+        rules_file.display(),
         if backend == "memory" {
             "embedded (in-memory)"
         } else {
@@ -548,7 +575,7 @@ fn print_report(
     }
 }
 
-fn top_clients(report: &Report, n: usize) -> Vec<(&(usize, u64), &ClientTotals)> {
+pub(crate) fn top_clients(report: &Report, n: usize) -> Vec<(&(usize, u64), &ClientTotals)> {
     let mut v: Vec<_> = report
         .clients
         .iter()
@@ -559,14 +586,9 @@ fn top_clients(report: &Report, n: usize) -> Vec<(&(usize, u64), &ClientTotals)>
     v
 }
 
-fn report_json(
-    policy: &Policy,
-    scenario: &Scenario,
-    report: &Report,
-    backend: &str,
-    args: &SimulateArgs,
-) -> Value {
-    let rules = policy.rules();
+fn report_json(run: &Run, scenario: &Scenario, args: &SimulateArgs) -> Value {
+    let (report, backend) = (&run.report, run.backend);
+    let rules = run.policy.rules();
     let interval_ms = report.interval.as_millis() as u64;
     let intervals: Vec<Value> = report
         .intervals
@@ -623,7 +645,7 @@ fn report_json(
         })
         .collect();
     json!({
-        "rules_file": args.backend.rules.display().to_string(),
+        "rules_file": run.rules_file.display().to_string(),
         "backend": backend,
         "seed": scenario.seed,
         "duration_ms": scenario.duration().as_millis() as u64,
@@ -638,28 +660,43 @@ fn report_json(
     })
 }
 
-/// `throttlegate simulate`.
-pub fn run(args: SimulateArgs) -> CliResult<u8> {
-    let mut builder = args.backend.builder(args.redis.as_deref())?;
-    if args.redis.is_some() && args.backend.prefix.is_none() {
+/// One policy driven through the scenario.
+struct Run {
+    rules_file: PathBuf,
+    policy: Policy,
+    report: Report,
+    backend: &'static str,
+    elapsed: Duration,
+}
+
+/// A limiter on a manual clock for `backend` (a fresh prefix on Redis unless one is given).
+fn limiter_for(args: &SimulateArgs, backend: &BackendArgs) -> CliResult<(Limiter, ManualClock)> {
+    let mut builder = backend.builder(args.redis.as_deref())?;
+    if args.redis.is_some() && backend.prefix.is_none() {
         // Never touch the keys of live traffic sharing this Redis.
         builder = builder.prefix(unique_prefix());
     }
     let clock = ManualClock::new(START_US);
     let limiter = builder.clock(Clock::Manual(clock.clone())).build()?;
+    Ok((limiter, clock))
+}
+
+fn simulate_one(
+    args: &SimulateArgs,
+    rules_file: &Path,
+    limiter: &Limiter,
+    clock: &ManualClock,
+    scenario: &Scenario,
+    interval: Duration,
+) -> CliResult<Run> {
     let policy = limiter.policy().clone();
-    let scenario = scenario_of(&args, &policy)?;
-    let interval = scenario
-        .interval
-        .unwrap_or_else(|| default_interval(scenario.duration()));
-    let backend = limiter.backend_name();
     let started = Instant::now();
     let remember = args.redis.is_some();
     let outcome = throttlegate::runtime::block_on(async {
         if remember {
             limiter.ping().await?;
         }
-        let result = drive(&limiter, &clock, &policy, &scenario, interval, remember).await;
+        let result = drive(limiter, clock, &policy, scenario, interval, remember).await;
         if let Ok((_, seen)) = &result {
             // Remove what the simulation wrote (its keys live under its own prefix).
             for attrs in seen {
@@ -669,21 +706,87 @@ pub fn run(args: SimulateArgs) -> CliResult<u8> {
         result
     })?;
     let (report, _) = outcome?;
-    let elapsed = started.elapsed();
-    let requests = report.total.allowed + report.total.denied;
-    if args.json {
-        println!(
-            "{}",
-            report_json(&policy, &scenario, &report, backend, &args)
-        );
-    } else {
-        print_report(&args, &policy, &scenario, &report, backend);
+    Ok(Run {
+        rules_file: rules_file.to_path_buf(),
+        policy,
+        report,
+        backend: limiter.backend_name(),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// `throttlegate simulate`.
+pub fn run(args: SimulateArgs) -> CliResult<u8> {
+    let (limiter, clock) = limiter_for(&args, &args.backend)?;
+    let other = match &args.compare {
+        Some(path) => {
+            let backend = BackendArgs {
+                rules: path.clone(),
+                ..args.backend.clone()
+            };
+            Some((path.clone(), limiter_for(&args, &backend)?))
+        }
+        None => None,
+    };
+    let (policy, other_policy) = (limiter.policy(), other.as_ref().map(|(_, (l, _))| l.policy()));
+    let scenario = scenario_of(&args, &policy, other_policy.as_ref())?;
+    let interval = scenario
+        .interval
+        .unwrap_or_else(|| default_interval(scenario.duration()));
+    let mut runs = vec![simulate_one(
+        &args,
+        &args.backend.rules,
+        &limiter,
+        &clock,
+        &scenario,
+        interval,
+    )?];
+    if let Some((path, (limiter, clock))) = &other {
+        runs.push(simulate_one(
+            &args, path, limiter, clock, &scenario, interval,
+        )?);
     }
-    eprintln!(
-        "simulated {requests} checks in {:.2}s of real time ({:.0} checks/s)",
-        elapsed.as_secs_f64(),
-        requests as f64 / elapsed.as_secs_f64().max(1e-9)
-    );
+    if let Some(path) = &args.report {
+        let page = crate::report::Page {
+            scenario: &scenario,
+            backend: runs[0].backend,
+            top: args.top,
+            sides: runs
+                .iter()
+                .map(|r| crate::report::Side {
+                    rules_file: r.rules_file.display().to_string(),
+                    policy: &r.policy,
+                    report: &r.report,
+                })
+                .collect(),
+        };
+        crate::report::write(path, &page)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if args.json {
+        let mut out = report_json(&runs[0], &scenario, &args);
+        if let Some(second) = runs.get(1) {
+            out["compare"] = report_json(second, &scenario, &args);
+        }
+        println!("{out}");
+    } else {
+        for (i, r) in runs.iter().enumerate() {
+            if i > 0 {
+                println!();
+                println!("Compared with:");
+                println!();
+            }
+            print_report(&args, &r.rules_file, &r.policy, &scenario, &r.report, r.backend);
+        }
+    }
+    for r in &runs {
+        let requests = r.report.total.allowed + r.report.total.denied;
+        eprintln!(
+            "simulated {requests} checks in {:.2}s of real time ({:.0} checks/s)",
+            r.elapsed.as_secs_f64(),
+            requests as f64 / r.elapsed.as_secs_f64().max(1e-9)
+        );
+    }
     Ok(EXIT_OK)
 }
 

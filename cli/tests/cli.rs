@@ -905,3 +905,91 @@ fn lint_and_diff_print_their_golden_outputs_and_exit_codes() {
     let o = bin().args(["diff", "diff-old.toml", "missing.toml", "--format", "json"]).current_dir(repo("cli/tests/policies")).output().unwrap();
     assert_eq!(json(&o)["error"]["kind"], "io");
 }
+
+// ---- simulate --report -------------------------------------------------------
+
+#[test]
+fn the_report_is_one_page_that_escapes_every_name() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("report-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = temp_file(
+        "report-scenario.toml",
+        "seed = 3\ninterval = \"1m\"\n[attributes]\nip = \"10.0.0.{client}\"\nagent = \"<script>alert(1)</script>&{client}\"\n\
+         [[phases]]\nname = \"<b>quiet</b>\"\nduration = \"3m\"\nrate = 2\nclients = 2\n\
+         [[phases]]\nname = \"storm & \\\"more\\\"\"\nduration = \"4m\"\nrate = 40\nclients = 3\n",
+    );
+    let page = dir.join("report.html");
+    let o = run(&[
+        "simulate",
+        "--rules",
+        &repo("examples/rules.toml"),
+        "--scenario",
+        scenario.to_str().unwrap(),
+        "--report",
+        page.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("wrote "), "{}", stderr(&o));
+    let v = json(&o);
+    assert!(v.get("compare").is_none());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("default-src 'none'"), "a CSP that loads nothing");
+    for raw in ["<script", "<b>quiet"] {
+        assert!(!html.contains(raw), "{raw:?} is not escaped");
+    }
+    for escaped in [
+        "&lt;script&gt;alert(1)&lt;/script&gt;&amp;",
+        "&lt;b&gt;quiet&lt;/b&gt;",
+        "storm &amp; &quot;more&quot;",
+    ] {
+        assert!(html.contains(escaped), "missing {escaped:?}");
+    }
+    for rule in ["per-ip", "per-api-key", "login", "global", "per-ip-strict"] {
+        assert!(html.contains(&format!("data-chart=\"rule:{rule}\"")), "{rule}");
+    }
+    assert_eq!(html.matches("data-chart=\"total\"").count(), 1);
+    assert_eq!(html.matches("data-chart=\"shadow\"").count(), 1);
+}
+
+#[test]
+fn compare_runs_a_second_policy_on_the_same_traffic() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("compare.html");
+    let args = |extra: &[&str]| {
+        let mut a = vec!["simulate", "--rules", "RULES", "--duration", "3m", "--seed", "5", "--json"];
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let rules = repo("examples/rules.toml");
+    let enforced = repo("examples/rules-enforced.toml");
+    let with = |extra: &[&str]| {
+        let a: Vec<String> = args(extra).into_iter().map(|s| if s == "RULES" { rules.clone() } else { s }).collect();
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        run(&a)
+    };
+    let o = with(&["--compare", &enforced, "--report", page.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v = json(&o);
+    let other = &v["compare"];
+    assert_eq!(other["rules_file"], enforced.as_str());
+    // The same traffic: as many requests, and the first policy's numbers as without --compare.
+    assert_eq!(v["requests"], other["requests"]);
+    let alone = json(&with(&[]));
+    assert_eq!(alone["denied"], v["denied"]);
+    assert!(other["denied"].as_u64() > v["denied"].as_u64(), "enforcing the candidate denies more");
+    let html = std::fs::read_to_string(&page).unwrap();
+    // One cell per policy in each row: header, every request, shadow, clients, 5 rules, table.
+    assert_eq!(html.matches("<div class=\"row\">").count(), 10);
+    assert_eq!(html.matches("<div class=\"cell\" data-policy=").count(), 20);
+    // The enforced policy has no shadow rule: one shadow chart, on the first side.
+    assert_eq!(html.matches("data-chart=\"shadow\"").count(), 1);
+    assert!(html.contains("This policy has no shadow rule."));
+
+    let missing = with(&["--compare", "/nonexistent/other.toml"]);
+    assert_fails(&missing, 2, &["/nonexistent/other.toml"]);
+    let unwritable = with(&["--report", "/nonexistent/dir/report.html"]);
+    assert_fails(&unwritable, 2, &["--report", "/nonexistent/dir/report.html"]);
+}

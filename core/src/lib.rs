@@ -61,6 +61,7 @@ pub use limiter::{
     RELOAD_POLL_INTERVAL,
 };
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
+pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     default_precision, format_utc_offset, parse_utc_offset, Algorithm, FailureMode, Period, Policy, Rule,

@@ -319,6 +319,24 @@ pub struct LatencyHistogram {
     pub sum_seconds: f64,
 }
 
+/// One sample of a counter family.
+#[napi(object)]
+pub struct CounterSample {
+    /// The label values, in the order of the family's `labels`.
+    pub labels: Vec<String>,
+    /// The count.
+    pub value: i64,
+}
+
+/// The samples of one counter family of `metricFamilies()`.
+#[napi(object)]
+pub struct CounterSamples {
+    /// The family's name (`throttlegate_checks`).
+    pub name: String,
+    /// Rules in policy order.
+    pub samples: Vec<CounterSample>,
+}
+
 /// A limiter's per-rule metrics (see `Limiter.metrics()`).
 #[napi(object)]
 pub struct Metrics {
@@ -330,6 +348,46 @@ pub struct Metrics {
     pub reloads: i64,
     /// Reloads refused (see `reloadStatus()`).
     pub reload_errors: i64,
+    /// The samples of every counter family, in the order of `metricFamilies()`.
+    pub counters: Vec<CounterSamples>,
+}
+
+/// One metric family every front end exposes (see `metricFamilies()`).
+#[napi(object)]
+pub struct MetricFamily {
+    /// The name, without the `_total` of a counter's samples.
+    pub name: String,
+    /// The help text.
+    pub help: String,
+    /// `'counter'` or `'histogram'`.
+    #[napi(js_name = "type", ts_type = "'counter' | 'histogram'")]
+    pub kind: String,
+    /// The label names of its samples, in order.
+    pub labels: Vec<String>,
+    /// The unit the name ends with (`'seconds'`), if any.
+    pub unit: Option<String>,
+}
+
+/// The metric families of `metricsText()` and of the prom-client collector:
+/// names, help texts, types, label names (the core's list, in exposition order).
+#[napi]
+pub fn metric_families() -> Vec<MetricFamily> {
+    throttlegate::METRIC_FAMILIES
+        .iter()
+        .map(|f| MetricFamily {
+            name: f.name.to_string(),
+            help: f.help.to_string(),
+            kind: f.kind.as_str().to_string(),
+            labels: f.labels.iter().map(|l| l.to_string()).collect(),
+            unit: f.unit.map(str::to_string),
+        })
+        .collect()
+}
+
+/// The values of the `outcome` label of `throttlegate_decisions`, in order.
+#[napi]
+pub fn metric_outcomes() -> Vec<String> {
+    throttlegate::OUTCOMES.iter().map(|o| o.to_string()).collect()
 }
 
 /// The content type of `Limiter.metricsText()`, for a `/metrics` response.
@@ -361,6 +419,14 @@ fn metrics(m: throttlegate::Metrics) -> Metrics {
         },
         reloads: n(m.reloads),
         reload_errors: n(m.reload_errors),
+        counters: m
+            .counters()
+            .into_iter()
+            .map(|c| CounterSamples {
+                name: c.family.name.to_string(),
+                samples: c.samples.into_iter().map(|(labels, value)| CounterSample { labels, value: n(value) }).collect(),
+            })
+            .collect(),
     }
 }
 

@@ -5,7 +5,7 @@
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const client = require('prom-client');
-const { Limiter, METRICS_CONTENT_TYPE } = require('throttlegate');
+const { Limiter, METRICS_CONTENT_TYPE, metricFamilies, metricOutcomes } = require('throttlegate');
 const { registerMetrics } = require('throttlegate/prometheus');
 const { startRedis, freePort, freshPrefix } = require('./helpers.js');
 
@@ -65,6 +65,32 @@ describe('metrics', () => {
     const open = new client.Registry(client.Registry.OPENMETRICS_CONTENT_TYPE);
     registerMetrics(limiter, open);
     assert.ok((await open.metrics()).includes('throttlegate_checks_total{rule="per-ip"} 3'));
+    // The families are the core's, in both expositions: names, help texts, types.
+    const core = limiter.metricsText();
+    const families = metricFamilies();
+    assert.deepEqual(
+      families.map((f) => [f.name, f.type, f.labels]),
+      [
+        ['throttlegate_checks', 'counter', ['rule']],
+        ['throttlegate_decisions', 'counter', ['rule', 'outcome']],
+        ['throttlegate_backend_errors', 'counter', ['rule']],
+        ['throttlegate_timeouts', 'counter', ['rule']],
+        ['throttlegate_backend_call_seconds', 'histogram', []],
+      ],
+    );
+    for (const f of families) {
+      assert.ok(core.includes(`# HELP ${f.name} ${f.help}\n`), f.name);
+      assert.ok(core.includes(`# TYPE ${f.name} ${f.type}\n`), f.name);
+      const name = f.type === 'counter' ? `${f.name}_total` : f.name;
+      assert.ok(text.includes(`# HELP ${name} ${f.help}\n`), name);
+      assert.ok(text.includes(`# TYPE ${name} ${f.type}\n`), name);
+    }
+    assert.deepEqual(metricOutcomes(), ['allowed', 'denied', 'shadow_denied', 'degraded_allowed', 'degraded_denied']);
+    const decisions = limiter.metrics().counters.find((c) => c.name === 'throttlegate_decisions');
+    assert.deepEqual(
+      decisions.samples.map((s) => s.labels),
+      ['per-ip', 'shadow-bucket'].flatMap((r) => metricOutcomes().map((o) => [r, o])),
+    );
     assert.throws(() => registerMetrics({}, registry), /expected a throttlegate Limiter/);
     assert.throws(() => registerMetrics(limiter, {}), /expected a prom-client Registry/);
     await limiter.close();

@@ -31,6 +31,22 @@ fn _panic_async_for_tests(py: Python<'_>, message: String) -> PyResult<Bound<'_,
     })
 }
 
+/// The core's metric families, as a tuple of dicts `{"name", "help", "type",
+/// "labels", "unit"}` (`unit` None when the name carries none).
+fn metric_families(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyTuple>> {
+    let mut out = Vec::with_capacity(throttlegate::METRIC_FAMILIES.len());
+    for f in &throttlegate::METRIC_FAMILIES {
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("name", f.name)?;
+        d.set_item("help", f.help)?;
+        d.set_item("type", f.kind.as_str())?;
+        d.set_item("labels", pyo3::types::PyTuple::new(py, f.labels)?)?;
+        d.set_item("unit", f.unit)?;
+        out.push(d);
+    }
+    pyo3::types::PyTuple::new(py, out)
+}
+
 /// The extension module; `throttlegate/__init__.py` re-exports it.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -38,6 +54,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_PREFIX", throttlegate::DEFAULT_PREFIX)?;
     m.add("MAX_KEY_LEN", throttlegate::MAX_KEY_LEN)?;
     m.add("METRICS_CONTENT_TYPE", throttlegate::METRICS_CONTENT_TYPE)?;
+    m.add("METRIC_FAMILIES", metric_families(m.py())?)?;
+    m.add("OUTCOMES", pyo3::types::PyTuple::new(m.py(), throttlegate::OUTCOMES)?)?;
     m.add_class::<types::Policy>()?;
     m.add_class::<types::ManualClock>()?;
     m.add_class::<types::Decision>()?;

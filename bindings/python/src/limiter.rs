@@ -222,6 +222,9 @@ impl Limiter {
     /// name, "checks": n, ...}], "backend_latency": {"buckets": [(seconds,
     /// cumulative calls), ...], "count": n, "sum_seconds": s}, "reloads": n,
     /// "reload_errors": n}`.
+    /// cumulative calls), ...], "count": n, "sum_seconds": s}, "counters":
+    /// {family name: [(label values, n), ...]}}` (the samples of each counter
+    /// family of `METRIC_FAMILIES`, labels in the family's order).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some(m) = self.inner.metrics() else { return Ok(None) };
         let rules = pyo3::types::PyList::empty(py);
@@ -237,11 +240,16 @@ impl Limiter {
         h.set_item("buckets", &m.backend_latency.buckets)?;
         h.set_item("count", m.backend_latency.count)?;
         h.set_item("sum_seconds", m.backend_latency.sum_seconds)?;
+        let counters = PyDict::new(py);
+        for c in m.counters() {
+            counters.set_item(c.family.name, c.samples)?;
+        }
         let out = PyDict::new(py);
         out.set_item("rules", rules)?;
         out.set_item("backend_latency", h)?;
         out.set_item("reloads", m.reloads)?;
         out.set_item("reload_errors", m.reload_errors)?;
+        out.set_item("counters", counters)?;
         Ok(Some(out))
     }
 

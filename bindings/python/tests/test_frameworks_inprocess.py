@@ -321,6 +321,17 @@ def test_wsgi_attributes_and_decision_in_environ() -> None:
     assert seen == [0]
 
 
+def test_a_synchronous_integration_refuses_async_attributes() -> None:
+    async def attributes(environ: Any) -> dict[str, str]:
+        return {"ip": "203.0.113.9"}
+
+    mw = wsgi.RateLimitMiddleware(lambda e, s: [b"ok"], limiter=limiter(), attributes=attributes)  # type: ignore[arg-type]
+    environ = {"REMOTE_ADDR": "203.0.113.9", "REQUEST_METHOD": "GET", "PATH_INFO": "/"}
+    with pytest.raises(throttlegate.InvalidArgumentTypeError, match="attributes: expected a function returning a mapping, got an async function"):
+        mw(environ, lambda status, headers, exc_info=None: None)
+    assert wsgi.DECISION_KEY not in environ, "nothing was checked"
+
+
 def test_importing_throttlegate_needs_no_framework() -> None:
     script = textwrap.dedent(
         """

@@ -55,6 +55,32 @@ def test_the_collector_gives_prometheus_client_the_same_numbers(redis_server: ob
     assert "throttlegate_policy_reload_errors_total 0.0" in text
 
 
+def test_the_families_are_the_cores_in_both_expositions(redis_server: object, prefix: str) -> None:
+    limiter = tg.Limiter(RULES, getattr(redis_server, "url"), prefix=prefix)
+    limiter.check({"ip": "198.51.100.5"})
+    registry = CollectorRegistry()
+    registry.register(LimiterCollector(limiter))
+    collected = generate_latest(registry).decode()
+    core = limiter.metrics_text()
+    assert core is not None
+    assert [f["name"] for f in tg.METRIC_FAMILIES] == [
+        "throttlegate_checks", "throttlegate_decisions", "throttlegate_backend_errors",
+        "throttlegate_timeouts", "throttlegate_backend_call_seconds",
+    ]
+    for f in tg.METRIC_FAMILIES:
+        # The Prometheus text format (generate_latest) names a counter family with its _total.
+        exposed = f["name"] + "_total" if f["type"] == "counter" else f["name"]
+        for text, name in ((core, f["name"]), (collected, exposed)):
+            assert f"# HELP {name} {f['help']}\n" in text, name
+            assert f"# TYPE {name} {f['type']}\n" in text, name
+    assert tg.OUTCOMES == ("allowed", "denied", "shadow_denied", "degraded_allowed", "degraded_denied")
+    m = limiter.metrics()
+    assert m is not None
+    decisions = m["counters"]["throttlegate_decisions"]
+    assert [tuple(labels) for labels, _ in decisions] == [(r, o) for r in ("per-ip", "shadow-bucket") for o in tg.OUTCOMES]
+    assert m["counters"]["throttlegate_checks"] == [(["per-ip"], 1), (["shadow-bucket"], 1)]
+
+
 def test_failures_are_counted_for_every_rule_of_the_call(prefix: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -27,6 +27,114 @@ pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.
 pub const LATENCY_BUCKETS: [f64; 14] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 
+/// The kind of a metric family, as Prometheus types it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// A monotonic count (exposed with a `_total` suffix).
+    Counter,
+    /// The backend latency histogram (`_bucket`, `_sum`, `_count`).
+    Histogram,
+}
+
+impl MetricKind {
+    /// `"counter"` or `"histogram"`, as every client library spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One family of the metrics every front end exposes: the one description
+/// that the text exposition and the Python and Node collectors all use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricFamily {
+    /// The family's name, without the `_total` a counter's samples carry
+    /// (`throttlegate_checks`); a histogram's ends with its unit.
+    pub name: &'static str,
+    /// The help text.
+    pub help: &'static str,
+    /// Counter or histogram.
+    pub kind: MetricKind,
+    /// The label names of its samples, in order (`rule`, `outcome`).
+    pub labels: &'static [&'static str],
+    /// The unit its name ends with (`seconds`), if any.
+    pub unit: Option<&'static str>,
+}
+
+/// Every metric family, in exposition order: the per-rule counters
+/// `throttlegate_checks`, `throttlegate_decisions` (by outcome, see
+/// [`OUTCOMES`]), `throttlegate_backend_errors` and `throttlegate_timeouts`,
+/// the policy's counters `throttlegate_policy_reloads` and
+/// `throttlegate_policy_reload_errors` (no labels), then the
+/// `throttlegate_backend_call_seconds` histogram (no labels).
+pub const METRIC_FAMILIES: [MetricFamily; 7] = [
+    MetricFamily {
+        name: "throttlegate_checks",
+        help: "Checks and peeks each rule applied to.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_decisions",
+        help: "How each rule's checks ended: its own verdict, or the failure policy's.",
+        kind: MetricKind::Counter,
+        labels: &["rule", "outcome"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_backend_errors",
+        help: "Backend failures returned as errors, per rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_timeouts",
+        help: "Backend calls that ran out of time, per rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_policy_reloads",
+        help: "Policies applied by a reload.",
+        kind: MetricKind::Counter,
+        labels: &[],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_policy_reload_errors",
+        help: "Reloads refused; the policy in force stayed.",
+        kind: MetricKind::Counter,
+        labels: &[],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_backend_call_seconds",
+        help: "Time of backend calls (Redis round trips).",
+        kind: MetricKind::Histogram,
+        labels: &[],
+        unit: Some("seconds"),
+    },
+];
+
+/// The values of the `outcome` label of `throttlegate_decisions`, in order
+/// (each also names a [`RuleMetrics`] field).
+pub const OUTCOMES: [&str; 5] = ["allowed", "denied", "shadow_denied", "degraded_allowed", "degraded_denied"];
+
+/// A counter family's samples: each one's label values (in the order of
+/// [`MetricFamily::labels`]) and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterSamples {
+    /// The family.
+    pub family: &'static MetricFamily,
+    /// `(label values, value)`, rules in policy order.
+    pub samples: Vec<(Vec<String>, u64)>,
+}
+
 /// One rule's counters since the limiter was made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleMetrics {
@@ -66,15 +174,14 @@ impl RuleMetrics {
         ]
     }
 
-    /// The decision outcomes with their label values, in a fixed order.
+    /// The decision outcomes with their label values, in the order of [`OUTCOMES`].
     pub fn outcomes(&self) -> [(&'static str, u64); 5] {
-        [
-            ("allowed", self.allowed),
-            ("denied", self.denied),
-            ("shadow_denied", self.shadow_denied),
-            ("degraded_allowed", self.degraded_allowed),
-            ("degraded_denied", self.degraded_denied),
-        ]
+        let values = [self.allowed, self.denied, self.shadow_denied, self.degraded_allowed, self.degraded_denied];
+        let mut out = [("", 0); 5];
+        for (o, (name, value)) in out.iter_mut().zip(OUTCOMES.into_iter().zip(values)) {
+            *o = (name, value);
+        }
+        out
     }
 }
 
@@ -110,10 +217,10 @@ impl Metrics {
     /// `throttlegate_checks_total{rule}`,
     /// `throttlegate_decisions_total{rule,outcome}`,
     /// `throttlegate_backend_errors_total{rule}`,
-    /// `throttlegate_timeouts_total{rule}`, the
-    /// `throttlegate_backend_call_seconds` histogram,
-    /// `throttlegate_policy_reloads_total` and
-    /// `throttlegate_policy_reload_errors_total`, then `# EOF`. Only the
+    /// `throttlegate_timeouts_total{rule}`,
+    /// `throttlegate_policy_reloads_total`,
+    /// `throttlegate_policy_reload_errors_total` and the
+    /// `throttlegate_backend_call_seconds` histogram, then `# EOF`. Only the
     /// current policy's rules are listed: a rule a reload removed is no
     /// longer exposed, and one that keeps its name keeps its counts.
     pub fn to_text(&self) -> String {
@@ -125,28 +232,45 @@ impl Metrics {
         out
     }
 
+    /// The samples of every counter family of [`METRIC_FAMILIES`], in its order.
+    pub fn counters(&self) -> Vec<CounterSamples> {
+        METRIC_FAMILIES
+            .iter()
+            .filter(|f| f.kind == MetricKind::Counter)
+            .map(|family| {
+                let rule = |r: &RuleMetrics| r.rule.to_string();
+                let per_rule =
+                    |value: fn(&RuleMetrics) -> u64| self.rules.iter().map(|r| (vec![rule(r)], value(r))).collect();
+                let samples = match family.name {
+                    "throttlegate_checks" => per_rule(|r| r.checks),
+                    "throttlegate_decisions" => self
+                        .rules
+                        .iter()
+                        .flat_map(|r| r.outcomes().map(|(o, n)| (vec![rule(r), o.to_string()], n)))
+                        .collect(),
+                    "throttlegate_backend_errors" => per_rule(|r| r.backend_errors),
+                    "throttlegate_timeouts" => per_rule(|r| r.timeouts),
+                    "throttlegate_policy_reloads" => vec![(vec![], self.reloads)],
+                    "throttlegate_policy_reload_errors" => vec![(vec![], self.reload_errors)],
+                    other => unreachable!("no counter family {other}"),
+                };
+                CounterSamples { family, samples }
+            })
+            .collect()
+    }
+
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let per_rule: [(&str, &str, fn(&RuleMetrics) -> u64); 3] = [
-            ("throttlegate_checks", "Checks and peeks each rule applied to.", |r| r.checks),
-            ("throttlegate_backend_errors", "Backend failures returned as errors, per rule.", |r| r.backend_errors),
-            ("throttlegate_timeouts", "Backend calls that ran out of time, per rule.", |r| r.timeouts),
-        ];
-        for (i, (name, help, value)) in per_rule.into_iter().enumerate() {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for r in &self.rules {
-                let labels = [("rule", r.rule.to_string())];
-                ConstCounter::new(value(r)).encode(family.encode_family(&labels)?)?;
-            }
-            drop(family);
-            if i == 0 {
-                let help = "How each rule's checks ended: its own verdict, or the failure policy's.";
-                let mut family = encoder.encode_descriptor("throttlegate_decisions", help, None, MetricType::Counter)?;
-                for r in &self.rules {
-                    for (outcome, n) in r.outcomes() {
-                        let labels = [("rule", r.rule.to_string()), ("outcome", outcome.to_string())];
-                        ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
-                    }
+        for c in self.counters() {
+            let mut family = encoder.encode_descriptor(c.family.name, c.family.help, None, MetricType::Counter)?;
+            for (values, n) in &c.samples {
+                if c.family.labels.is_empty() {
+                    // No label set at all (`name_total 3`, not `name_total{} 3`).
+                    ConstCounter::new(*n).encode(family)?;
+                    break;
                 }
+                let labels: Vec<(&str, &str)> =
+                    c.family.labels.iter().copied().zip(values.iter().map(String::as_str)).collect();
+                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
             }
         }
         let h = &self.backend_latency;
@@ -159,23 +283,12 @@ impl Metrics {
             .map(|&(bound, cumulative)| (bound, cumulative - std::mem::replace(&mut below, cumulative)))
             .collect();
         buckets.push((f64::MAX, h.count - below));
-        let mut family = encoder.encode_descriptor(
-            "throttlegate_backend_call",
-            "Time of backend calls (Redis round trips).",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        family.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &buckets, None)?;
-        drop(family);
-        let reloads: [(&str, &str, u64); 2] = [
-            ("throttlegate_policy_reloads", "Policies applied by a reload.", self.reloads),
-            ("throttlegate_policy_reload_errors", "Reloads refused; the policy in use stayed.", self.reload_errors),
-        ];
-        for (name, help, n) in reloads {
-            let family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            ConstCounter::new(n).encode(family)?;
-        }
-        Ok(())
+        let histogram = &METRIC_FAMILIES[METRIC_FAMILIES.len() - 1];
+        debug_assert_eq!((histogram.kind, histogram.unit), (MetricKind::Histogram, Some("seconds")));
+        // The encoder appends the unit to the name itself.
+        let name = histogram.name.trim_end_matches("_seconds");
+        let mut family = encoder.encode_descriptor(name, histogram.help, Some(&Unit::Seconds), MetricType::Histogram)?;
+        family.encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &buckets, None)
     }
 }
 
@@ -372,6 +485,7 @@ mod tests {
             "throttlegate_checks_total{rule=\"a\"} 4",
             "throttlegate_decisions_total{rule=\"b\",outcome=\"shadow_denied\"} 1",
             "throttlegate_backend_errors_total{rule=\"b\"} 1",
+            "throttlegate_policy_reloads_total 0",
             "# UNIT throttlegate_backend_call_seconds seconds",
             "throttlegate_backend_call_seconds_bucket{le=\"0.001\"} 1",
             "throttlegate_backend_call_seconds_count 1",
@@ -380,5 +494,20 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
+        // Every family of the list is in the text, with its help and type.
+        for f in METRIC_FAMILIES {
+            let help = format!("# HELP {} {}", f.name, f.help);
+            let kind = format!("# TYPE {} {}", f.name, f.kind.as_str());
+            assert!(text.lines().any(|l| l == help), "missing {help:?}");
+            assert!(text.lines().any(|l| l == kind), "missing {kind:?}");
+        }
+        let counters = m.counters();
+        assert_eq!(counters.len(), 6);
+        assert_eq!(counters[4].samples, [(vec![], 0)]);
+        let decisions = &counters[1];
+        assert_eq!(decisions.family.labels, ["rule", "outcome"]);
+        assert_eq!(decisions.samples.len(), 2 * OUTCOMES.len());
+        assert_eq!(decisions.samples[1], (vec!["a".to_string(), "denied".to_string()], 1));
+        assert_eq!(m.rules[1].outcomes().map(|(o, _)| o), OUTCOMES);
     }
 }

@@ -16,6 +16,7 @@ pub use builder::{LimiterBuilder, LimiterOptions};
 pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
 pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
+pub use metrics::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use stats::Stats;
 
 use std::future::Future;

@@ -27,7 +27,9 @@ from throttlegate._errors import (
 from throttlegate._native import (
     DEFAULT_PREFIX,
     MAX_KEY_LEN,
+    METRIC_FAMILIES,
     METRICS_CONTENT_TYPE,
+    OUTCOMES,
     ClientIp,
     Decision,
     Limiter,
@@ -40,7 +42,9 @@ from throttlegate._native import (
 __all__ = [
     "DEFAULT_PREFIX",
     "MAX_KEY_LEN",
+    "METRIC_FAMILIES",
     "METRICS_CONTENT_TYPE",
+    "OUTCOMES",
     "BackendError",
     "BackendTimeoutError",
     "BackendUnavailableError",

@@ -1,14 +1,17 @@
-"""What every HTTP integration shares, with no framework imported: the 429
+"""What every HTTP integration shares, with no framework imported: its
+options and their resolution per request (:class:`HttpOptions`), the 429
 answer's parts and the default attributes from the peer, the forwarded
 headers, the method and the path. The client address itself is the core's
 (:class:`throttlegate.ClientIp`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Optional, Union
+import inspect
+from collections.abc import Awaitable, Mapping
+from typing import Callable, Generic, Optional, TypeVar, Union
 
-from throttlegate._native import ClientIp, Decision
+from throttlegate._errors import InvalidArgumentTypeError
+from throttlegate._native import ClientIp, Decision, Limiter
 
 #: Request attributes as the integrations pass them to a check.
 AttributeMap = Mapping[str, Union[str, int, None]]
@@ -46,3 +49,56 @@ def merge_headers(present: list[tuple[str, str]], extra: Mapping[str, str]) -> l
     rate-limit headers are more specific than a middleware's)."""
     names = {name.lower() for name, _ in present}
     return present + [(name, value) for name, value in extra.items() if name.lower() not in names]
+
+
+#: What an integration hands the user's ``attributes`` and ``cost`` functions:
+#: an ASGI scope, a WSGI environ, a Starlette or Flask ``Request``.
+Req = TypeVar("Req")
+
+
+class HttpOptions(Generic[Req]):
+    """The options every HTTP integration takes, resolved for one request.
+
+    ``limiter`` decides; ``attributes`` (a function of the request, plain or,
+    for the asyncio integrations, ``async``) chooses the attributes, else the
+    integration's defaults (``ip`` per ``client_ip``, ``method``, ``path``);
+    ``cost`` is a number or a function of the request; ``legacy_headers``
+    adds the ``X-RateLimit-*`` headers.
+    """
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        attributes: Optional[Callable[[Req], Union[AttributeMap, Awaitable[AttributeMap]]]] = None,
+        client_ip: Optional[ClientIp] = None,
+        cost: Union[int, Callable[[Req], int]] = 1,
+        legacy_headers: bool = False,
+    ) -> None:
+        self.limiter = limiter
+        self.attributes = attributes
+        self.client_ip = client_ip if client_ip is not None else ClientIp()
+        self.cost = cost
+        self.legacy_headers = legacy_headers
+
+    def attributes_of(self, request: Req, defaults: Callable[[ClientIp], AttributeMap]) -> AttributeMap:
+        """``attributes(request)``, else ``defaults(client_ip)`` (synchronous
+        integrations: an ``async`` function is refused)."""
+        if self.attributes is None:
+            return defaults(self.client_ip)
+        got = self.attributes(request)
+        if inspect.isawaitable(got):
+            if inspect.iscoroutine(got):
+                got.close()
+            raise InvalidArgumentTypeError("attributes: expected a function returning a mapping, got an async function")
+        return got
+
+    async def attributes_of_async(self, request: Req, defaults: Callable[[ClientIp], AttributeMap]) -> AttributeMap:
+        """``attributes(request)`` (awaited when ``async``), else ``defaults(client_ip)``."""
+        if self.attributes is None:
+            return defaults(self.client_ip)
+        got = self.attributes(request)
+        return await got if inspect.isawaitable(got) else got
+
+    def cost_of(self, request: Req) -> int:
+        """The units ``request`` costs: ``cost(request)`` or the number."""
+        return self.cost(request) if callable(self.cost) else self.cost

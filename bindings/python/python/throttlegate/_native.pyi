@@ -7,12 +7,17 @@ from typing import Any, Literal, Optional, Union
 
 from typing_extensions import Self, TypeAlias, final
 
-__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "METRICS_CONTENT_TYPE", "__version__"]
+__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "METRICS_CONTENT_TYPE", "METRIC_FAMILIES", "OUTCOMES", "__version__"]
 
 __version__: str
 DEFAULT_PREFIX: str
 MAX_KEY_LEN: int
 METRICS_CONTENT_TYPE: str
+#: The metric families every front end exposes: name, help, type ("counter" or
+#: "histogram"), label names and unit (None when the name carries none).
+METRIC_FAMILIES: tuple[dict[str, Any], ...]
+#: The values of the `outcome` label of `throttlegate_decisions`, in order.
+OUTCOMES: tuple[str, ...]
 
 #: Request attributes: names to values; a None value means "absent".
 _Attributes: TypeAlias = Mapping[str, Union[str, int, None]]

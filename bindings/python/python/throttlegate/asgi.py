@@ -28,11 +28,10 @@ trusting 127.0.0.1); start it with ``--no-proxy-headers`` (or
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Iterable, MutableMapping
 from typing import Any, Callable, Optional, Union
 
-from throttlegate._http import AttributeMap, denial, merge_headers, request_attributes
+from throttlegate._http import AttributeMap, HttpOptions, denial, merge_headers, request_attributes
 from throttlegate._native import ClientIp, Decision, Limiter
 
 __all__ = ["ASGIApp", "RateLimitMiddleware", "default_attributes"]
@@ -90,27 +89,26 @@ class RateLimitMiddleware:
         legacy_headers: bool = False,
     ) -> None:
         self.app = app
-        self.limiter = limiter
-        self.attributes = attributes
-        self.client_ip = client_ip if client_ip is not None else ClientIp()
-        self.cost = cost
-        self.legacy_headers = legacy_headers
+        self.options: HttpOptions[Any] = HttpOptions(limiter, attributes, client_ip, cost, legacy_headers)
+
+    def user_request(self, scope: Scope) -> Any:
+        """What the ``attributes`` and ``cost`` functions receive: the scope."""
+        return scope
 
     async def request_attributes(self, scope: Scope) -> AttributeMap:
         """The attributes a request is checked with (``attributes``, else
         :func:`default_attributes`)."""
-        if self.attributes is None:
-            return default_attributes(scope, self.client_ip)
-        got = self.attributes(scope)
-        return await got if inspect.isawaitable(got) else got
+        return await self.options.attributes_of_async(
+            self.user_request(scope), lambda client_ip: default_attributes(scope, client_ip)
+        )
 
     def request_cost(self, scope: Scope) -> int:
         """The units a request costs."""
-        return self.cost(scope) if callable(self.cost) else self.cost
+        return self.options.cost_of(self.user_request(scope))
 
     async def decide(self, scope: Scope) -> Decision:
         """Check one request; the decision is also stored in the scope's state."""
-        decision = await self.limiter.check_async(await self.request_attributes(scope), self.request_cost(scope))
+        decision = await self.options.limiter.check_async(await self.request_attributes(scope), self.request_cost(scope))
         state = scope.setdefault("state", {})
         if isinstance(state, MutableMapping):
             state["ratelimit"] = decision
@@ -122,11 +120,11 @@ class RateLimitMiddleware:
             return
         decision = await self.decide(scope)
         if not decision.allowed:
-            body, headers = denial(decision, self.legacy_headers)
+            body, headers = denial(decision, self.options.legacy_headers)
             await send({"type": "http.response.start", "status": 429, "headers": _encoded(headers)})
             await send({"type": "http.response.body", "body": body})
             return
-        extra = decision.headers_with(legacy=self.legacy_headers)
+        extra = decision.headers_with(legacy=self.options.legacy_headers)
         if not extra:
             await self.app(scope, receive, send)
             return

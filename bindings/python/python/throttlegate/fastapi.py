@@ -24,7 +24,6 @@ middleware's decision is ``request.state.ratelimit``.
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Awaitable
 from typing import Any, Callable, Optional, Union
@@ -34,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from throttlegate import asgi
-from throttlegate._http import AttributeMap
+from throttlegate._http import AttributeMap, HttpOptions
 from throttlegate._native import ClientIp, Decision, Limiter
 
 __all__ = ["RateLimit", "RateLimitMiddleware", "default_attributes"]
@@ -64,21 +63,13 @@ class RateLimitMiddleware(asgi.RateLimitMiddleware):
         cost: Union[int, CostFn] = 1,
         legacy_headers: bool = False,
     ) -> None:
-        super().__init__(app, limiter=limiter, client_ip=client_ip, legacy_headers=legacy_headers)
-        self.request_attributes_fn = attributes
-        self.request_cost_fn = cost
+        super().__init__(app, limiter=limiter)
+        # The options with functions of a Starlette Request (see user_request).
+        self.options = HttpOptions(limiter, attributes, client_ip, cost, legacy_headers)
 
-    async def request_attributes(self, scope: asgi.Scope) -> AttributeMap:
-        """The attributes of the request: ``attributes(Request(scope))`` or the defaults."""
-        if self.request_attributes_fn is None:
-            return asgi.default_attributes(scope, self.client_ip)
-        got = self.request_attributes_fn(Request(scope))
-        return await got if inspect.isawaitable(got) else got
-
-    def request_cost(self, scope: asgi.Scope) -> int:
-        """The units the request costs: ``cost(Request(scope))`` or the number."""
-        how_much = self.request_cost_fn
-        return how_much(Request(scope)) if callable(how_much) else how_much
+    def user_request(self, scope: asgi.Scope) -> Request:
+        """What the ``attributes`` and ``cost`` functions receive: ``Request(scope)``."""
+        return Request(scope)
 
 
 class RateLimit:
@@ -97,21 +88,13 @@ class RateLimit:
         cost: Union[int, CostFn] = 1,
         legacy_headers: bool = False,
     ) -> None:
-        self.limiter = limiter
-        self.attributes = attributes
-        self.client_ip = client_ip if client_ip is not None else ClientIp()
-        self.cost = cost
-        self.legacy_headers = legacy_headers
+        self.options: HttpOptions[Request] = HttpOptions(limiter, attributes, client_ip, cost, legacy_headers)
 
     async def __call__(self, request: Request, response: Response) -> Decision:
-        if self.attributes is None:
-            attrs: AttributeMap = default_attributes(request, self.client_ip)
-        else:
-            got = self.attributes(request)
-            attrs = await got if inspect.isawaitable(got) else got
-        units = self.cost(request) if callable(self.cost) else self.cost
-        decision = await self.limiter.check_async(attrs, units)
-        headers = decision.headers_with(legacy=self.legacy_headers)
+        options = self.options
+        attrs = await options.attributes_of_async(request, lambda client_ip: default_attributes(request, client_ip))
+        decision = await options.limiter.check_async(attrs, options.cost_of(request))
+        headers = decision.headers_with(legacy=options.legacy_headers)
         if not decision.allowed:
             detail: Any = json.loads(decision.problem_json() or "{}")
             raise HTTPException(status_code=429, detail=detail, headers=headers)

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Callable, Optional, Union
 
-from throttlegate._http import AttributeMap, denial, merge_headers, request_attributes
+from throttlegate._http import AttributeMap, HttpOptions, denial, merge_headers, request_attributes
 from throttlegate._native import ClientIp, Decision, Limiter
 
 __all__ = ["DECISION_KEY", "RateLimitMiddleware", "WSGIApp", "default_attributes", "path_info"]
@@ -87,25 +87,20 @@ class RateLimitMiddleware:
         legacy_headers: bool = False,
     ) -> None:
         self.app = app
-        self.limiter = limiter
-        self.attributes = attributes
-        self.client_ip = client_ip if client_ip is not None else ClientIp()
-        self.cost = cost
-        self.legacy_headers = legacy_headers
+        self.options: HttpOptions[Environ] = HttpOptions(limiter, attributes, client_ip, cost, legacy_headers)
 
     def decide(self, environ: Environ) -> Decision:
         """Check one request; the decision is also stored in the environ."""
-        attrs = self.attributes(environ) if self.attributes is not None else default_attributes(environ, self.client_ip)
-        units = self.cost(environ) if callable(self.cost) else self.cost
-        decision = self.limiter.check(attrs, units)
+        attrs = self.options.attributes_of(environ, lambda client_ip: default_attributes(environ, client_ip))
+        decision = self.options.limiter.check(attrs, self.options.cost_of(environ))
         environ[DECISION_KEY] = decision
         return decision
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         decision = self.decide(environ)
         if not decision.allowed:
-            return denied_response(decision, start_response, self.legacy_headers)
-        extra = decision.headers_with(legacy=self.legacy_headers)
+            return denied_response(decision, start_response, self.options.legacy_headers)
+        extra = decision.headers_with(legacy=self.options.legacy_headers)
         if not extra:
             return self.app(environ, start_response)
 
