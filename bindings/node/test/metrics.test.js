@@ -75,6 +75,8 @@ describe('metrics', () => {
         ['throttlegate_decisions', 'counter', ['rule', 'outcome']],
         ['throttlegate_backend_errors', 'counter', ['rule']],
         ['throttlegate_timeouts', 'counter', ['rule']],
+        ['throttlegate_policy_reloads', 'counter', []],
+        ['throttlegate_policy_reload_errors', 'counter', []],
         ['throttlegate_backend_call_seconds', 'histogram', []],
       ],
     );
