@@ -46,6 +46,26 @@ export declare class Limiter {
   /** The decision a check of this cost would get now, without consuming anything. */
   peek(attributes: Record<string, string | null | undefined>, options?: PeekOptions): Promise<Decision>
   /**
+   * Put a new policy in force (a `Policy`, a path to a TOML/JSON file,
+   * or a plain object), atomically: checks already running finish on the
+   * old policy, every later one uses the new one. A rule that keeps its
+   * name, key and algorithm (and the prefix) keeps its state; the others
+   * start afresh. The limiter's own options (`keyPrefix`,
+   * `onBackendError`, `keySecret`) apply to the new policy; the timeout
+   * stays. Throws (`code` `invalid_policy`) for a policy
+   * that does not parse, or one in which a rule keeps its name and key
+   * but changes its algorithm, and after `close()`; the old policy then
+   * stays in force, and the refusal is counted by `reloadStatus()` (for a
+   * file, one that does not parse too).
+   */
+  reload(policy: Policy | string | PolicyObject): void
+  /**
+   * How reloads went: applied, refused, the last refusal's message, the
+   * watched file. Background reloads (`reloadOnChange`) report their
+   * failures here and in the metrics (`throttlegate_policy_reload_errors_total`).
+   */
+  reloadStatus(): ReloadStatus
+  /**
    * Forget the state of every rule that applies to these attributes (to
    * unblock a client). Resolves to how many keys existed.
    */
@@ -72,7 +92,7 @@ export declare class Limiter {
   get backend(): string
   /** True after `close()`. */
   get closed(): boolean
-  /** The policy in effect, with the options' overrides applied. */
+  /** The policy in effect (the last one reloaded), with the options' overrides applied. */
   get policy(): Policy
 }
 
@@ -246,6 +266,14 @@ export interface LimiterOptions {
   /** Count per-rule metrics (`metrics()`, `metricsText()`; default on). */
   metrics?: boolean
   /**
+   * Watch the policy's file (a path given as the policy, or
+   * `Policy.fromFile`) and reload it when it changes (default off): see
+   * `reload()`. A file that does not parse leaves the policy in force
+   * and is reported by `reloadStatus()` and the metrics. Replace the file
+   * atomically (write another, then rename it over).
+   */
+  reloadOnChange?: boolean
+  /**
    * Certificates for `rediss://` and `rediss+cluster://` URLs, when the
    * system's trust store is not enough (a private CA, mutual TLS).
    */
@@ -258,6 +286,10 @@ export interface Metrics {
   rules: Array<RuleMetrics>
   /** The backend calls' latency. */
   backendLatency: LatencyHistogram
+  /** Policies applied by `reload()` or `reloadOnChange`. */
+  reloads: number
+  /** Reloads refused (see `reloadStatus()`). */
+  reloadErrors: number
 }
 
 /** The content type of `Limiter.metricsText()`, for a `/metrics` response. */
@@ -279,6 +311,18 @@ export interface PolicyObject {
   timeout?: number | string
   /** What a call does when the backend fails (default `allow`). */
   on_backend_error?: 'allow' | 'deny' | 'error'
+}
+
+/** How a limiter's reloads went (see `Limiter.reloadStatus()`). */
+export interface ReloadStatus {
+  /** Policies applied (`reload()` and the file watch). */
+  reloads: number
+  /** Reloads refused; the policy in force stayed. */
+  errors: number
+  /** The last refusal's message; absent when none. */
+  lastError?: string
+  /** The file watched with `reloadOnChange`; absent when none. */
+  watching?: string
 }
 
 /** One rule's counters since the limiter was made (see `Limiter.metrics()`). */
