@@ -147,6 +147,7 @@ fn run_steps(
             "check" => rt.block_on(limiter.check_with(&attrs, &options)).map(drop),
             "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(drop),
             "reset" => rt.block_on(limiter.reset(&attrs)).map(drop),
+            "reload" => Policy::from_value(&step["policy"]).and_then(|p| limiter.reload(p)).map(drop),
             other => panic!("{at}: unknown op {other:?}"),
         };
         expect_error(&at, step, got, problems);

@@ -251,9 +251,9 @@ pub struct ReloadStatus {
     pub reloads: i64,
     /// Reloads refused; the policy in force stayed.
     pub errors: i64,
-    /// The last refusal's message, or `null`.
+    /// The last refusal's message; absent when none.
     pub last_error: Option<String>,
-    /// The file watched with `reloadOnChange`, or `null`.
+    /// The file watched with `reloadOnChange`; absent when none.
     pub watching: Option<String>,
 }
 

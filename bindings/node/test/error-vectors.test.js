@@ -60,6 +60,7 @@ async function replaySteps(c, url) {
         if (op === 'check') return limiter.check(attrs, options);
         if (op === 'peek') return limiter.peek(attrs, options);
         if (op === 'reset') return limiter.reset(attrs);
+        if (op === 'reload') return limiter.reload(step.policy);
         throw new Error(`unknown op ${op}`);
       });
       try {

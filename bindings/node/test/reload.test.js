@@ -62,7 +62,7 @@ describe('reload', () => {
         message: /bad-\w+\.toml: rules\[0\] \("per-ip"\): limit: must be between 1 and 1000000000, not 0$/,
       });
       const s = limiter.reloadStatus();
-      assert.deepEqual([s.reloads, s.errors, s.watching], [1, 2, null]);
+      assert.deepEqual([s.reloads, s.errors, s.watching], [1, 2, undefined]);
       assert.match(s.lastError, /limit: must be between/);
       d = await limiter.check(IP);
       assert.deepEqual([d.limit, d.remaining], [5, 1], 'the old policy and its state stayed');

@@ -92,6 +92,8 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
         op = step.get("op", "check")
         attrs = step.get("attributes", {})
         cost = step.get("cost", 1)
+        if op == "reload":
+            return limiter.reload(step["policy"])
         if api == "async":
             return loop.run_until_complete(run_async(op, attrs, cost, step.get("call_id")))
         if op == "check":
