@@ -153,6 +153,22 @@ export interface ClientIpOptions {
   ipv6Prefix?: number
 }
 
+/** One sample of a counter family. */
+export interface CounterSample {
+  /** The label values, in the order of the family's `labels`. */
+  labels: Array<string>
+  /** The count. */
+  value: number
+}
+
+/** The samples of one counter family of `metricFamilies()`. */
+export interface CounterSamples {
+  /** The family's name (`throttlegate_checks`). */
+  name: string
+  /** Rules in policy order. */
+  samples: Array<CounterSample>
+}
+
 /**
  * The answer to one check: the most restrictive rule's figures as the
  * headline, and every applied rule's result.
@@ -280,6 +296,29 @@ export interface LimiterOptions {
   tls?: TlsOptions
 }
 
+/**
+ * The metric families of `metricsText()` and of the prom-client collector:
+ * names, help texts, types, label names (the core's list, in exposition order).
+ */
+export declare function metricFamilies(): Array<MetricFamily>
+
+/** One metric family every front end exposes (see `metricFamilies()`). */
+export interface MetricFamily {
+  /** The name, without the `_total` of a counter's samples. */
+  name: string
+  /** The help text. */
+  help: string
+  /** `'counter'` or `'histogram'`. */
+  type: 'counter' | 'histogram'
+  /** The label names of its samples, in order. */
+  labels: Array<string>
+  /** The unit the name ends with (`'seconds'`), if any. */
+  unit?: string
+}
+
+/** The values of the `outcome` label of `throttlegate_decisions`, in order. */
+export declare function metricOutcomes(): Array<string>
+
 /** A limiter's per-rule metrics (see `Limiter.metrics()`). */
 export interface Metrics {
   /** One entry per rule, in policy order. */
@@ -290,6 +329,8 @@ export interface Metrics {
   reloads: number
   /** Reloads refused (see `reloadStatus()`). */
   reloadErrors: number
+  /** The samples of every counter family, in the order of `metricFamilies()`. */
+  counters: Array<CounterSamples>
 }
 
 /** The content type of `Limiter.metricsText()`, for a `/metrics` response. */
