@@ -35,6 +35,7 @@ mod clock;
 mod key;
 mod attributes;
 mod policy;
+mod tiers;
 mod client_ip;
 mod decision;
 pub mod options;
@@ -57,6 +58,8 @@ pub use limiter::{
     BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder, LimiterOption, LimiterOptions,
     Metrics, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS, METRICS_CONTENT_TYPE,
 };
+pub use tiers::{Block, TierLimit, Tiers, MAX_BLOCK_FACTOR};
+pub use limiter::overrides::Override;
 pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     default_precision, format_utc_offset, parse_utc_offset, Algorithm, FailureMode, Period, Policy, Rule,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::script::{command, is_noscript, parse_reply, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, Header, CHECK_SCRIPT};
 use super::Outcomes;
 use crate::error::{Error, Result};
 use crate::plan::{Mode, Plan};
@@ -70,8 +70,17 @@ impl RedisBackend {
     pub async fn eval(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let mut conn = self.conn()?;
         let header = Header::of(plan, mode, call_id, now);
-        let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, header);
-        let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
+        let ext = ext_refs(plan);
+        let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
+        let answer: redis::RedisResult<Vec<i64>> = cmd.query_async(&mut conn).await;
+        let answer = match answer {
+            Err(e) if !ext.is_empty() => match override_error(&e, &plan.rules, plan.cost) {
+                Some(err) => return Err(err),
+                None => Err(e),
+            },
+            other => other,
+        };
+        let reply: Vec<i64> = match answer {
             Ok(v) => v,
             Err(e) if is_noscript(&e) => {
                 redis::cmd("SCRIPT")
@@ -84,14 +93,20 @@ impl RedisBackend {
                     // Flushed again between the load and the retry: send the
                     // script itself, which cannot miss.
                     Err(e) if is_noscript(&e) => {
-                        command(None, &plan.keys, &plan.rules, header).query_async(&mut conn).await?
+                        command(None, &plan.keys, &plan.rules, &ext, header).query_async(&mut conn).await?
                     }
                     Err(e) => return Err(e.into()),
                 }
             }
             Err(e) => return Err(e.into()),
         };
-        parse_reply(&reply, plan.keys.len())
+        parse_reply(&reply, plan.keys.len(), &ext)
+    }
+
+    /// Run one command.
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.conn()?;
+        Ok(cmd.query_async(&mut conn).await?)
     }
 
     /// Delete `keys`; returns how many existed.

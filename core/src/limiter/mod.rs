@@ -10,6 +10,7 @@ mod builder;
 mod metrics;
 mod options;
 mod stats;
+pub(crate) mod overrides;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
 pub use options::{CheckOption, LimiterOption};
@@ -178,7 +179,7 @@ impl Limiter {
     /// unblock a customer). Returns how many keys existed.
     pub async fn reset<A: Attributes + ?Sized>(&self, attrs: &A) -> Result<u64> {
         self.ensure_open()?;
-        let keys = self.inner.rules.keys(&AttrRef(attrs));
+        let keys = self.inner.rules.reset_keys(&AttrRef(attrs));
         if keys.is_empty() {
             return Ok(0);
         }
@@ -350,14 +351,14 @@ impl Limiter {
             return Some(Err(Error::closed()));
         }
         let memory = self.inner.memory.as_ref()?;
-        Some(self.inner.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).map(|plan| {
+        Some(self.inner.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).and_then(|plan| {
             let d = if plan.keys.is_empty() {
                 Decision::unlimited()
             } else {
-                decide(&plan.rules, &memory.eval(&plan, mode, self.local_now()))
+                decide(&plan.rules, &memory.eval(&plan, mode, self.local_now())?)
             };
             self.count(&d, false);
-            d
+            Ok(d)
         }))
     }
 
@@ -414,7 +415,8 @@ impl Limiter {
             Ok(outcomes) => {
                 let d = decide(&plan.rules, &outcomes);
                 if let (Some(cache), Some(sent_us), false) = (cache, sent_us, d.allowed) {
-                    cache.remember(&plan.keys, &d, plan.cost, sent_us);
+                    let blocked: smallvec::SmallVec<[bool; 4]> = outcomes.iter().map(|o| o.blocked).collect();
+                    cache.remember(&plan.keys, &d, &blocked, plan.cost, sent_us);
                 }
                 self.count(&d, false);
                 Ok(d)
