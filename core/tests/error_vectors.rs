@@ -147,6 +147,17 @@ fn run_steps(
             "check" => rt.block_on(limiter.check_with(&attrs, &options)).map(drop),
             "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(drop),
             "reset" => rt.block_on(limiter.reset(&attrs)).map(drop),
+            "override_set" => rt
+                .block_on(limiter.set_override(
+                    step["rule"].as_str().unwrap_or(""),
+                    &attrs,
+                    step["limit"].as_u64().unwrap_or(0),
+                ))
+                .map(drop),
+            "override_clear" => rt
+                .block_on(limiter.clear_override(step["rule"].as_str().unwrap_or(""), &attrs))
+                .map(drop),
+            "overrides" => rt.block_on(limiter.overrides(step["rule"].as_str().unwrap_or(""))).map(drop),
             other => panic!("{at}: unknown op {other:?}"),
         };
         expect_error(&at, step, got, problems);

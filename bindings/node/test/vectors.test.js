@@ -69,7 +69,13 @@ async function replay(file, url) {
       if (op === 'check') call = limiter.check(step.attributes || {}, options);
       else if (op === 'peek') call = limiter.peek(step.attributes || {}, options);
       else if (op === 'reset') call = limiter.reset(step.attributes || {});
-      else throw new Error(`${where}: unknown op ${op}`);
+      else if (op === 'override_set') call = limiter.setOverride(step.rule, step.attributes || {}, step.limit).then(() => ({}));
+      else if (op === 'override_clear') call = limiter.clearOverride(step.rule, step.attributes || {}).then((cleared) => ({ cleared }));
+      else if (op === 'overrides') {
+        call = limiter.overrides(step.rule).then((list) => ({
+          overrides: list.map((o) => ({ attributes: o.attributes, limit: o.limit })),
+        }));
+      } else throw new Error(`${where}: unknown op ${op}`);
       if (step.expect_error !== undefined) {
         await assert.rejects(call, (err) => {
           assert.ok(err instanceof Error, where);
@@ -81,6 +87,8 @@ async function replay(file, url) {
       const got = await call;
       if (op === 'reset') {
         assert.deepEqual({ deleted: got }, step.expect, where);
+      } else if (op.startsWith('override')) {
+        assert.deepEqual(got, step.expect, where);
       } else {
         assert.deepEqual(pick(snake(got), step.expect), step.expect, where);
       }

@@ -72,33 +72,30 @@ impl RedisBackend {
         let header = Header::of(plan, mode, call_id, now);
         let ext = ext_refs(plan);
         let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
-        let answer: redis::RedisResult<Vec<i64>> = cmd.query_async(&mut conn).await;
-        let answer = match answer {
-            Err(e) if !ext.is_empty() => match override_error(&e, &plan.rules, plan.cost) {
-                Some(err) => return Err(err),
-                None => Err(e),
-            },
-            other => other,
-        };
-        let reply: Vec<i64> = match answer {
-            Ok(v) => v,
-            Err(e) if is_noscript(&e) => {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(CHECK_SCRIPT)
-                    .query_async::<String>(&mut conn)
-                    .await?;
-                match cmd.query_async(&mut conn).await {
-                    Ok(v) => v,
-                    // Flushed again between the load and the retry: send the
-                    // script itself, which cannot miss.
-                    Err(e) if is_noscript(&e) => {
-                        command(None, &plan.keys, &plan.rules, &ext, header).query_async(&mut conn).await?
+        let answer: redis::RedisResult<Vec<i64>> = async {
+            match cmd.query_async(&mut conn).await {
+                Err(e) if is_noscript(&e) => {
+                    redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).query_async::<String>(&mut conn).await?;
+                    match cmd.query_async(&mut conn).await {
+                        // Flushed again between the load and the retry: send the
+                        // script itself, which cannot miss.
+                        Err(e) if is_noscript(&e) => {
+                            command(None, &plan.keys, &plan.rules, &ext, header).query_async(&mut conn).await
+                        }
+                        other => other,
                     }
-                    Err(e) => return Err(e.into()),
                 }
+                other => other,
             }
-            Err(e) => return Err(e.into()),
+        }
+        .await;
+        let reply = match answer {
+            Ok(v) => v,
+            Err(e) => {
+                // A cost above an override's limit (lua/extensions.lua).
+                let named = if ext.is_empty() { None } else { override_error(&e, &plan.rules, plan.cost) };
+                return Err(named.unwrap_or_else(|| e.into()));
+            }
         };
         parse_reply(&reply, plan.keys.len(), &ext)
     }

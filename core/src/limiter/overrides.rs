@@ -48,8 +48,9 @@ fn validate_limit(rule: &CompiledRule, limit: u64) -> Result<()> {
     if let RuleArgs::Bucket { capacity, rate, .. } = rule.args {
         let scaled = rate * limit as f64 / capacity as f64;
         if !(MIN_REFILL_RATE..=MAX_REFILL_RATE).contains(&scaled) {
+            let (way, bound) = if scaled < MIN_REFILL_RATE { ("below", MIN_REFILL_RATE) } else { ("above", MAX_REFILL_RATE) };
             return Err(Error::invalid_argument(format!(
-                "limit: {limit} would refill rule {:?} at {scaled} tokens per second; the rate must stay between {MIN_REFILL_RATE} and {MAX_REFILL_RATE}",
+                "limit: {limit} would scale rule {:?}'s refill rate {way} {bound} tokens per second",
                 &*rule.name
             )));
         }
