@@ -5,11 +5,13 @@
 //!   denied, interval by interval;
 //! - `check`, `peek` and `reset` make one decision, take one look, or clear
 //!   one client's state (to unblock a customer) against a live Redis;
+//! - `override set|clear|list` manage operator overrides (one key's limit);
 //! - `bench` measures a backend: checks per second and latency percentiles.
 
 mod bench;
 mod error;
 mod oneshot;
+mod override_cmd;
 mod simulate;
 mod traffic;
 
@@ -55,6 +57,10 @@ enum Command {
     /// Forget the state of every rule that applies to a request (unblock a client).
     #[command(after_help = oneshot::AFTER_HELP)]
     Reset(oneshot::ResetArgs),
+    /// Set, clear or list operator overrides: the limit of one key of a rule
+    /// with `overrides = true`, stored in the backend.
+    #[command(after_help = override_cmd::AFTER_HELP)]
+    Override(override_cmd::OverrideArgs),
     /// Load a backend with checks and report checks/s and latency percentiles.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
@@ -126,6 +132,7 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Check(a) => oneshot::check(a),
         Command::Peek(a) => oneshot::peek(a),
         Command::Reset(a) => oneshot::reset(a),
+        Command::Override(a) => override_cmd::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Script => {
             print!("{}", throttlegate::CHECK_SCRIPT);
