@@ -203,11 +203,13 @@ pub(crate) const OVERRIDE_SUFFIX: &str = "#o";
 /// The suffix of the key a block of a rule's key is stored under.
 pub(crate) const BLOCK_SUFFIX: &str = "#b";
 
-/// A key stored beside a rule's key, in the same Redis Cluster slot: with
-/// the key's own `{hash tag}` when it has one, else with the whole key as
-/// the tag. `#` appears in no rendered key but after the `:` of a hashed
-/// one, so these never collide with a rule's key.
-pub(crate) fn side_key(key: &str, suffix: &str) -> String {
+/// A key stored beside a rule's key, in the same Redis Cluster slot, and
+/// under the policy's prefix (so a key pattern such as `~throttlegate:*`
+/// in an ACL covers it): `<key><suffix>` when the key has a `{hash tag}`,
+/// else `<head><suffix>{<key>}`, the whole key as the tag (`head` is the
+/// rule's `<prefix><name>:`). `#` appears in no rendered key but after the
+/// `:` of a hashed one, so these never collide with a rule's key.
+pub(crate) fn side_key(head: &str, key: &str, suffix: &str) -> String {
     let tagged = key
         .find('{')
         .and_then(|open| key[open + 1..].find('}'))
@@ -215,7 +217,7 @@ pub(crate) fn side_key(key: &str, suffix: &str) -> String {
     if tagged {
         format!("{key}{suffix}")
     } else {
-        format!("{{{key}}}{suffix}")
+        format!("{head}{suffix}{{{key}}}")
     }
 }
 
@@ -349,7 +351,7 @@ impl Rules {
                 if self.render_key(rule, attrs, &mut buf) {
                     keys.push(buf.clone());
                     if rule.ext.is_some_and(|e| e.block.is_some()) {
-                        keys.push(side_key(&buf, BLOCK_SUFFIX));
+                        keys.push(side_key(&rule.head, &buf, BLOCK_SUFFIX));
                     }
                 }
             }
@@ -373,7 +375,7 @@ impl Rules {
         if key.len() > MAX_KEY_LEN {
             key = finish_key(&rule.head, &key[rule.head.len()..]);
         }
-        let side = side_key(&key, OVERRIDE_SUFFIX);
+        let side = side_key(&rule.head, &key, OVERRIDE_SUFFIX);
         Ok((rule, key, side))
     }
 
@@ -426,8 +428,8 @@ impl Rules {
                         plan.ext.push(PlanExt {
                             at: plan.keys.len(),
                             ext,
-                            override_key: ext.overrides.then(|| key(&side_key(&buf, OVERRIDE_SUFFIX))),
-                            block_key: ext.block.map(|_| key(&side_key(&buf, BLOCK_SUFFIX))),
+                            override_key: ext.overrides.then(|| key(&side_key(&rule.head, &buf, OVERRIDE_SUFFIX))),
+                            block_key: ext.block.map(|_| key(&side_key(&rule.head, &buf, BLOCK_SUFFIX))),
                         });
                     }
                     plan.keys.push(key(&buf));
@@ -469,5 +471,23 @@ impl CompiledRule {
     /// The head of every key of this rule (`<prefix><name>:`).
     pub fn head(&self) -> &str {
         &self.head
+    }
+}
+
+#[cfg(test)]
+mod side_key_tests {
+    use super::*;
+    use crate::backend::cluster::slot;
+
+    #[test]
+    fn side_keys_share_the_slot_and_the_prefix() {
+        for key in ["tg:r:ip:1.2.3.4", "tg:r:{tenant:acme}:user:7", "tg:r:#0123456789abcdef0123456789abcdef"] {
+            let side = side_key("tg:r:", key, OVERRIDE_SUFFIX);
+            assert_eq!(slot(&side), slot(key), "{side}");
+            assert!(side.starts_with("tg:r:"), "{side}");
+            assert_ne!(side, key);
+        }
+        assert_eq!(side_key("tg:r:", "tg:r:ip:1", BLOCK_SUFFIX), "tg:r:#b{tg:r:ip:1}");
+        assert_eq!(side_key("tg:r:", "tg:r:{t}:u", BLOCK_SUFFIX), "tg:r:{t}:u#b");
     }
 }

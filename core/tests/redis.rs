@@ -696,7 +696,7 @@ async fn tiers_overrides_and_blocks_under_64_tasks() {
         let stored = server.command(&["GET", &keys[1]]).unwrap();
         assert!(stored.trim().ends_with(&format!(":{want}")), "case {n}: {stored}");
         assert_eq!(server.command(&["ZCARD", &keys[2]]).unwrap().trim(), want.to_string(), "case {n}");
-        let block_key = format!("{{{}}}#b", keys[2]);
+        let block_key = format!("ip:#b{{{}}}", keys[2]).replace("ip:#b", &format!("{prefix}ip:#b"));
         let blocked = server.command(&["EXISTS", &block_key]).unwrap().trim() == "1";
         assert_eq!(blocked, n == 0, "case {n}: only the ip rule's own denial blocks");
         if n == 0 {

@@ -2,7 +2,7 @@
 //! takes them (`overrides = true`), stored in the backend beside the key and
 //! read by the same script invocation (or embedded-store lock) as its checks.
 //!
-//! On Redis an override is two keys: the one checks read (`{<rule key>}#o`,
+//! On Redis an override is two keys: the one checks read (`<prefix><rule>:#o{<rule key>}`,
 //! in the rule key's Cluster slot), holding the limit, and an entry in the
 //! rule's index hash `<prefix><rule>#overrides` (field: the rule key; value:
 //! the attributes and the limit as JSON), which [`Limiter::overrides`]
