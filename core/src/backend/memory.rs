@@ -158,8 +158,7 @@ impl MemoryBackend {
 
         // Overrides and blocks, read first (extensions.lua runs before the replay lookup).
         let mut args: SmallVec<[RuleArgs; 4]> = rules.iter().map(|r| r.args).collect();
-        // Per ext: the override's limit (0: none), the block in force, the previous duration.
-        let mut ext_state: SmallVec<[(u64, Option<i64>, Option<i64>); 2]> = SmallVec::new();
+        let mut ext_state: SmallVec<[ExtRead; 2]> = SmallVec::new();
         for e in &plan.ext {
             let mut limit = 0;
             if let Some(d) = e.override_key {
@@ -189,7 +188,7 @@ impl MemoryBackend {
                     }
                 }
             }
-            ext_state.push((limit, until, previous));
+            ext_state.push(ExtRead { limit, until, previous });
         }
 
         let dedupe = call_id.map(id_hash);
@@ -263,7 +262,7 @@ impl MemoryBackend {
         }
 
         // Blocks: in force, or set by this denial (extensions.lua's ext_apply).
-        for (e, &(limit, until, previous)) in plan.ext.iter().zip(&ext_state) {
+        for (e, &ExtRead { limit, until, previous }) in plan.ext.iter().zip(&ext_state) {
             let o = &mut outcomes[e.at];
             o.limit = limit;
             if let Some(u) = until {
@@ -439,6 +438,17 @@ impl MemoryBackend {
             })
             .sum()
     }
+}
+
+/// What a check read of one rule's override and block before deciding.
+#[derive(Clone, Copy)]
+struct ExtRead {
+    /// The override's limit (0: none).
+    limit: u64,
+    /// The end of the block in force.
+    until: Option<i64>,
+    /// The previous block's duration, while its record holds (for escalation).
+    previous: Option<i64>,
 }
 
 /// A rule's arguments under an override of `limit`: the limit replaced; a
