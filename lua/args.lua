@@ -46,6 +46,14 @@ local call_id = ARGV[3]
 local cost = tonumber(ARGV[4])
 local n = #KEYS
 local replayed = 0
+-- Overrides and blocks (extensions.lua): a call whose rules have any sends
+-- one more argument after the rules' triples, and the keys they read after
+-- the rules' keys.
+local ext_spec
+if (#ARGV - 4) % 3 == 1 then
+  ext_spec = ARGV[#ARGV]
+  n = (#ARGV - 5) / 3
+end
 
 -- Which algorithms this call uses: the functions of the others are not even
 -- made (each local function is a closure created afresh on every call of

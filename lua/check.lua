@@ -82,6 +82,11 @@ for i = 1, n do
   end
 end
 
+-- Overrides and blocks (extensions.lua), for the rules that have them.
+if ext then
+  all_pass = ext_apply(out, all_pass)
+end
+
 if mode ~= 'p' and all_pass then
   local stored_id = nil
   if dedupe then

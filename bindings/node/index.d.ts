@@ -70,6 +70,15 @@ export declare class Limiter {
    * unblock a client). Resolves to how many keys existed.
    */
   reset(attributes: Record<string, string | null | undefined>): Promise<number>
+  /**
+   * Set the limit of one key of `rule` (the key these attributes make;
+   * the rule needs `overrides = true`), stored in the backend until cleared.
+   */
+  setOverride(rule: string, attributes: Record<string, string | null | undefined>, limit: number): Promise<void>
+  /** Clear the override of one key of `rule`; resolves to whether there was one. */
+  clearOverride(rule: string, attributes: Record<string, string | null | undefined>): Promise<boolean>
+  /** The overrides of `rule`, in key order. */
+  overrides(rule: string): Promise<Array<Override>>
   /** Check that the backend answers (a `PING` for Redis) within the timeout. */
   ping(): Promise<void>
   /** Close the limiter and drop its connections. Closing twice is harmless. */
@@ -336,6 +345,16 @@ export interface Metrics {
 /** The content type of `Limiter.metricsText()`, for a `/metrics` response. */
 export declare const METRICS_CONTENT_TYPE: string
 
+/** One override of a rule's key, as `Limiter.overrides` lists it. */
+export interface Override {
+  /** The rule it belongs to. */
+  rule: string
+  /** The attributes of the rule's key it was set for. */
+  attributes: Record<string, string>
+  /** The limit (a token bucket's capacity) that replaces the rule's. */
+  limit: number
+}
+
 /** The options of `Limiter.peek()`. */
 export interface PeekOptions {
   /** Units the request would cost (default 1). */
@@ -416,6 +435,21 @@ export interface RuleObject {
   shadow?: boolean
   /** Per-rule override of the policy's failure mode. */
   on_backend_error?: 'allow' | 'deny' | 'error'
+  /**
+   * The limit picked by an attribute: `{ attribute: 'plan', free: 100, pro: 1000, default: 10 }`
+   * (a token bucket's tiers: `{ capacity, refill_rate }` each); the rule then has no `limit`.
+   */
+  tiers?: { attribute: string } & Record<string, string | number | { capacity: number; refill_rate: number }>
+  /** Whether `Limiter.setOverride` may set one key's limit at run time. */
+  overrides?: boolean
+  /** Once the rule denies a key, deny every check on it for this long (milliseconds or a duration string). */
+  block?: number | string
+  /** Each repeat block lasts this many times the previous (default 1). */
+  block_factor?: number
+  /** The longest block (default `block`; required when `block_factor` is above 1). */
+  block_max?: number | string
+  /** How long after a block ends the next one counts as a repeat (default `block_max`). */
+  block_period?: number | string
 }
 
 /** The outcome of one rule for one check. */

@@ -5,6 +5,7 @@
 //!   denied, interval by interval;
 //! - `check`, `peek` and `reset` make one decision, take one look, or clear
 //!   one client's state (to unblock a customer) against a live Redis;
+//! - `override set|clear|list` manage operator overrides (one key's limit);
 //! - `bench` measures a backend: checks per second and latency percentiles;
 //! - `lint` reads a policy for its mistakes, and `diff` compares two as a
 //!   reload does (which rules keep their state).
@@ -14,6 +15,7 @@ mod error;
 mod oneshot;
 mod policy_tools;
 mod report;
+mod override_cmd;
 mod simulate;
 mod traffic;
 
@@ -60,6 +62,10 @@ enum Command {
     /// Forget the state of every rule that applies to a request (unblock a client).
     #[command(after_help = oneshot::AFTER_HELP)]
     Reset(oneshot::ResetArgs),
+    /// Set, clear or list operator overrides: the limit of one key of a rule
+    /// with `overrides = true`, stored in the backend.
+    #[command(after_help = override_cmd::AFTER_HELP)]
+    Override(override_cmd::OverrideArgs),
     /// Load a backend with checks and report checks/s and latency percentiles.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
@@ -139,6 +145,7 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Check(a) => oneshot::check(a),
         Command::Peek(a) => oneshot::peek(a),
         Command::Reset(a) => oneshot::reset(a),
+        Command::Override(a) => override_cmd::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Lint(a) => policy_tools::lint(a),
         Command::Diff(a) => policy_tools::diff(a),

@@ -97,7 +97,7 @@ pub fn parse_attributes(args: &[String]) -> CliResult<Vec<(String, String)>> {
     Ok(out)
 }
 
-fn connect(backend: &BackendArgs, url: &str) -> CliResult<Limiter> {
+pub fn connect(backend: &BackendArgs, url: &str) -> CliResult<Limiter> {
     let limiter = backend.builder(Some(url))?.build()?;
     // A clear "cannot reach" error up front, instead of a decision that a
     // rule's own on_backend_error setting could turn into a degraded answer.

@@ -14,6 +14,10 @@ pub(crate) struct Outcome {
     pub remaining: u64,
     pub retry_after_us: i64,
     pub reset_after_us: i64,
+    /// The limit an override set for this key (0: the rule's own applied).
+    pub limit: u64,
+    /// Denied by a block (set now or earlier) rather than the algorithm alone.
+    pub blocked: bool,
 }
 
 /// A sliding-window log: admission times (sorted) and, once any call asked
@@ -67,15 +71,19 @@ impl Log {
                 remaining: limit - count - cost,
                 retry_after_us: 0,
                 reset_after_us: reset,
+                limit: 0,
+                blocked: false,
             };
         }
         let need = (count + cost - limit) as usize;
         let nth = self.times[start + need - 1];
         Outcome {
             allowed: false,
-            remaining: limit - count,
+            remaining: limit.saturating_sub(count),
             retry_after_us: nth + window - now,
             reset_after_us: if count > 0 { newest_reset } else { 0 },
+            limit: 0,
+            blocked: false,
         }
     }
 
@@ -179,7 +187,7 @@ impl Bucket {
             tokens = b.tokens;
             if now > b.last {
                 let refill = ((now - b.last) as f64 * rate).floor();
-                if refill >= (full - tokens) as f64 {
+                if refill >= (full as i64 - tokens as i64) as f64 {
                     tokens = full;
                 } else {
                     tokens += refill as u64;
@@ -194,7 +202,9 @@ impl Bucket {
                     allowed: true,
                     remaining: left / MICRO,
                     retry_after_us: 0,
-                    reset_after_us: tb_wait(full - left, rate),
+                    reset_after_us: tb_wait(full.saturating_sub(left), rate),
+                    limit: 0,
+                    blocked: false,
                 },
                 left,
             )
@@ -204,7 +214,9 @@ impl Bucket {
                     allowed: false,
                     remaining: tokens / MICRO,
                     retry_after_us: tb_wait(want - tokens, rate),
-                    reset_after_us: tb_wait(full - tokens, rate),
+                    reset_after_us: tb_wait(full.saturating_sub(tokens), rate),
+                    limit: 0,
+                    blocked: false,
                 },
                 tokens,
             )
@@ -257,6 +269,8 @@ impl Counters {
                 remaining: limit - count - cost,
                 retry_after_us: 0,
                 reset_after_us: top.map_or(0, release),
+                limit: 0,
+                blocked: false,
             };
         }
         // Denied: wait until the oldest sub-windows holding `need` units have left.
@@ -275,6 +289,8 @@ impl Counters {
             remaining: limit.saturating_sub(count),
             retry_after_us: retry,
             reset_after_us: newest.map_or(0, release),
+            limit: 0,
+            blocked: false,
         }
     }
 
@@ -395,7 +411,7 @@ impl PeriodCount {
         if count + cost <= limit {
             let reset = if count + cost > 0 { end - now } else { 0 };
             return (
-                Outcome { allowed: true, remaining: limit - count - cost, retry_after_us: 0, reset_after_us: reset },
+                Outcome { allowed: true, remaining: limit - count - cost, retry_after_us: 0, reset_after_us: reset, limit: 0, blocked: false },
                 end,
             );
         }
@@ -405,6 +421,8 @@ impl PeriodCount {
                 remaining: limit.saturating_sub(count),
                 retry_after_us: end - now,
                 reset_after_us: end - now,
+                limit: 0,
+                blocked: false,
             },
             end,
         )

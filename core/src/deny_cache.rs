@@ -11,6 +11,9 @@
 //! The wait is counted from the moment the check was sent, before the backend
 //! read its clock, so a remembered denial never outlives the real one.
 //!
+//! A block (a rule's `block`) denies every cost until it ends, so a blocked
+//! key is remembered for cost 1: every check on it is answered here.
+//!
 //! Two things are not seen: a `reset` made by another process (this
 //! limiter's own resets forget the keys), and state lost on the server
 //! (eviction, a flush). Until the remembered wait ends, those keys stay
@@ -105,12 +108,15 @@ impl DenyCache {
     }
 
     /// Remember the denying rules of a decision the backend gave to a check
-    /// of `cost` sent at `sent_us`; `keys[i]` is `d.results[i]`'s key.
-    pub fn remember(&self, keys: &[String], d: &Decision, cost: u64, sent_us: i64) {
-        for (key, r) in keys.iter().zip(&d.results) {
+    /// of `cost` sent at `sent_us`; `keys[i]` is `d.results[i]`'s key, and
+    /// `blocked[i]` whether that rule's denial is a block (which denies
+    /// every cost until it ends, so it is remembered for cost 1).
+    pub fn remember(&self, keys: &[String], d: &Decision, blocked: &[bool], cost: u64, sent_us: i64) {
+        for (i, (key, r)) in keys.iter().zip(&d.results).enumerate() {
             if r.allowed || r.shadow || r.retry_after.is_zero() {
                 continue;
             }
+            let cost = if blocked.get(i).copied().unwrap_or(false) { 1 } else { cost };
             let until_us = sent_us.saturating_add(micros(r.retry_after));
             let mut shard = lock(self.shard(key));
             if shard.len() >= PER_SHARD && !shard.contains_key(key.as_str()) {

@@ -35,6 +35,7 @@ mod clock;
 mod key;
 mod attributes;
 mod policy;
+mod tiers;
 mod client_ip;
 mod decision;
 pub mod options;
@@ -62,6 +63,8 @@ pub use limiter::{
 };
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
+pub use tiers::{Block, TierLimit, Tiers, MAX_BLOCK_FACTOR};
+pub use limiter::overrides::Override;
 pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     default_precision, format_utc_offset, parse_utc_offset, Algorithm, FailureMode, Period, Policy, Rule,

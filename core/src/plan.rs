@@ -14,7 +14,7 @@ use crate::algo::Outcome;
 use crate::decision::{Decision, RuleName, RuleResult};
 use crate::error::{Error, Result};
 use crate::key::{finish_key, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
-use crate::policy::{Algorithm, FailureMode, Period, Policy};
+use crate::policy::{Algorithm, FailureMode, Period, Policy, Rule};
 
 /// Check (consume when every rule admits) or peek (never writes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +95,130 @@ pub(crate) struct CompiledRule {
     pub window: Duration,
     pub shadow: bool,
     pub failure: FailureMode,
+    /// Tiers: the rule compiled once per tier (`None` for an untiered rule).
+    tiers: Option<Box<CompiledTiers>>,
+    /// Overrides and block, `None` when the rule has neither.
+    pub ext: Option<RuleExt>,
+}
+
+/// One rule (or one tier of a rule) compiled for the hot path.
+fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm, template: &KeyTemplate) -> CompiledRule {
+    let args = match algorithm {
+        Algorithm::SlidingWindowLog { limit, window } => RuleArgs::Window {
+            limit,
+            window_us: window.as_micros() as i64,
+            shadow: rule.shadow,
+        },
+        Algorithm::TokenBucket { capacity, refill_rate } => RuleArgs::Bucket {
+            capacity,
+            rate: refill_rate,
+            shadow: rule.shadow,
+        },
+        Algorithm::SlidingWindow { limit, window, precision } => RuleArgs::Counters {
+            limit,
+            window_us: window.as_micros() as i64,
+            precision_us: precision.as_micros() as i64,
+            shadow: rule.shadow,
+        },
+        Algorithm::FixedWindow { limit, window } => RuleArgs::Fixed {
+            limit,
+            window_us: window.as_micros() as i64,
+            shadow: rule.shadow,
+        },
+        Algorithm::Quota { limit, period, utc_offset_minutes } => RuleArgs::Quota {
+            limit,
+            period,
+            offset_s: utc_offset_minutes as i64 * 60,
+            shadow: rule.shadow,
+        },
+    };
+    let ext = (rule.overrides || rule.block.is_some()).then(|| RuleExt {
+        overrides: rule.overrides,
+        max_override: crate::tiers::max_limit(&algorithm),
+        block: rule.block.map(|b| BlockArgs {
+            duration_us: b.duration.as_micros() as i64,
+            factor: b.factor,
+            max_us: b.max.as_micros() as i64,
+            period_us: b.period.as_micros() as i64,
+        }),
+    });
+    CompiledRule {
+        index,
+        name: RuleName::new(&rule.name),
+        head: format!("{}{}:", policy.prefix, rule.name),
+        template: template.clone(),
+        matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        script_args: args.script_args(),
+        args,
+        limit: algorithm.limit(),
+        window: algorithm.window(),
+        shadow: rule.shadow,
+        failure: rule.on_backend_error.unwrap_or(policy.on_backend_error),
+        tiers: None,
+        ext,
+    }
+}
+
+/// A rule's tiers, each compiled as a rule of its own (same name, index
+/// and key; its own limit).
+#[derive(Debug)]
+pub(crate) struct CompiledTiers {
+    attribute: String,
+    by_value: Vec<(String, CompiledRule)>,
+    default: Option<CompiledRule>,
+}
+
+/// A block in backend units.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct BlockArgs {
+    pub duration_us: i64,
+    pub factor: f64,
+    pub max_us: i64,
+    pub period_us: i64,
+}
+
+/// What a rule reads and writes beyond its own key: an override, a block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RuleExt {
+    pub overrides: bool,
+    /// The largest limit an override may set.
+    pub max_override: u64,
+    pub block: Option<BlockArgs>,
+}
+
+/// The keys of one applicable rule's extensions, in the backend's form.
+#[derive(Debug, Clone)]
+pub(crate) struct PlanExt<K> {
+    /// The rule's position in the plan.
+    pub at: usize,
+    pub ext: RuleExt,
+    /// Where an override of this key is stored (when the rule takes them).
+    pub override_key: Option<K>,
+    /// Where this key's block is stored (when the rule blocks).
+    pub block_key: Option<K>,
+}
+
+/// The suffix of the key an override of a rule's key is stored under.
+pub(crate) const OVERRIDE_SUFFIX: &str = "#o";
+/// The suffix of the key a block of a rule's key is stored under.
+pub(crate) const BLOCK_SUFFIX: &str = "#b";
+
+/// A key stored beside a rule's key, in the same Redis Cluster slot, and
+/// under the policy's prefix (so a key pattern such as `~throttlegate:*`
+/// in an ACL covers it): `<key><suffix>` when the key has a `{hash tag}`,
+/// else `<head><suffix>{<key>}`, the whole key as the tag (`head` is the
+/// rule's `<prefix><name>:`). `#` appears in no rendered key but after the
+/// `:` of a hashed one, so these never collide with a rule's key.
+pub(crate) fn side_key(head: &str, key: &str, suffix: &str) -> String {
+    let tagged = key
+        .find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0);
+    if tagged {
+        format!("{key}{suffix}")
+    } else {
+        format!("{head}{suffix}{{{key}}}")
+    }
 }
 
 /// A policy's rules, compiled, with the key secret they render with.
@@ -113,6 +237,9 @@ pub(crate) struct Plan<'a, K> {
     /// The caller's id for this call; `None` means a random one is made
     /// when the call goes over the network.
     pub call_id: Option<&'a str>,
+    /// The overrides and blocks of the applicable rules that have them
+    /// (empty for every other plan).
+    pub ext: SmallVec<[PlanExt<K>; 2]>,
 }
 
 thread_local! {
@@ -139,48 +266,19 @@ impl Rules {
             .zip(&policy.templates)
             .enumerate()
             .map(|(index, (rule, template))| {
-                let args = match rule.algorithm {
-                    Algorithm::SlidingWindowLog { limit, window } => RuleArgs::Window {
-                        limit,
-                        window_us: window.as_micros() as i64,
-                        shadow: rule.shadow,
-                    },
-                    Algorithm::TokenBucket { capacity, refill_rate } => RuleArgs::Bucket {
-                        capacity,
-                        rate: refill_rate,
-                        shadow: rule.shadow,
-                    },
-                    Algorithm::SlidingWindow { limit, window, precision } => RuleArgs::Counters {
-                        limit,
-                        window_us: window.as_micros() as i64,
-                        precision_us: precision.as_micros() as i64,
-                        shadow: rule.shadow,
-                    },
-                    Algorithm::FixedWindow { limit, window } => RuleArgs::Fixed {
-                        limit,
-                        window_us: window.as_micros() as i64,
-                        shadow: rule.shadow,
-                    },
-                    Algorithm::Quota { limit, period, utc_offset_minutes } => RuleArgs::Quota {
-                        limit,
-                        period,
-                        offset_s: utc_offset_minutes as i64 * 60,
-                        shadow: rule.shadow,
-                    },
-                };
-                CompiledRule {
-                    index,
-                    name: RuleName::new(&rule.name),
-                    head: format!("{}{}:", policy.prefix, rule.name),
-                    template: template.clone(),
-                    matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                    script_args: args.script_args(),
-                    args,
-                    limit: rule.algorithm.limit(),
-                    window: rule.algorithm.window(),
-                    shadow: rule.shadow,
-                    failure: rule.on_backend_error.unwrap_or(policy.on_backend_error),
-                }
+                let mut compiled = compile_rule(policy, index, rule, rule.algorithm, template);
+                compiled.tiers = rule.tiers.as_ref().map(|t| {
+                    let variant = |limit| {
+                        let algorithm = crate::tiers::with_limit(rule.algorithm, limit).unwrap_or(rule.algorithm);
+                        compile_rule(policy, index, rule, algorithm, template)
+                    };
+                    Box::new(CompiledTiers {
+                        attribute: t.attribute.clone(),
+                        by_value: t.limits.iter().map(|(v, l)| (v.clone(), variant(*l))).collect(),
+                        default: t.default.map(variant),
+                    })
+                });
+                compiled
             })
             .collect();
         Rules { rules, secret: secret.map(KeySecret::new) }
@@ -191,14 +289,56 @@ impl Rules {
         &self.rules[index]
     }
 
+    /// Where a rule of a plan of this policy sits: its index, and which of
+    /// its tiers it is (`None` for the rule itself; the position among the
+    /// tiers by value, or one past them for the default). A plan is kept as
+    /// these while it waits for the network, and rebuilt with [`Rules::located`].
+    pub fn locate(&self, planned: &CompiledRule) -> (usize, Option<usize>) {
+        let rule = &self.rules[planned.index];
+        let tier = rule.tiers.as_ref().and_then(|t| {
+            t.by_value
+                .iter()
+                .position(|(_, r)| std::ptr::eq(r, planned))
+                .or_else(|| t.default.as_ref().filter(|d| std::ptr::eq(*d, planned)).map(|_| t.by_value.len()))
+        });
+        (planned.index, tier)
+    }
+
+    /// The rule (or tier of a rule) at a place [`Rules::locate`] gave.
+    pub fn located(&self, (index, tier): (usize, Option<usize>)) -> &CompiledRule {
+        let rule = &self.rules[index];
+        match (tier, &rule.tiers) {
+            (Some(i), Some(t)) => t.by_value.get(i).map(|(_, r)| r).or(t.default.as_ref()).unwrap_or(rule),
+            _ => rule,
+        }
+    }
+
     /// The rule names, in policy order.
     pub fn names(&self) -> Vec<RuleName> {
         self.rules.iter().map(|r| r.name).collect()
     }
 
+    /// The rule as it applies to these attributes: itself, or the tier
+    /// their value picks; `None` when no tier (and no default) fits.
+    fn tier_of<'r>(rule: &'r CompiledRule, attrs: &dyn Attributes) -> Option<&'r CompiledRule> {
+        let Some(t) = &rule.tiers else { return Some(rule) };
+        let value = attrs.get_attr(&t.attribute);
+        value
+            .and_then(|v| t.by_value.iter().find(|(name, _)| name == v).map(|(_, r)| r))
+            .or(t.default.as_ref())
+    }
+
     /// Write the rule's key for these attributes into `key` (cleared first);
     /// false when the rule does not apply.
     fn render_key(&self, rule: &CompiledRule, attrs: &dyn Attributes, key: &mut String) -> bool {
+        if Self::tier_of(rule, attrs).is_none() {
+            return false;
+        }
+        self.render_any(rule, attrs, key)
+    }
+
+    /// The rule's key, when its `match` fits, whatever its tiers.
+    fn render_any(&self, rule: &CompiledRule, attrs: &dyn Attributes, key: &mut String) -> bool {
         for (attr, values) in &rule.matches {
             match attrs.get_attr(attr) {
                 Some(v) if values.iter().any(|x| x == v) => {}
@@ -230,6 +370,59 @@ impl Rules {
         })
     }
 
+    /// The keys a reset deletes: every applicable rule's key and, for a
+    /// rule that blocks, its block (an override stays).
+    pub fn reset_keys(&self, attrs: &dyn Attributes) -> Vec<String> {
+        KEY_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            let mut keys = Vec::new();
+            for rule in &self.rules {
+                if self.render_key(rule, attrs, &mut buf) {
+                    keys.push(buf.clone());
+                    if rule.ext.is_some_and(|e| e.block.is_some()) {
+                        keys.push(side_key(&rule.head, &buf, BLOCK_SUFFIX));
+                    }
+                }
+            }
+            keys
+        })
+    }
+
+    /// The rule named `name` that takes overrides, and its key and override
+    /// key for these attributes (its `match` and tiers aside: an override
+    /// is for a key).
+    pub fn override_target(&self, name: &str, attrs: &dyn Attributes) -> Result<(&CompiledRule, String, String)> {
+        let rule = self.override_rule(name)?;
+        if let Some(missing) = rule.template.attributes().find(|a| attrs.get_attr(a).is_none()) {
+            return Err(Error::invalid_argument(format!(
+                "attributes: rule {name:?} needs attribute {missing:?} (its key is made of it)"
+            )));
+        }
+        let mut key = String::new();
+        key.push_str(&rule.head);
+        rule.template.render(attrs, self.secret.as_ref(), &mut key);
+        if key.len() > MAX_KEY_LEN {
+            key = finish_key(&rule.head, &key[rule.head.len()..]);
+        }
+        let side = side_key(&rule.head, &key, OVERRIDE_SUFFIX);
+        Ok((rule, key, side))
+    }
+
+    /// The rule named `name` that takes overrides.
+    pub fn override_rule(&self, name: &str) -> Result<&CompiledRule> {
+        let rule = self
+            .rules
+            .iter()
+            .find(|r| &*r.name == name)
+            .ok_or_else(|| Error::invalid_argument(format!("rule: {name:?} is not a rule of this policy")))?;
+        if !rule.ext.is_some_and(|e| e.overrides) {
+            return Err(Error::invalid_argument(format!(
+                "rule: {name:?} does not take overrides; set `overrides = true` on it"
+            )));
+        }
+        Ok(rule)
+    }
+
     /// The plan of one check or peek: a cost of at least 1, a well-formed
     /// call id, and a cost that no applicable rule makes impossible; each
     /// applicable rule's key, rendered into a reused buffer and handed to
@@ -247,16 +440,26 @@ impl Rules {
         if let Some(id) = call_id {
             validate_call_id(id)?;
         }
-        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, call_id };
+        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, call_id, ext: SmallVec::new() };
         KEY_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
             for rule in &self.rules {
-                if self.render_key(rule, attrs, &mut buf) {
-                    if cost > rule.limit {
+                let Some(rule) = Self::tier_of(rule, attrs) else { continue };
+                if self.render_any(rule, attrs, &mut buf) {
+                    // A rule that takes overrides is checked where its override is read.
+                    if cost > rule.limit && !rule.ext.is_some_and(|e| e.overrides) {
                         return Err(Error::invalid_argument(format!(
                             "cost: {cost} is more than rule {:?} allows ({}); such a request could never pass",
                             &*rule.name, rule.limit
                         )));
+                    }
+                    if let Some(ext) = rule.ext {
+                        plan.ext.push(PlanExt {
+                            at: plan.keys.len(),
+                            ext,
+                            override_key: ext.overrides.then(|| key(&side_key(&rule.head, &buf, OVERRIDE_SUFFIX))),
+                            block_key: ext.block.map(|_| key(&side_key(&rule.head, &buf, BLOCK_SUFFIX))),
+                        });
                     }
                     plan.keys.push(key(&buf));
                     plan.rules.push(rule);
@@ -278,7 +481,7 @@ pub(crate) fn decide(rules: &[&CompiledRule], outcomes: &[Outcome]) -> Decision 
             index: rule.index,
             allowed: o.allowed,
             shadow: rule.shadow,
-            limit: rule.limit,
+            limit: if o.limit > 0 { o.limit } else { rule.limit },
             remaining: o.remaining,
             retry_after: Duration::from_micros(o.retry_after_us.max(0) as u64),
             reset_after: Duration::from_micros(o.reset_after_us.max(0) as u64),
@@ -286,4 +489,34 @@ pub(crate) fn decide(rules: &[&CompiledRule], outcomes: &[Outcome]) -> Decision 
         })
         .collect();
     Decision::from_results(results, false)
+}
+
+impl CompiledRule {
+    /// The attributes of its key template.
+    pub fn key_attributes(&self) -> Vec<String> {
+        self.template.attributes().map(str::to_string).collect()
+    }
+
+    /// The head of every key of this rule (`<prefix><name>:`).
+    pub fn head(&self) -> &str {
+        &self.head
+    }
+}
+
+#[cfg(test)]
+mod side_key_tests {
+    use super::*;
+    use crate::backend::cluster::slot;
+
+    #[test]
+    fn side_keys_share_the_slot_and_the_prefix() {
+        for key in ["tg:r:ip:1.2.3.4", "tg:r:{tenant:acme}:user:7", "tg:r:#0123456789abcdef0123456789abcdef"] {
+            let side = side_key("tg:r:", key, OVERRIDE_SUFFIX);
+            assert_eq!(slot(&side), slot(key), "{side}");
+            assert!(side.starts_with("tg:r:"), "{side}");
+            assert_ne!(side, key);
+        }
+        assert_eq!(side_key("tg:r:", "tg:r:ip:1", BLOCK_SUFFIX), "tg:r:#b{tg:r:ip:1}");
+        assert_eq!(side_key("tg:r:", "tg:r:{t}:u", BLOCK_SUFFIX), "tg:r:{t}:u#b");
+    }
 }

@@ -16,6 +16,7 @@ use crate::duration::{format_duration, parse_duration};
 use crate::error::{Error, ErrorKind, Result};
 pub use crate::key::MAX_NAME_LEN;
 use crate::key::{validate_name, KeyTemplate};
+pub use crate::tiers::{Block, TierLimit, Tiers};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "throttlegate:";
@@ -305,6 +306,14 @@ pub struct Rule {
     pub shadow: bool,
     /// Override of the policy's `on_backend_error` for this rule.
     pub on_backend_error: Option<FailureMode>,
+    /// The limit picked per request by an attribute (see [`Tiers`]); the
+    /// algorithm's own limit then stands for the default tier.
+    pub tiers: Option<Tiers>,
+    /// Whether limits set at run time for one key of this rule
+    /// ([`crate::Limiter::set_override`]) are read by its checks.
+    pub overrides: bool,
+    /// The penalty of a denial (see [`Block`]).
+    pub block: Option<Block>,
 }
 
 impl Rule {
@@ -374,7 +383,28 @@ impl Rule {
             matches: BTreeMap::new(),
             shadow: false,
             on_backend_error: None,
+            tiers: None,
+            overrides: false,
+            block: None,
         }
+    }
+
+    /// Pick the limit per request by an attribute's value.
+    pub fn tiers(mut self, tiers: Tiers) -> Rule {
+        self.tiers = Some(tiers);
+        self
+    }
+
+    /// Let this rule's checks read limits set at run time for one key.
+    pub fn overrides(mut self, overrides: bool) -> Rule {
+        self.overrides = overrides;
+        self
+    }
+
+    /// Block a key for a while once this rule denies it.
+    pub fn block(mut self, block: Block) -> Rule {
+        self.block = Some(block);
+        self
     }
 
     /// Apply the rule only when `attribute` has one of `values`.
@@ -442,9 +472,18 @@ impl Policy {
         if rules.is_empty() {
             return Err(Error::invalid_policy("rules: a policy needs at least one rule"));
         }
+        let mut rules = rules;
         let mut templates = Vec::with_capacity(rules.len());
-        for (i, rule) in rules.iter().enumerate() {
-            let at = rule_path(i, &rule.name);
+        for i in 0..rules.len() {
+            let at = rule_path(i, &rules[i].name);
+            crate::tiers::validate(&rules[i]).map_err(|m| Error::invalid_policy(format!("{at}: {m}")))?;
+            // A tiered rule's algorithm stands for its default (or first) tier.
+            if let Some(stand_in) = rules[i].tiers.as_ref().and_then(|t| t.placeholder()) {
+                if let Some(a) = crate::tiers::with_limit(rules[i].algorithm, stand_in) {
+                    rules[i].algorithm = a;
+                }
+            }
+            let rule = &rules[i];
             validate_rule(rule).map_err(|m| Error::invalid_policy(format!("{at}: {m}")))?;
             if rules[..i].iter().any(|r| r.name == rule.name) {
                 return Err(Error::invalid_policy(format!(
@@ -590,6 +629,7 @@ impl Policy {
                 if let Some(mode) = r.on_backend_error {
                     m.insert("on_backend_error".into(), Value::from(mode.as_str()));
                 }
+                crate::tiers::write_into(r, &mut m);
                 Value::Object(m)
             })
             .collect();
@@ -778,6 +818,12 @@ const RULE_FIELDS: &[&str] = &[
     "match",
     "shadow",
     "on_backend_error",
+    "tiers",
+    "overrides",
+    "block",
+    "block_factor",
+    "block_max",
+    "block_period",
 ];
 
 fn type_name(v: &Value) -> &'static str {
@@ -915,6 +961,35 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
         Some(a) => get_string(a, &format!("{at}: algorithm"))?,
         None => "sliding_window_log",
     };
+    // A tiered rule leaves its limit out: the tiers give it, and the
+    // default (or first) tier stands in for the algorithm's own.
+    let tiers = match obj.get("tiers") {
+        Some(t) => {
+            let bucket = algo == "token_bucket";
+            for f in crate::tiers::tiered_fields(bucket) {
+                if obj.contains_key(*f) {
+                    return Err(format!("{at}: {f}: does not apply with tiers (each tier gives it)"));
+                }
+            }
+            let tiers = crate::tiers::parse_tiers(t, bucket).map_err(|m| format!("{at}: {m}"))?;
+            Some(tiers)
+        }
+        None => None,
+    };
+    let mut stand_in = obj.clone();
+    if let Some(t) = &tiers {
+        match t.placeholder() {
+            Some(TierLimit::Limit(n)) => {
+                stand_in.insert("limit".into(), Value::from(n));
+            }
+            Some(TierLimit::Bucket { capacity, refill_rate }) => {
+                stand_in.insert("capacity".into(), Value::from(capacity));
+                stand_in.insert("refill_rate".into(), Value::from(refill_rate));
+            }
+            None => {}
+        }
+    }
+    let obj = if tiers.is_some() { &stand_in } else { obj };
     let field = |f: &str| obj.get(f);
     let required = |f: &str| {
         field(f).ok_or_else(|| format!("{at}: {f}: missing (required by {algo})"))
@@ -1010,6 +1085,8 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
     if let Some(m) = field("on_backend_error") {
         rule.on_backend_error = Some(get_mode(m, &format!("{at}: on_backend_error"))?);
     }
+    rule.tiers = tiers;
+    crate::tiers::parse_into(&mut rule, obj).map_err(|m| format!("{at}: {m}"))?;
     Ok(rule)
 }
 

@@ -148,6 +148,17 @@ fn run_steps(
             "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(drop),
             "reset" => rt.block_on(limiter.reset(&attrs)).map(drop),
             "reload" => Policy::from_value(&step["policy"]).and_then(|p| limiter.reload(p)).map(drop),
+            "override_set" => rt
+                .block_on(limiter.set_override(
+                    step["rule"].as_str().unwrap_or(""),
+                    &attrs,
+                    step["limit"].as_u64().unwrap_or(0),
+                ))
+                .map(drop),
+            "override_clear" => rt
+                .block_on(limiter.clear_override(step["rule"].as_str().unwrap_or(""), &attrs))
+                .map(drop),
+            "overrides" => rt.block_on(limiter.overrides(step["rule"].as_str().unwrap_or(""))).map(drop),
             other => panic!("{at}: unknown op {other:?}"),
         };
         expect_error(&at, step, got, problems);

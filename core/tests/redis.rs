@@ -752,3 +752,93 @@ fn blocking_check_on_a_paused_redis_times_out_like_the_async_one() {
     let again = blocking.check_blocking(&ip("11.0.0.1"), &check).unwrap();
     assert_eq!(again.remaining, next.remaining - 1);
 }
+
+/// Tiers, an override and a block on one Redis: 64 tasks never admit more
+/// than the tightest limit that applies; a denied check leaves nothing in the
+/// other rules (the block is its one write); the deny cache answers a
+/// blocked key locally; a reset lifts the block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tiers_overrides_and_blocks_under_64_tasks() {
+    use throttlegate::{Block, TierLimit, Tiers};
+    let server = RedisServer::start();
+    let rules = || {
+        vec![
+            Rule::sliding_window_log("plan", "u:{user}", 1, ms(3_600_000)).tiers(
+                Tiers::new("plan").tier("free", TierLimit::Limit(10)).tier("pro", TierLimit::Limit(40)),
+            ),
+            Rule::fixed_window("tenant", "t:{tenant}", 5, ms(3_600_000)).overrides(true),
+            Rule::sliding_window_log("ip", "ip:{ip}", 20, ms(3_600_000)).block(Block::new(ms(3_600_000))),
+        ]
+    };
+    let build = |prefix: &str, cache: bool| {
+        Limiter::builder(Policy::new(rules()).unwrap())
+            .url(server.url())
+            .prefix(prefix)
+            .timeout(ms(5000))
+            .on_backend_error(FailureMode::Error)
+            .deny_cache(cache)
+            .build()
+            .unwrap()
+    };
+    // (user, plan, tenant, tenant override, ip) -> exactly admitted.
+    let cases: [(&str, &str, &str, Option<u64>, &str, u32); 4] = [
+        ("u1", "pro", "t1", Some(30), "i1", 20), // the blocking rule is the tightest
+        ("u2", "free", "t2", Some(30), "i2", 10), // the tier
+        ("u3", "pro", "t3", Some(3), "i3", 3),    // the override
+        ("u4", "pro", "t4", None, "i4", 5),       // the rule's own limit
+    ];
+    for (n, (user, plan, tenant, limit, ipv, want)) in cases.into_iter().enumerate() {
+        let prefix = format!("tob{n}:");
+        let l = build(&prefix, false);
+        if let Some(v) = limit {
+            l.set_override("tenant", &[("tenant", tenant)], v).await.unwrap();
+        }
+        let attrs: Vec<(String, String)> = [("user", user), ("plan", plan), ("tenant", tenant), ("ip", ipv)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut tasks = Vec::new();
+        for _ in 0..64 {
+            let (l, attrs) = (l.clone(), attrs.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u32;
+                for _ in 0..4 {
+                    if l.check(&attrs, 1).await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        assert_eq!(total, want, "case {n}: {total} admitted out of 256");
+        // Every rule holds exactly the admitted units: denials wrote nothing.
+        let keys = l.keys(&attrs);
+        assert_eq!(server.command(&["ZCARD", &keys[0]]).unwrap().trim(), want.to_string(), "case {n}");
+        let stored = server.command(&["GET", &keys[1]]).unwrap();
+        assert!(stored.trim().ends_with(&format!(":{want}")), "case {n}: {stored}");
+        assert_eq!(server.command(&["ZCARD", &keys[2]]).unwrap().trim(), want.to_string(), "case {n}");
+        let block_key = format!("ip:#b{{{}}}", keys[2]).replace("ip:#b", &format!("{prefix}ip:#b"));
+        let blocked = server.command(&["EXISTS", &block_key]).unwrap().trim() == "1";
+        assert_eq!(blocked, n == 0, "case {n}: only the ip rule's own denial blocks");
+        if n == 0 {
+            // The block holds whatever the cost, and the deny cache knows it.
+            let cached = build(&prefix, true);
+            let d = cached.check(&attrs, 1).await.unwrap();
+            assert!(!d.allowed);
+            assert!(d.retry_after > ms(3_500_000), "{:?}", d.retry_after);
+            let calls = evalsha_calls(&server);
+            for _ in 0..5 {
+                assert!(!cached.check(&attrs, 1).await.unwrap().allowed);
+            }
+            assert_eq!(evalsha_calls(&server), calls, "a blocked key is answered locally");
+            // A reset lifts the block (and forgets the cached denial).
+            assert_eq!(cached.reset(&attrs).await.unwrap(), 4);
+            assert_eq!(server.command(&["EXISTS", &block_key]).unwrap().trim(), "0");
+            assert!(cached.check(&attrs, 1).await.unwrap().allowed);
+        }
+    }
+}

@@ -77,6 +77,26 @@ async fn acl_user_with_only_the_script_commands() {
     }
     assert!(!bounded.check(&a, 1).await.unwrap().allowed);
     assert_eq!(bounded.reset(&a).await.unwrap(), 3);
+    // Overrides and blocks live under the prefix too: the same ACL serves them.
+    let penalties = Limiter::builder(
+        Policy::new(vec![Rule::sliding_window_log("login", "l:{ip}", 1, ms(60_000))
+            .overrides(true)
+            .block(throttlegate::Block::new(ms(60_000)))])
+        .unwrap(),
+    )
+    .url(&url)
+    .timeout(ms(3000))
+    .on_backend_error(FailureMode::Error)
+    .build()
+    .unwrap();
+    penalties.set_override("login", &a, 2).await.unwrap();
+    assert_eq!(penalties.overrides("login").await.unwrap().len(), 1);
+    assert!(penalties.check(&a, 1).await.unwrap().allowed);
+    assert!(penalties.check(&a, 1).await.unwrap().allowed);
+    assert!(!penalties.check(&a, 1).await.unwrap().allowed);
+    assert!(penalties.peek(&a, 1).await.unwrap().retry_after > ms(59_000), "blocked");
+    assert_eq!(penalties.reset(&a).await.unwrap(), 2);
+    assert!(penalties.clear_override("login", &a).await.unwrap());
     // Keys outside the allowed pattern are refused: a backend error, not a crash.
     let other = build(&url).prefix("other:").build().unwrap();
     let e = other.check(&a, 1).await.unwrap_err();

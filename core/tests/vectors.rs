@@ -75,6 +75,11 @@ fn attributes(step: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The `rule` of an override step.
+fn rule_of(step: &Value) -> &str {
+    step["rule"].as_str().expect("override steps name a rule")
+}
+
 /// How a replay reaches the backend.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -110,6 +115,17 @@ fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value, route
             "reset" => rt
                 .block_on(limiter.reset(&attrs))
                 .map(|n| json!({ "deleted": n })),
+            "override_set" => rt
+                .block_on(limiter.set_override(rule_of(step), &attrs, step["limit"].as_u64().expect("limit")))
+                .map(|()| json!({})),
+            "override_clear" => rt
+                .block_on(limiter.clear_override(rule_of(step), &attrs))
+                .map(|had| json!({ "cleared": had })),
+            "overrides" => rt.block_on(limiter.overrides(rule_of(step))).map(|list| {
+                let list: Vec<Value> =
+                    list.iter().map(|o| json!({ "attributes": o.attributes, "limit": o.limit })).collect();
+                json!({ "overrides": list })
+            }),
             "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(|d| {
                 assert!(!d.degraded, "a degraded decision means the backend failed");
                 decision_json(&d)

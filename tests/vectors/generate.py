@@ -51,6 +51,7 @@ is at least MIN_TTL_MS of real time, and no reset or replay looks at a key
 after the manual clock has passed its expiry.
 """
 
+import copy
 import datetime
 import json
 import math
@@ -116,6 +117,22 @@ def template_attrs(template):
 
 class Rule:
     def __init__(self, spec):
+        spec = dict(spec)
+        # Tiers: the default (or first, in value order) tier stands in for
+        # the rule's own limit; `variant` picks the tier of a request.
+        self.tiers = spec.get("tiers")
+        if self.tiers is not None:
+            named = {k: v for k, v in self.tiers.items() if k not in ("attribute", "default")}
+            stand_in = self.tiers.get("default", named[sorted(named)[0]] if named else None)
+            self.put_limit(spec, stand_in)
+        self.overrides = bool(spec.get("overrides", False))
+        self.block_us = parse_duration_ms(spec["block"]) * 1000 if "block" in spec else None
+        if self.block_us is not None:
+            self.block_factor = float(spec.get("block_factor", 1))
+            self.block_max_us = parse_duration_ms(spec["block_max"]) * 1000 if "block_max" in spec else self.block_us
+            self.block_period_us = (parse_duration_ms(spec["block_period"]) * 1000 if "block_period" in spec
+                                    else self.block_max_us)
+        self.spec = spec
         self.name = spec["name"]
         self.template = spec["key"]
         self.attrs = template_attrs(spec["key"])
@@ -151,7 +168,34 @@ class Rule:
                 raise CaseError(f"rule {self.name}: capacity/refill_rate too close to an integer")
             self.header_w = max(1, math.ceil(ratio))
 
+    @staticmethod
+    def put_limit(spec, tier):
+        if isinstance(tier, dict):
+            spec["capacity"], spec["refill_rate"] = tier["capacity"], tier["refill_rate"]
+        else:
+            spec["limit"] = tier
+
+    def variant(self, attrs):
+        """The rule as it applies to these attributes (its tier), or None."""
+        if self.tiers is None:
+            return copy.copy(self)
+        value = attrs.get(self.tiers["attribute"])
+        if value is not None and value not in ("attribute", "default") and value in self.tiers:
+            tier = self.tiers[value]
+        elif "default" in self.tiers:
+            tier = self.tiers["default"]
+        else:
+            return None
+        spec = dict(self.spec)
+        spec.pop("tiers")
+        self.put_limit(spec, tier)
+        v = Rule(spec)
+        v.tiers = None
+        return v
+
     def applies(self, attrs):
+        if self.variant(attrs) is None:
+            return False
         for a, values in self.match.items():
             if attrs.get(a) not in values:
                 return False
@@ -433,6 +477,9 @@ class Model:
         self.rules = [Rule(r) for r in policy["rules"]]
         self.now = start_us
         self.state = {}
+        # Overrides: rule key -> limit; blocks: rule key -> [until, duration, record end].
+        self.overrides = {}
+        self.blocks = {}
 
     def live_state(self, rule, attrs, purpose):
         st = self.state.get(rule.key(attrs))
@@ -444,7 +491,26 @@ class Model:
         return st
 
     def applicable(self, attrs):
-        return [r for r in self.rules if r.applies(attrs)]
+        return [r.variant(attrs) for r in self.rules if r.applies(attrs)]
+
+    def override_op(self, op, rule_name, attrs, limit=None):
+        rule = next((r for r in self.rules if r.name == rule_name), None)
+        if rule is None or not rule.overrides:
+            return {"error": "invalid_argument"}
+        if op == "overrides":
+            listed = [{"attributes": dict(zip(r_attrs, k[2:])), "limit": v}
+                      for k, v, r_attrs in sorted((k, v, rule.attrs) for k, v in self.overrides.items() if k[0] == rule_name)]
+            return {"expect": {"overrides": listed}}
+        if any(a not in attrs for a in rule.attrs):
+            return {"error": "invalid_argument"}
+        k = rule.key(attrs)
+        if op == "override_set":
+            if not 1 <= limit <= 1_000_000_000:
+                return {"error": "invalid_argument"}
+            self.overrides[k] = limit
+            return {"expect": {}}
+        had = self.overrides.pop(k, None) is not None
+        return {"expect": {"cleared": had}}
 
     def evaluate(self, attrs, cost, mode, call_id=None):
         rules = self.applicable(attrs)
@@ -455,11 +521,28 @@ class Model:
             if not ok:
                 return {"error": "invalid_argument"}
         for r in rules:
-            if cost > r.limit:
+            if cost > r.limit and not r.overrides:
                 return {"error": "invalid_argument"}
         if not rules:
             allowed, head = headline([])
             return {"expect": expect_of(allowed, head, [])}
+        # Overrides replace the limit (a bucket's capacity, its rate scaled
+        # alike), read before anything else; a cost above one is an error.
+        over = {}
+        for idx, r in enumerate(rules):
+            if r.overrides and cost > self.overrides.get(r.key(attrs), r.limit):
+                return {"error": "invalid_argument"}
+            if r.overrides and r.key(attrs) in self.overrides:
+                v = self.overrides[r.key(attrs)]
+                if r.algo == "token_bucket":
+                    r.rate = r.rate * v / r.limit
+                r.limit = v
+                over[idx] = v
+        blocks = {}
+        for idx, r in enumerate(rules):
+            if r.block_us is not None and r.key(attrs) in self.blocks:
+                until, dur, end = self.blocks[r.key(attrs)]
+                blocks[idx] = (until if until > self.now else None, dur if end > self.now else None)
         for r in rules:
             st = self.state.get(r.key(attrs))
             if st is not None and getattr(st, "fragile", False) and self.now < st.expires_at:
@@ -488,7 +571,21 @@ class Model:
                 o = (st or Bucket()).decide(self.now, cost, r.limit, r.rate)
             raw.append(o)
             results.append(dict(rule=r.name, allowed=o["allowed"], shadow=r.shadow, limit=r.limit,
-                                remaining=o["remaining"], retry=o["retry"], reset=o["reset"], w=r.header_w))
+                                remaining=max(0, o["remaining"]), retry=o["retry"], reset=o["reset"], w=r.header_w))
+        for idx, r in enumerate(rules):
+            if r.block_us is None:
+                continue
+            res = results[idx]
+            until, previous = blocks.get(idx, (None, None))
+            if until is not None:
+                res.update(allowed=False, remaining=0, retry=until - self.now, reset=until - self.now)
+            elif not res["allowed"] and mode == "check":
+                d = r.block_us if previous is None else min(math.floor(previous * r.block_factor), r.block_max_us)
+                u = self.now + d
+                self.blocks[r.key(attrs)] = [u, d, u + r.block_period_us]
+                if ceil_ms(d + r.block_period_us) < MIN_TTL_MS:
+                    raise CaseError(f"rule {r.name}: block record TTL below {MIN_TTL_MS} ms of real time")
+                res.update(remaining=0, retry=max(res["retry"], d), reset=max(res["reset"], d))
         all_pass = all(res["allowed"] or res["shadow"] for res in results)
         if mode == "check" and all_pass:
             for r, o in zip(rules, raw):
@@ -551,6 +648,11 @@ class Model:
                     raise CaseError(f"reset of rule {r.name}: its key's TTL was below {MIN_TTL_MS} ms of real time")
                 del self.state[k]
                 n += 1
+            if k in self.blocks:
+                if self.now >= self.blocks[k][2]:
+                    raise CaseError(f"reset of rule {r.name}: its block record ended on the manual clock")
+                del self.blocks[k]
+                n += 1
         return {"expect": {"deleted": n}}
 
 
@@ -572,10 +674,15 @@ def build(case):
                 step["expect"] = out["expect"]
             steps.append(step)
             continue
-        attrs = s["attributes"]
+        attrs = s.get("attributes", {})
         step = {"advance_ms": adv, "op": op, "attributes": attrs}
         if op == "reset":
             out = model.reset(attrs)
+        elif op in ("override_set", "override_clear", "overrides"):
+            step["rule"] = s["rule"]
+            if op == "override_set":
+                step["limit"] = s["limit"]
+            out = model.override_op(op, s["rule"], attrs, s.get("limit"))
         else:
             cost = s.get("cost", 1)
             step["cost"] = cost
@@ -611,13 +718,13 @@ IP2 = {"ip": "198.51.100.23"}
 def swl(name, key, limit, window, **extra):
     r = {"name": name, "key": key, "limit": limit, "window": window}
     r.update(extra)
-    return r
+    return {k: v for k, v in r.items() if v is not None}
 
 
 def tb(name, key, capacity, rate, **extra):
     r = {"name": name, "key": key, "algorithm": "token_bucket", "capacity": capacity, "refill_rate": rate}
     r.update(extra)
-    return r
+    return {k: v for k, v in r.items() if v is not None}
 
 
 def chk(attrs, cost=1, adv=0, **kw):
@@ -645,22 +752,34 @@ def reload(rules, adv=0, invalid=False):
     return {"op": "reload", "policy": {"rules": rules}, "advance_ms": adv, "invalid": invalid}
 
 
+def ovr_set(rule, attrs, limit, adv=0, **kw):
+    return {"op": "override_set", "rule": rule, "attributes": attrs, "limit": limit, "advance_ms": adv, "assert": kw}
+
+
+def ovr_clear(rule, attrs, adv=0, **kw):
+    return {"op": "override_clear", "rule": rule, "attributes": attrs, "advance_ms": adv, "assert": kw}
+
+
+def ovr_list(rule, **kw):
+    return {"op": "overrides", "rule": rule, "advance_ms": 0, "assert": kw}
+
+
 def sw(name, key, limit, window, **extra):
     r = {"name": name, "key": key, "algorithm": "sliding_window", "limit": limit, "window": window}
     r.update(extra)
-    return r
+    return {k: v for k, v in r.items() if v is not None}
 
 
 def fw(name, key, limit, window, **extra):
     r = {"name": name, "key": key, "algorithm": "fixed_window", "limit": limit, "window": window}
     r.update(extra)
-    return r
+    return {k: v for k, v in r.items() if v is not None}
 
 
 def quota(name, key, limit, period, **extra):
     r = {"name": name, "key": key, "algorithm": "quota", "limit": limit, "period": period}
     r.update(extra)
-    return r
+    return {k: v for k, v in r.items() if v is not None}
 
 
 def utc_us(*ymdhms):
@@ -1225,6 +1344,151 @@ case("reset-new-algorithms", "reset counts the existing keys of counters, fixed 
      [chk(WEB), chk(WEB, allowed=False), reset(IP, deleted=2), chk(WEB, allowed=False, rule="daily"),
       reset(WEB, deleted=1), chk(WEB, allowed=True)],
      start_us=utc_us(2026, 3, 2, 14))
+
+
+
+# -- tiers: the limit picked by an attribute
+
+FREE = {"user": "u1", "plan": "free"}
+PRO = {"user": "u2", "plan": "pro"}
+OTHER = {"user": "u3", "plan": "trial"}
+NOPLAN = {"user": "u4"}
+PLANS = {"attribute": "plan", "free": 2, "pro": 4, "default": 1}
+
+case("tiers-window-by-plan", "A tier per plan value: the limit (and the headers' q) is the tier's; an unlisted value and an absent attribute get the default.",
+     [swl("per-user", "user:{user}", None, "1m", tiers=PLANS)],
+     [chk(FREE, limit=2, remaining=1), chk(FREE, remaining=0), chk(FREE, allowed=False, limit=2),
+      chk(PRO, limit=4, remaining=3), chk(PRO, 3, remaining=0),
+      chk(OTHER, limit=1, remaining=0), chk(OTHER, allowed=False),
+      chk(NOPLAN, limit=1, remaining=0)])
+
+case("tiers-no-default-does-not-apply", "Without a default tier, a request whose value is not listed (or absent) is not limited by the rule; the other rules still apply.",
+     [swl("per-user", "user:{user}", None, "1m", tiers={"attribute": "plan", "pro": 3}),
+      swl("per-ip", "ip:{ip}", 5, "1m")],
+     [chk({"user": "u1", "plan": "pro", "ip": "203.0.113.7"}, rule="per-user", remaining=2),
+      chk({"user": "u1", "plan": "free", "ip": "203.0.113.7"}, rule="per-ip", remaining=3),
+      chk({"user": "u1"}, rule=None)])
+
+case("tiers-cost-above-tier", "A cost above the tier's limit is an invalid argument for that tier only.",
+     [swl("per-user", "user:{user}", None, "1m", tiers=PLANS)],
+     [chk(FREE, 3, error="invalid_argument"), chk(PRO, 3, remaining=1), chk(FREE, 2, remaining=0)])
+
+case("tiers-bucket", "A token bucket's tiers give capacity and refill rate; the header window is the tier's refill time.",
+     [tb("per-key", "key:{api_key}", None, None,
+         tiers={"attribute": "plan", "free": {"capacity": 2, "refill_rate": 0.5},
+                "pro": {"capacity": 10, "refill_rate": 1}})],
+     [chk({"api_key": "a", "plan": "free"}, 2, remaining=0, limit=2),
+      chk({"api_key": "a", "plan": "free"}, allowed=False, retry_after_ms=2_000),
+      chk({"api_key": "b", "plan": "pro"}, 4, remaining=6, limit=10),
+      chk({"api_key": "c", "plan": "gold"}, rule=None)])
+
+case("tiers-every-algorithm", "Tiers on a sliding window of counters, a fixed window and a quota, stacked.",
+     [sw("sw", "u:{user}", None, "1m", tiers={"attribute": "plan", "free": 3, "pro": 6}),
+      fw("fw", "u:{user}", None, "10s", tiers={"attribute": "plan", "free": 2, "pro": 5}),
+      quota("day", "u:{user}", None, "day", tiers={"attribute": "plan", "free": 10, "default": 100})],
+     [chk(FREE, 2, rule="fw", remaining=0), chk(FREE, allowed=False, rule="fw"),
+      chk(PRO, 5, rule="fw", remaining=0), chk(PRO, adv=10_000, rule="sw", remaining=0),
+      chk(PRO, adv=1_000, allowed=False, rule="sw")],
+     start_us=EPOCH_2026_US + 3_600_000_000)
+
+# -- overrides: a limit set at run time for one key
+
+case("override-raises-and-clears", "An override replaces the limit of one key (others keep the rule's); listing shows it; clearing restores the rule's limit.",
+     [swl("per-key", "key:{api_key}", 2, "1m", overrides=True)],
+     [chk({"api_key": "k1"}, remaining=1, limit=2),
+      ovr_set("per-key", {"api_key": "k1"}, 5),
+      chk({"api_key": "k1"}, remaining=3, limit=5),
+      chk({"api_key": "k2"}, remaining=1, limit=2),
+      ovr_list("per-key", overrides=[{"attributes": {"api_key": "k1"}, "limit": 5}]),
+      chk({"api_key": "k1"}, 3, remaining=0, limit=5),
+      chk({"api_key": "k1"}, allowed=False, limit=5),
+      ovr_clear("per-key", {"api_key": "k1"}, cleared=True),
+      chk({"api_key": "k1"}, allowed=False, limit=2, remaining=0),
+      ovr_clear("per-key", {"api_key": "k1"}, cleared=False),
+      ovr_list("per-key", overrides=[])])
+
+case("override-lowers-below-cost", "A cost above an override's limit is an invalid argument; an override below what is used denies.",
+     [swl("per-key", "key:{api_key}", 10, "1m", overrides=True)],
+     [chk({"api_key": "k1"}, 3, remaining=7),
+      ovr_set("per-key", {"api_key": "k1"}, 2),
+      chk({"api_key": "k1"}, 3, error="invalid_argument"),
+      chk({"api_key": "k1"}, allowed=False, limit=2, remaining=0),
+      peek({"api_key": "k2"}, 10, allowed=True, limit=10)])
+
+case("override-bucket-scales-rate", "On a token bucket an override is the capacity and scales the refill rate alike: the refill time stays.",
+     [tb("per-key", "key:{api_key}", 10, 1, overrides=True)],
+     [ovr_set("per-key", {"api_key": "k1"}, 20),
+      chk({"api_key": "k1"}, 20, remaining=0, limit=20, reset_after_ms=10_000),
+      chk({"api_key": "k1"}, 4, allowed=False, retry_after_ms=2_000),
+      chk({"api_key": "k1"}, 4, adv=2_000, remaining=0)])
+
+case("override-with-tiers", "An override wins over the tier the request's attribute picks.",
+     [swl("per-user", "user:{user}", None, "1m", tiers=PLANS, overrides=True)],
+     [ovr_set("per-user", {"user": "u1"}, 3),
+      chk(FREE, limit=3, remaining=2), chk(PRO, limit=4, remaining=3)])
+
+case("override-errors", "Overrides only on a rule with overrides = true, for a key its attributes make, within the limit range.",
+     [swl("per-key", "key:{api_key}", 2, "1m", overrides=True), swl("per-ip", "ip:{ip}", 2, "1m")],
+     [ovr_set("per-ip", IP, 5, error="invalid_argument"),
+      ovr_set("per-key", IP, 5, error="invalid_argument"),
+      ovr_set("per-key", {"api_key": "k1"}, 0, error="invalid_argument"),
+      ovr_set("nope", {"api_key": "k1"}, 5, error="invalid_argument"),
+      ovr_list("per-ip", error="invalid_argument")])
+
+# -- blocks: a denial that holds
+
+LOGIN = {"ip": "203.0.113.7", "route": "/login"}
+
+case("block-holds-after-window", "Once the rule denies, every check is denied until the block ends, with Retry-After to its end, though the window frees earlier.",
+     [swl("login", "login:{ip}", 2, "5s", block="30s")],
+     [chk(LOGIN), chk(LOGIN),
+      chk(LOGIN, allowed=False, remaining=0, retry_after_ms=30_000, reset_after_ms=30_000),
+      chk(LOGIN, adv=10_000, allowed=False, retry_after_ms=20_000),
+      peek(LOGIN, adv=10_000, allowed=False, retry_after_ms=10_000),
+      chk(LOGIN, adv=9_999, allowed=False, retry_after_ms=1),
+      chk(LOGIN, adv=1, allowed=True, remaining=1),
+      chk({"ip": "198.51.100.23"}, allowed=True)])
+
+case("block-escalates", "A key blocked again within block_period after its block ended is blocked block_factor times as long, up to block_max.",
+     [swl("login", "login:{ip}", 1, "2s", block="3s", block_factor=2, block_max="10s", block_period="1m")],
+     [chk(LOGIN), chk(LOGIN, allowed=False, retry_after_ms=3_000),
+      chk(LOGIN, adv=3_000, allowed=True), chk(LOGIN, allowed=False, retry_after_ms=6_000),
+      chk(LOGIN, adv=6_000, allowed=True), chk(LOGIN, allowed=False, retry_after_ms=10_000),
+      chk(LOGIN, adv=10_000, allowed=True), chk(LOGIN, allowed=False, retry_after_ms=10_000)])
+
+case("block-period-forgets", "After block_period has passed since a block ended, the next denial starts from block again.",
+     [fw("login", "login:{ip}", 1, "2s", block="4s", block_factor=3, block_max="1m", block_period="20s")],
+     [chk(LOGIN), chk(LOGIN, allowed=False, retry_after_ms=4_000),
+      chk(LOGIN, adv=4_000), chk(LOGIN, allowed=False, retry_after_ms=12_000),
+      chk(LOGIN, adv=12_000), chk(LOGIN, adv=40_000), chk(LOGIN, allowed=False, retry_after_ms=4_000)],
+     start_us=START_US)
+
+case("block-peek-sets-none", "A peek that would be denied sets no block; a check does.",
+     [swl("login", "login:{ip}", 1, "2s", block="10s")],
+     [chk(LOGIN), peek(LOGIN, allowed=False, retry_after_ms=2_000),
+      chk(LOGIN, adv=2_000, allowed=True), chk(LOGIN, allowed=False, retry_after_ms=10_000),
+      peek(LOGIN, adv=5_000, allowed=False, retry_after_ms=5_000)])
+
+case("block-stacked-all-or-nothing", "A block is set only by its own rule's denial; a denied check consumes nothing elsewhere, and the block's write is the only one it makes.",
+     [swl("per-ip", "ip:{ip}", 3, "1m", block="1m"), swl("per-user", "user:{user}", 1, "1m")],
+     [chk({"ip": "203.0.113.7", "user": "a"}, rule="per-user", remaining=0),
+      chk({"ip": "203.0.113.7", "user": "a"}, allowed=False, rule="per-user", retry_after_ms=60_000),
+      chk({"ip": "203.0.113.7", "user": "b"}, allowed=True, remaining=0, rule="per-user"),
+      chk({"ip": "203.0.113.7", "user": "c"}, allowed=True, rule="per-ip", remaining=0),
+      chk({"ip": "203.0.113.7", "user": "d"}, allowed=False, rule="per-ip", retry_after_ms=60_000),
+      chk({"ip": "203.0.113.7", "user": "d"}, adv=30_000, allowed=False, rule="per-ip", retry_after_ms=30_000),
+      chk({"ip": "203.0.113.7", "user": "d"}, adv=30_000, allowed=True, rule="per-user")])
+
+case("block-shadow-reports", "A shadow rule's block is reported but never denies.",
+     [swl("login", "login:{ip}", 1, "1m", block="5m", shadow=True), swl("per-ip", "ip:{ip}", 10, "1m")],
+     [chk(LOGIN), chk(LOGIN, allowed=True, rule="per-ip"), chk(LOGIN, adv=60_000, allowed=True)])
+
+case("block-with-override-and-tiers", "Blocks, tiers and overrides together: the tier or override gives the limit, the block follows its denial.",
+     [fw("per-user", "user:{user}", None, "1m", tiers=PLANS, overrides=True, block="2m")],
+     [ovr_set("per-user", {"user": "u2"}, 1),
+      chk(PRO, limit=1, remaining=0), chk(PRO, allowed=False, limit=1, retry_after_ms=120_000),
+      chk(FREE, 2, limit=2, remaining=0), chk(FREE, allowed=False, retry_after_ms=120_000)],
+     start_us=START_US)
 
 
 def random_cases(count, seed):

@@ -885,6 +885,43 @@ tg_result tg_limiter_reload_last_error(const struct tg_limiter *limiter,
                                        char **out);
 
 /**
+ * Set the limit of one key of the rule named `rule` (the key these
+ * attributes make; the rule needs `overrides = true`) to `limit`, stored in
+ * the backend until cleared: for a token bucket the capacity, with the
+ * refill rate scaled alike.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_INVALID_UTF8`, `TG_INVALID_ARGUMENT` (no
+ * such rule, a rule without overrides, a missing key attribute, a limit
+ * out of range), `TG_CLOSED`, and the backend's failures.
+ */
+tg_result tg_limiter_set_override(const struct tg_limiter *limiter,
+                                  const char *rule,
+                                  const struct tg_attribute *attributes,
+                                  size_t attributes_len,
+                                  uint64_t limit);
+
+/**
+ * Clear the override of one key of the rule named `rule`; `*cleared`
+ * receives whether there was one.
+ *
+ * Errors: as for `tg_limiter_set_override()`.
+ */
+tg_result tg_limiter_clear_override(const struct tg_limiter *limiter,
+                                    const char *rule,
+                                    const struct tg_attribute *attributes,
+                                    size_t attributes_len,
+                                    bool *cleared);
+
+/**
+ * The overrides of the rule named `rule` as JSON: `*out` receives a new
+ * NUL-terminated string, an array of `{"rule": ..., "attributes": {...},
+ * "limit": N}` in key order, to release with `tg_string_free()`.
+ *
+ * Errors: as for `tg_limiter_set_override()`.
+ */
+tg_result tg_limiter_overrides_json(const struct tg_limiter *limiter, const char *rule, char **out);
+
+/**
  * Read a policy file: `.json` is JSON, `.toml` is TOML, anything else is
  * guessed from the content.
  *

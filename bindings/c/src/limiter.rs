@@ -786,3 +786,75 @@ pub unsafe extern "C" fn tg_limiter_reload_last_error(
         Ok(())
     })
 }
+
+/// Set the limit of one key of the rule named `rule` (the key these
+/// attributes make; the rule needs `overrides = true`) to `limit`, stored in
+/// the backend until cleared: for a token bucket the capacity, with the
+/// refill rate scaled alike.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_UTF8`, `TG_INVALID_ARGUMENT` (no
+/// such rule, a rule without overrides, a missing key attribute, a limit
+/// out of range), `TG_CLOSED`, and the backend's failures.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_set_override(
+    limiter: *const tg_limiter,
+    rule: *const c_char,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    limit: u64,
+) -> tg_result {
+    ffi(|| {
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let rule = c_str(rule, || "rule".to_string())?;
+        let attrs = read_attributes(attributes, attributes_len)?;
+        limiter.set_override_blocking(rule, attrs.as_slice(), limit)?;
+        Ok(())
+    })
+}
+
+/// Clear the override of one key of the rule named `rule`; `*cleared`
+/// receives whether there was one.
+///
+/// Errors: as for `tg_limiter_set_override()`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_clear_override(
+    limiter: *const tg_limiter,
+    rule: *const c_char,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    cleared: *mut bool,
+) -> tg_result {
+    ffi(|| {
+        let cleared = out_ptr(cleared, "cleared")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let rule = c_str(rule, || "rule".to_string())?;
+        let attrs = read_attributes(attributes, attributes_len)?;
+        *cleared = limiter.clear_override_blocking(rule, attrs.as_slice())?;
+        Ok(())
+    })
+}
+
+/// The overrides of the rule named `rule` as JSON: `*out` receives a new
+/// NUL-terminated string, an array of `{"rule": ..., "attributes": {...},
+/// "limit": N}` in key order, to release with `tg_string_free()`.
+///
+/// Errors: as for `tg_limiter_set_override()`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_overrides_json(
+    limiter: *const tg_limiter,
+    rule: *const c_char,
+    out: *mut *mut c_char,
+) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let rule = c_str(rule, || "rule".to_string())?;
+        let list: Vec<serde_json::Value> = limiter
+            .overrides_blocking(rule)?
+            .into_iter()
+            .map(|o| serde_json::json!({ "rule": o.rule, "attributes": o.attributes, "limit": o.limit }))
+            .collect();
+        *out = crate::decision::to_cstring(serde_json::Value::Array(list).to_string()).into_raw();
+        Ok(())
+    })
+}

@@ -168,14 +168,71 @@ static tg_result reload_step(tg_limiter *limiter, const json_value *step) {
     return rc;
 }
 
-/* Run one step's op (check, with a call id or not, peek, reset, reload) on
- * its attributes; false (and a mismatch) for an unknown op. */
+/* Two JSON values are equal: same type and value, objects whatever their
+ * members' order. */
+static bool json_equal(const json_value *a, const json_value *b) {
+    if (a == NULL || b == NULL || a->type != b->type) return false;
+    switch (a->type) {
+    case JSON_NULL: return true;
+    case JSON_BOOL: return a->boolean == b->boolean;
+    case JSON_NUMBER: return a->number == b->number;
+    case JSON_STRING: return strcmp(a->string, b->string) == 0;
+    case JSON_ARRAY:
+        if (a->count != b->count) return false;
+        for (size_t i = 0; i < a->count; i++)
+            if (!json_equal(a->items[i], b->items[i])) return false;
+        return true;
+    case JSON_OBJECT:
+        if (a->count != b->count) return false;
+        for (size_t i = 0; i < a->count; i++)
+            if (!json_equal(a->items[i], json_get(b, a->keys[i]))) return false;
+        return true;
+    }
+    return false;
+}
+
+/* The overrides listed (tg_limiter_overrides_json) must be the step's
+ * `overrides`, each without its "rule" (which is the step's). */
+static void check_overrides(const char *listed, const json_value *expect, const char *rule) {
+    char err[200];
+    json_value *got = json_parse(listed, err, sizeof err);
+    const json_value *want = json_get(expect, "overrides");
+    if (got == NULL || got->type != JSON_ARRAY || want == NULL || want->type != JSON_ARRAY) {
+        mismatch("overrides: not an array: %s", listed);
+    } else if (got->count != want->count) {
+        mismatch("overrides: %zu listed, expected %zu: %s", got->count, want->count, listed);
+    } else {
+        for (size_t i = 0; i < got->count; i++) {
+            const json_value *r = json_get(got->items[i], "rule");
+            if (r == NULL || r->type != JSON_STRING || strcmp(r->string, rule) != 0) mismatch("overrides[%zu]: rule", i);
+            if (!json_equal(json_get(got->items[i], "attributes"), json_get(want->items[i], "attributes")) ||
+                !json_equal(json_get(got->items[i], "limit"), json_get(want->items[i], "limit"))) {
+                mismatch("overrides[%zu]: got %s", i, listed);
+            }
+        }
+    }
+    json_free(got);
+}
+
+/* Run one step's op (check, with a call id or not, peek, reset, reload, the
+ * override ops) on its attributes; false (and a mismatch) for an unknown op. */
 static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, uint64_t cost,
-                   const json_value *call_id, tg_result *rc, tg_decision **d, uint64_t *deleted) {
+                   const json_value *call_id, tg_result *rc, tg_decision **d, uint64_t *deleted,
+                   bool *cleared, char **listed) {
     size_t attrs_len;
     tg_attribute *attrs = step_attributes(step, &attrs_len);
     bool known = true;
-    if (strcmp(op, "check") == 0 && call_id != NULL && call_id->type == JSON_STRING) {
+    const json_value *rule = json_get(step, "rule");
+    const char *rule_name = rule != NULL && rule->type == JSON_STRING ? rule->string : "";
+    const json_value *limit = json_get(step, "limit");
+    if (strcmp(op, "override_set") == 0) {
+        *rc = tg_limiter_set_override(limiter, rule_name, attrs, attrs_len,
+                                      limit != NULL ? (uint64_t)limit->integer : 0);
+    } else if (strcmp(op, "override_clear") == 0) {
+        *rc = tg_limiter_clear_override(limiter, rule_name, attrs, attrs_len, cleared);
+    } else if (strcmp(op, "overrides") == 0) {
+        *rc = tg_limiter_overrides_json(limiter, rule_name, listed);
+    } else if (strcmp(op, "check") == 0 && call_id != NULL && call_id->type == JSON_STRING) {
         *rc = tg_limiter_check_with_call_id(limiter, attrs, attrs_len, cost, call_id->string, d);
     } else if (strcmp(op, "check") == 0) {
         *rc = tg_limiter_check(limiter, attrs, attrs_len, cost, d);
@@ -217,7 +274,9 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
         tg_result rc;
         tg_decision *d = NULL;
         uint64_t deleted = 0;
-        if (!run_op(limiter, step, op, cost, call_id, &rc, &d, &deleted)) continue;
+        bool cleared = false;
+        char *listed = NULL;
+        if (!run_op(limiter, step, op, cost, call_id, &rc, &d, &deleted, &cleared, &listed)) continue;
 
         if (expect_error != NULL) {
             if (rc == TG_OK) {
@@ -234,9 +293,18 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
             expect_u64(expect, "deleted", deleted);
         } else if (strcmp(op, "reload") == 0) {
             if (expect == NULL || expect->type != JSON_OBJECT || expect->count != 0) mismatch("a reload expects {}");
+        } else if (expect != NULL && strcmp(op, "override_set") == 0) {
+            if (expect->count != 0) mismatch("override_set expects nothing");
+        } else if (expect != NULL && strcmp(op, "override_clear") == 0) {
+            const json_value *want = json_get(expect, "cleared");
+            if (want == NULL || want->type != JSON_BOOL || want->boolean != cleared)
+                mismatch("cleared: got %s", cleared ? "true" : "false");
+        } else if (expect != NULL && strcmp(op, "overrides") == 0) {
+            check_overrides(listed, expect, json_get(step, "rule")->string);
         } else if (expect != NULL) {
             check_decision(d, expect);
         }
+        tg_string_free(listed);
         tg_decision_free(d);
     }
 }
@@ -329,8 +397,11 @@ static void run_error_steps(const json_value *c, tg_limiter *limiter) {
         tg_result rc;
         tg_decision *d = NULL;
         uint64_t deleted = 0;
-        if (!run_op(limiter, step, op, cost, call_id, &rc, &d, &deleted)) continue;
+        bool cleared = false;
+        char *listed = NULL;
+        if (!run_op(limiter, step, op, cost, call_id, &rc, &d, &deleted, &cleared, &listed)) continue;
         expect_failure(rc, tg_last_error_message(), step);
+        tg_string_free(listed);
         tg_decision_free(d);
     }
 }

@@ -257,6 +257,26 @@ pub struct ReloadStatus {
     pub watching: Option<String>,
 }
 
+/// One override of a rule's key, as `Limiter.overrides` lists it.
+#[napi(object)]
+pub struct Override {
+    /// The rule it belongs to.
+    pub rule: String,
+    /// The attributes of the rule's key it was set for.
+    pub attributes: std::collections::HashMap<String, String>,
+    /// The limit (a token bucket's capacity) that replaces the rule's.
+    pub limit: i64,
+}
+
+/// An override's `limit` from a JS number: a whole number of at least 0
+/// (the core checks the range).
+fn override_limit(limit: f64) -> throttlegate::Result<u64> {
+    if !limit.is_finite() || limit.fract() != 0.0 || limit < 0.0 || limit > 9_007_199_254_740_991.0 {
+        return Err(throttlegate::Error::new(throttlegate::ErrorKind::InvalidArgument, format!("limit: {limit} is not an integer >= 1")));
+    }
+    Ok(limit as u64)
+}
+
 /// Counters since a limiter was made, for operators.
 #[napi(object)]
 pub struct Stats {
@@ -721,6 +741,48 @@ impl Limiter {
         let attrs = throttlegate::Error::catch_panic(|| convert::attributes(env, &attributes));
         let limiter = self.inner.clone();
         errors::spawn(env, async move { Ok(limiter.reset(&attrs?).await? as i64) })
+    }
+
+    /// Set the limit of one key of `rule` (the key these attributes make;
+    /// the rule needs `overrides = true`), stored in the backend until cleared.
+    #[napi(ts_args_type = "rule: string, attributes: Record<string, string | null | undefined>, limit: number", ts_return_type = "Promise<void>")]
+    pub fn set_override<'env>(
+        &self,
+        env: &'env Env,
+        rule: String,
+        attributes: Unknown<'_>,
+        limit: f64,
+    ) -> Result<PromiseRaw<'env, ()>> {
+        let attrs = throttlegate::Error::catch_panic(|| convert::attributes(env, &attributes));
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move { limiter.set_override(&rule, &attrs?, override_limit(limit)?).await })
+    }
+
+    /// Clear the override of one key of `rule`; resolves to whether there was one.
+    #[napi(ts_args_type = "rule: string, attributes: Record<string, string | null | undefined>")]
+    pub fn clear_override<'env>(
+        &self,
+        env: &'env Env,
+        rule: String,
+        attributes: Unknown<'_>,
+    ) -> Result<PromiseRaw<'env, bool>> {
+        let attrs = throttlegate::Error::catch_panic(|| convert::attributes(env, &attributes));
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move { limiter.clear_override(&rule, &attrs?).await })
+    }
+
+    /// The overrides of `rule`, in key order.
+    #[napi]
+    pub fn overrides<'env>(&self, env: &'env Env, rule: String) -> Result<PromiseRaw<'env, Vec<Override>>> {
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            Ok(limiter
+                .overrides(&rule)
+                .await?
+                .into_iter()
+                .map(|o| Override { rule: o.rule, attributes: o.attributes.into_iter().collect(), limit: o.limit as i64 })
+                .collect())
+        })
     }
 
     /// Check that the backend answers (a `PING` for Redis) within the timeout.

@@ -173,6 +173,24 @@ pub struct RuleObject {
     /// Per-rule override of the policy's failure mode.
     #[napi(js_name = "on_backend_error", ts_type = "'allow' | 'deny' | 'error'")]
     pub on_backend_error: Option<String>,
+    /// The limit picked by an attribute: `{ attribute: 'plan', free: 100, pro: 1000, default: 10 }`
+    /// (a token bucket's tiers: `{ capacity, refill_rate }` each); the rule then has no `limit`.
+    #[napi(ts_type = "{ attribute: string } & Record<string, string | number | { capacity: number; refill_rate: number }>")]
+    pub tiers: Option<String>,
+    /// Whether `Limiter.setOverride` may set one key's limit at run time.
+    pub overrides: Option<bool>,
+    /// Once the rule denies a key, deny every check on it for this long (milliseconds or a duration string).
+    #[napi(ts_type = "number | string")]
+    pub block: Option<String>,
+    /// Each repeat block lasts this many times the previous (default 1).
+    #[napi(js_name = "block_factor")]
+    pub block_factor: Option<f64>,
+    /// The longest block (default `block`; required when `block_factor` is above 1).
+    #[napi(js_name = "block_max", ts_type = "number | string")]
+    pub block_max: Option<String>,
+    /// How long after a block ends the next one counts as a repeat (default `block_max`).
+    #[napi(js_name = "block_period", ts_type = "number | string")]
+    pub block_period: Option<String>,
 }
 
 /// A policy in the policy-file structure (what a TOML or JSON policy file holds).

@@ -61,6 +61,9 @@ async function replaySteps(c, url) {
         if (op === 'peek') return limiter.peek(attrs, options);
         if (op === 'reset') return limiter.reset(attrs);
         if (op === 'reload') return limiter.reload(step.policy);
+        if (op === 'override_set') return limiter.setOverride(step.rule || '', attrs, step.limit || 0);
+        if (op === 'override_clear') return limiter.clearOverride(step.rule || '', attrs);
+        if (op === 'overrides') return limiter.overrides(step.rule || '');
         throw new Error(`unknown op ${op}`);
       });
       try {

@@ -72,6 +72,12 @@ async function replay(file, url) {
       else if (op === 'reload') {
         // Synchronous: a refusal throws; as a Promise, it compares like the others.
         call = new Promise((resolve) => resolve(limiter.reload(step.policy)));
+      } else if (op === 'override_set') call = limiter.setOverride(step.rule, step.attributes || {}, step.limit).then(() => ({}));
+      else if (op === 'override_clear') call = limiter.clearOverride(step.rule, step.attributes || {}).then((cleared) => ({ cleared }));
+      else if (op === 'overrides') {
+        call = limiter.overrides(step.rule).then((list) => ({
+          overrides: list.map((o) => ({ attributes: o.attributes, limit: o.limit })),
+        }));
       } else throw new Error(`${where}: unknown op ${op}`);
       if (step.expect_error !== undefined) {
         await assert.rejects(call, (err) => {
@@ -86,6 +92,8 @@ async function replay(file, url) {
         assert.deepEqual([got, step.expect], [undefined, {}], where);
       } else if (op === 'reset') {
         assert.deepEqual({ deleted: got }, step.expect, where);
+      } else if (op.startsWith('override')) {
+        assert.deepEqual(got, step.expect, where);
       } else {
         assert.deepEqual(pick(snake(got), step.expect), step.expect, where);
       }

@@ -230,6 +230,16 @@ pub fn cost(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
         .map_err(|_| invalid_argument(py, format!("cost: {} is not an integer >= 1", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
 }
 
+/// An override's `limit`: an `int` of at least 0 (the core checks the range).
+pub fn limit(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let py = obj.py();
+    if !obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyBool>() {
+        return Err(invalid_type(py, format!("limit: expected int, got {}", type_name(obj))));
+    }
+    obj.extract::<u64>()
+        .map_err(|_| invalid_argument(py, format!("limit: {} is not an integer >= 1", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
+}
+
 /// A keyword argument as the core's [`OptionValue`] (the core checks it and
 /// words the errors): `None`, `bool`, `int`/`float`, `str` (checked for lone
 /// surrogates), `bytes`, a `ManualClock`, or a list or tuple of these.
@@ -360,4 +370,21 @@ pub fn pem(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<u8>> {
         .map_err(|_| invalid_argument(py, format!("{what}: the path is not a valid file name")))?;
     std::fs::read(&path)
         .map_err(|e| invalid_argument(py, format!("{what}: cannot read {}: {e}", path.display())))
+}
+
+/// Overrides as a list of dicts `{"rule", "attributes", "limit"}`.
+pub fn overrides<'py>(py: Python<'py>, list: &[throttlegate::Override]) -> PyResult<Bound<'py, PyAny>> {
+    let out = pyo3::types::PyList::empty(py);
+    for o in list {
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("rule", &o.rule)?;
+        let attrs = pyo3::types::PyDict::new(py);
+        for (k, v) in &o.attributes {
+            attrs.set_item(k, v)?;
+        }
+        d.set_item("attributes", attrs)?;
+        d.set_item("limit", o.limit)?;
+        out.append(d)?;
+    }
+    Ok(out.into_any())
 }

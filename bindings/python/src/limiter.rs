@@ -190,6 +190,59 @@ impl Limiter {
         })
     }
 
+    /// Set the limit of one key of `rule` (the key these attributes make;
+    /// the rule needs `overrides = true`), stored in the backend until cleared.
+    fn set_override(&self, py: Python<'_>, rule: &Bound<'_, PyAny>, attributes: &Bound<'_, PyAny>, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+        guard(py, || {
+            let (rule, attrs, limit) = (convert::text(rule, "rule")?, convert::attributes(attributes)?, convert::limit(limit)?);
+            self.blocking(py, |l| l.set_override_blocking(&rule, &attrs, limit))
+        })
+    }
+
+    /// `set_override` as an awaitable.
+    fn set_override_async<'py>(&self, py: Python<'py>, rule: &Bound<'py, PyAny>, attributes: &Bound<'py, PyAny>, limit: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let (rule, attrs, limit) = (convert::text(rule, "rule")?, convert::attributes(attributes)?, convert::limit(limit)?);
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.set_override(&rule, &attrs, limit).await.map(|()| Value::Nothing) })
+        })
+    }
+
+    /// Clear the override of one key of `rule`; returns whether there was one.
+    fn clear_override(&self, py: Python<'_>, rule: &Bound<'_, PyAny>, attributes: &Bound<'_, PyAny>) -> PyResult<bool> {
+        guard(py, || {
+            let (rule, attrs) = (convert::text(rule, "rule")?, convert::attributes(attributes)?);
+            self.blocking(py, |l| l.clear_override_blocking(&rule, &attrs))
+        })
+    }
+
+    /// `clear_override` as an awaitable.
+    fn clear_override_async<'py>(&self, py: Python<'py>, rule: &Bound<'py, PyAny>, attributes: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let (rule, attrs) = (convert::text(rule, "rule")?, convert::attributes(attributes)?);
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.clear_override(&rule, &attrs).await.map(Value::Flag) })
+        })
+    }
+
+    /// The overrides of `rule`: a list of `{"rule", "attributes", "limit"}` dicts, in key order.
+    fn overrides<'py>(&self, py: Python<'py>, rule: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let rule = convert::text(rule, "rule")?;
+            let list = self.blocking(py, |l| l.overrides_blocking(&rule))?;
+            convert::overrides(py, &list)
+        })
+    }
+
+    /// `overrides` as an awaitable.
+    fn overrides_async<'py>(&self, py: Python<'py>, rule: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let rule = convert::text(rule, "rule")?;
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.overrides(&rule).await.map(Value::Overrides) })
+        })
+    }
+
     /// The backend keys this request touches, one per applicable rule.
     fn keys(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         guard(py, || Ok(self.inner.keys(&convert::attributes(attributes)?)))

@@ -43,6 +43,10 @@ pub enum Value {
     Count(u64),
     /// Nothing (ping).
     Nothing,
+    /// A yes or no (clear_override).
+    Flag(bool),
+    /// The overrides of a rule.
+    Overrides(Vec<core::Override>),
 }
 
 impl Value {
@@ -51,6 +55,8 @@ impl Value {
             Value::Decision(d) => Bound::new(py, crate::types::Decision::from(d)).map(Bound::into_any),
             Value::Count(n) => n.into_bound_py_any(py),
             Value::Nothing => Ok(py.None().into_bound(py)),
+            Value::Flag(b) => b.into_bound_py_any(py),
+            Value::Overrides(list) => crate::convert::overrides(py, &list),
         }
     }
 }

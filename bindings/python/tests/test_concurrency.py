@@ -154,3 +154,33 @@ def test_cancelled_check_async_does_not_break_the_limiter(redis_server: RedisSer
         assert (await limiter.check_async({"k": "cancel"})).allowed
 
     asyncio.run(main())
+
+
+def test_64_tasks_with_tiers_an_override_and_a_block(backend_url: str | None, prefix: str) -> None:
+    """The tightest of a tier, an override and a blocking rule, exactly; after
+    the block is set, every later check is denied."""
+    rules = [
+        {"name": "plan", "key": "u:{user}", "window": "1h", "tiers": {"attribute": "plan", "pro": 40, "default": 5}},
+        {"name": "tenant", "key": "t:{tenant}", "limit": 5, "window": "1h", "overrides": True},
+        {"name": "ip", "key": "ip:{ip}", "limit": 20, "window": "1h", "block": "1h"},
+    ]
+    attrs = {"user": "u1", "plan": "pro", "tenant": "t1", "ip": "203.0.113.7"}
+
+    async def main() -> tuple[int, float]:
+        limiter = tg.Limiter(rules, url=backend_url, prefix=prefix, timeout=30.0, on_backend_error="error")
+        await limiter.set_override_async("tenant", {"tenant": "t1"}, 30)
+
+        async def task() -> int:
+            n = 0
+            for _ in range(4):
+                n += (await limiter.check_async(attrs)).allowed
+            return n
+
+        counts = await asyncio.gather(*(task() for _ in range(64)))
+        after = await limiter.peek_async(attrs)
+        limiter.close()
+        return sum(counts), after.retry_after
+
+    admitted, retry_after = asyncio.run(main())
+    assert admitted == 20
+    assert retry_after > 3500

@@ -79,7 +79,13 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
     limiter = limiter_for(case, backend_url)
     loop = asyncio.new_event_loop()
 
-    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None, step: dict[str, Any]) -> Any:
+        if op == "override_set":
+            return await limiter.set_override_async(step.get("rule", ""), attrs, step.get("limit", 0))
+        if op == "override_clear":
+            return await limiter.clear_override_async(step.get("rule", ""), attrs)
+        if op == "overrides":
+            return await limiter.overrides_async(step.get("rule", ""))
         if op == "check":
             return await limiter.check_async(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -95,7 +101,13 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
         if op == "reload":
             return limiter.reload(step["policy"])
         if api == "async":
-            return loop.run_until_complete(run_async(op, attrs, cost, step.get("call_id")))
+            return loop.run_until_complete(run_async(op, attrs, cost, step.get("call_id"), step))
+        if op == "override_set":
+            return limiter.set_override(step.get("rule", ""), attrs, step.get("limit", 0))
+        if op == "override_clear":
+            return limiter.clear_override(step.get("rule", ""), attrs)
+        if op == "overrides":
+            return limiter.overrides(step.get("rule", ""))
         if op == "check":
             return limiter.check(attrs, cost, call_id=step.get("call_id"))
         if op == "peek":

@@ -71,7 +71,17 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
     prefix = f"v-{uuid.uuid4().hex[:12]}:"
     limiter = tg.Limiter(case["policy"], url=url, prefix=prefix, clock=clock, timeout=10.0, on_backend_error="error")
 
-    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+    def listed(out: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"overrides": [{"attributes": o["attributes"], "limit": o["limit"]} for o in out]}
+
+    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None, step: dict[str, Any]) -> Any:
+        if op == "override_set":
+            await limiter.set_override_async(step["rule"], attrs, step["limit"])
+            return {}
+        if op == "override_clear":
+            return {"cleared": await limiter.clear_override_async(step["rule"], attrs)}
+        if op == "overrides":
+            return listed(await limiter.overrides_async(step["rule"]))
         if op == "check":
             return await limiter.check_async(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -80,9 +90,16 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             return await limiter.reset_async(attrs)
         raise AssertionError(f"unknown op {op!r}")
 
-    def run(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+    def run(op: str, attrs: dict[str, Any], cost: int, call_id: str | None, step: dict[str, Any]) -> Any:
         if api == "async":
-            return loop.run_until_complete(run_async(op, attrs, cost, call_id))
+            return loop.run_until_complete(run_async(op, attrs, cost, call_id, step))
+        if op == "override_set":
+            limiter.set_override(step["rule"], attrs, step["limit"])
+            return {}
+        if op == "override_clear":
+            return {"cleared": limiter.clear_override(step["rule"], attrs)}
+        if op == "overrides":
+            return listed(limiter.overrides(step["rule"]))
         if op == "check":
             return limiter.check(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -101,7 +118,7 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
                 if op == "reload":
                     out = limiter.reload(step["policy"])
                 else:
-                    out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"))
+                    out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"), step)
             except tg.ThrottlegateError as e:
                 assert "expect_error" in step, f"{where}: unexpected {type(e).__name__}: {e}"
                 assert e.kind == step["expect_error"], f"{where}: {e.kind} ({e}) instead of {step['expect_error']}"
@@ -112,6 +129,8 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
                 assert out is None and want == {}, where
             elif op == "reset":
                 assert {"deleted": out} == want, where
+            elif op.startswith("override"):
+                assert out == want, f"{where}: {out!r} != {want!r}"
             else:
                 assert decision_view(out, want) == want, where
     finally:

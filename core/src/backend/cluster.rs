@@ -19,9 +19,9 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use super::redis::TlsOptions;
-use super::script::{command, is_noscript, parse_reply, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, Header, CHECK_SCRIPT};
 use super::Outcomes;
-use crate::plan::{CompiledRule, Mode, Plan};
+use crate::plan::{CompiledRule, Mode, Plan, PlanExt};
 use crate::error::{Error, Result};
 
 /// CRC16/XMODEM, the hash of Redis Cluster slots.
@@ -133,19 +133,28 @@ impl ClusterBackend {
     ) -> Result<Outcomes> {
         let keys: SmallVec<[&str; 4]> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
         let rules: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| plan.rules[i]).collect();
-        let reply: Vec<i64> = match command(Some(&self.0.sha), &keys, &rules, header).query_async(&mut conn).await {
+        // The overrides and blocks of these rules, at their places in the group
+        // (they live in the slot of their rule's key).
+        let ext: SmallVec<[PlanExt<&str>; 2]> = ext_refs(plan)
+            .into_iter()
+            .filter_map(|e| idx.iter().position(|&i| i == e.at).map(|at| PlanExt { at, ..e }))
+            .collect();
+        let reply: Vec<i64> = match command(Some(&self.0.sha), &keys, &rules, &ext, header).query_async(&mut conn).await {
             Ok(v) => v,
             Err(e) if is_noscript(&e) => {
                 // EVAL runs (and caches) the script on the node that owns the
                 // slot; the call id keeps it from counting twice.
-                command(None, &keys, &rules, header).query_async(&mut conn).await?
+                match command(None, &keys, &rules, &ext, header).query_async(&mut conn).await {
+                    Ok(v) => v,
+                    Err(e) => return Err(override_error(&e, &rules, plan.cost).unwrap_or_else(|| e.into())),
+                }
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(override_error(&e, &rules, plan.cost).unwrap_or_else(|| e.into())),
         };
         if header.mode == "u" {
             return Ok(SmallVec::new());
         }
-        parse_reply(&reply, idx.len())
+        parse_reply(&reply, idx.len(), &ext)
     }
 
     /// Decide the plan slot by slot; give back on a denial.
@@ -219,6 +228,12 @@ impl ClusterBackend {
             return Err(e);
         }
         Ok(outcomes.into_iter().map(|o| o.expect("every group answered")).collect())
+    }
+
+    /// Run one command (routed by its key).
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.conn().await?;
+        Ok(cmd.query_async(&mut conn).await?)
     }
 
     /// Delete `keys` (one command per key: they may live on different nodes).

@@ -14,8 +14,11 @@ use std::sync::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use super::Outcomes;
-use crate::algo::{fixed_end, quota_end, Bucket, Counters, Log, PeriodCount, TB_IDS};
+use crate::algo::{fixed_end, quota_end, Bucket, Counters, Log, Outcome, PeriodCount, TB_IDS};
+use crate::error::Result;
 use crate::plan::{Mode, Plan, RuleArgs};
+use super::script::cost_above;
+use crate::limiter::overrides::Override;
 
 const SHARDS: usize = 64;
 const MIN_SWEEP: usize = 1024;
@@ -29,6 +32,11 @@ enum State {
     Counters(Counters),
     /// A fixed window or a quota.
     Period(PeriodCount),
+    /// An override of one rule's key: its limit.
+    Override(u64),
+    /// A block of one rule's key (`lua/extensions.lua`): blocked while
+    /// `now < until`; its duration counts for escalation while `now < end`.
+    Block { until: i64, duration: i64, end: i64 },
 }
 
 struct Entry {
@@ -83,6 +91,8 @@ impl Shard {
 /// The in-memory store behind `memory://`.
 pub(crate) struct MemoryBackend {
     shards: Box<[Mutex<Shard>]>,
+    /// The overrides set, by rule and key, for listing (checks read the shards).
+    index: Mutex<std::collections::BTreeMap<(String, String), Override>>,
     low: foldhash::quality::RandomState,
     high: foldhash::quality::RandomState,
 }
@@ -110,6 +120,7 @@ impl MemoryBackend {
             .collect();
         MemoryBackend {
             shards,
+            index: Mutex::new(Default::default()),
             low: foldhash::quality::RandomState::default(),
             high: foldhash::quality::RandomState::default(),
         }
@@ -125,26 +136,67 @@ impl MemoryBackend {
     }
 
     /// Decide (and for [`Mode::Check`], apply) one plan at `now`: rule
-    /// `rules[i]` on the key with digest `keys[i]`, all or nothing.
-    pub fn eval(&self, plan: &Plan<'_, Digest>, mode: Mode, now: i64) -> Outcomes {
+    /// `rules[i]` on the key with digest `keys[i]`, all or nothing, with
+    /// the overrides and blocks of `plan.ext` (as `lua/extensions.lua`).
+    /// The only error: a cost above an override's limit, before anything is written.
+    pub fn eval(&self, plan: &Plan<'_, Digest>, mode: Mode, now: i64) -> Result<Outcomes> {
         let (digests, rules, cost, call_id) = (&plan.keys[..], &plan.rules[..], plan.cost, plan.call_id);
         let n = digests.len();
         let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
         let mut order = idx.clone();
-        if n > 1 {
+        for e in &plan.ext {
+            order.extend(e.override_key.iter().chain(&e.block_key).map(|&d| Self::shard_of(d)));
+        }
+        if order.len() > 1 {
             order.sort_unstable();
             order.dedup();
         }
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
-        let slot = |i: usize| if n == 1 { 0 } else { order.binary_search(&idx[i]).expect("locked shard") };
+        let slot = |i: usize| if order.len() == 1 { 0 } else { order.binary_search(&idx[i]).expect("locked shard") };
+        let slot_of = |d: Digest| order.binary_search(&Self::shard_of(d)).expect("locked shard");
+
+        // Overrides and blocks, read first (extensions.lua runs before the replay lookup).
+        let mut args: SmallVec<[RuleArgs; 4]> = rules.iter().map(|r| r.args).collect();
+        let mut ext_state: SmallVec<[ExtRead; 2]> = SmallVec::new();
+        for e in &plan.ext {
+            let mut limit = 0;
+            if let Some(d) = e.override_key {
+                let stored = match guards[slot_of(d)].1.live(d, now).map(|x| &x.state) {
+                    Some(State::Override(v)) => Some(*v),
+                    _ => None,
+                };
+                let applies = stored.unwrap_or(rules[e.at].limit);
+                if cost > applies {
+                    return Err(cost_above(&rules[e.at].name, cost, applies));
+                }
+                if let Some(v) = stored {
+                    args[e.at] = with_override(args[e.at], v);
+                    limit = v;
+                }
+            }
+            let (mut until, mut previous) = (None, None);
+            if let Some(d) = e.block_key {
+                if let Some(State::Block { until: u, duration, end }) =
+                    guards[slot_of(d)].1.live(d, now).map(|x| &x.state)
+                {
+                    if *end > now {
+                        previous = Some(*duration);
+                    }
+                    if *u > now {
+                        until = Some(*u);
+                    }
+                }
+            }
+            ext_state.push(ExtRead { limit, until, previous });
+        }
 
         let dedupe = call_id.map(id_hash);
         let mut cost = cost;
         let mut mode = mode;
         if let Some(id) = dedupe {
             for i in 0..n {
-                let seen = match (guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), rules[i].args) {
+                let seen = match (guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), args[i]) {
                     (Some(State::Log(log)), RuleArgs::Window { .. }) => log.seen(id),
                     (Some(State::Bucket(b)), RuleArgs::Bucket { .. }) => b.ids.contains(&id),
                     (Some(State::Counters(c)), RuleArgs::Counters { window_us, precision_us, .. }) => {
@@ -167,7 +219,7 @@ impl MemoryBackend {
         let mut all_pass = true;
         for i in 0..n {
             let entry = guards[slot(i)].1.live(digests[i], now);
-            let (o, left) = match rules[i].args {
+            let (o, left) = match args[i] {
                 RuleArgs::Window { limit, window_us, .. } => {
                     let o = match entry.map(|e| &e.state) {
                         Some(State::Log(log)) => log.decide(now, cost, limit, window_us),
@@ -190,7 +242,7 @@ impl MemoryBackend {
                     (o, 0)
                 }
                 RuleArgs::Fixed { limit, window_us: p, .. } | RuleArgs::Quota { limit, offset_s: p, .. } => {
-                    let period_end = match rules[i].args {
+                    let period_end = match args[i] {
                         RuleArgs::Quota { period, .. } => quota_end(now, period, p),
                         _ => fixed_end(now, p),
                     };
@@ -207,6 +259,30 @@ impl MemoryBackend {
             }
             outcomes.push(o);
             lefts.push(left);
+        }
+
+        // Blocks: in force, or set by this denial (extensions.lua's ext_apply).
+        for (e, &ExtRead { limit, until, previous }) in plan.ext.iter().zip(&ext_state) {
+            let o = &mut outcomes[e.at];
+            o.limit = limit;
+            if let Some(u) = until {
+                *o = Outcome { allowed: false, remaining: 0, retry_after_us: u - now, reset_after_us: u - now, limit, blocked: true };
+            } else if let (Some(b), Some(key), false, Mode::Check) = (e.ext.block, e.block_key, o.allowed, mode) {
+                let d = match previous {
+                    Some(p) => ((p as f64 * b.factor).floor() as i64).min(b.max_us),
+                    None => b.duration_us,
+                };
+                let u = now + d;
+                let shard = &mut guards[slot_of(key)].1;
+                shard.map.insert(key, Entry { state: State::Block { until: u, duration: d, end: u + b.period_us }, expires_at: u + b.period_us });
+                o.remaining = 0;
+                o.retry_after_us = o.retry_after_us.max(d);
+                o.reset_after_us = o.reset_after_us.max(d);
+                o.blocked = true;
+            }
+            if o.blocked && !args[e.at].shadow() {
+                all_pass = false;
+            }
         }
 
         if mode == Mode::Check && all_pass {
@@ -232,7 +308,7 @@ impl MemoryBackend {
                     }),
                 };
                 entry.expires_at = expires_at;
-                match rules[i].args {
+                match args[i] {
                     RuleArgs::Window { window_us, .. } => {
                         if !matches!(entry.state, State::Log(_)) {
                             entry.state = State::Log(Log::default());
@@ -277,11 +353,44 @@ impl MemoryBackend {
                 g.maybe_sweep(now);
             }
         }
-        outcomes
+        Ok(outcomes)
+    }
+
+    /// Store an override (`limit`) under `key`'s digest, or clear it (`None`);
+    /// returns whether one was there.
+    pub fn set_override(&self, key: &str, limit: Option<u64>) -> bool {
+        let d = self.digest(key);
+        let mut g = lock(&self.shards[Self::shard_of(d)]);
+        let old = match limit {
+            Some(v) => g.map.insert(d, Entry { state: State::Override(v), expires_at: i64::MAX }),
+            None => g.map.remove(&d),
+        };
+        matches!(old, Some(Entry { state: State::Override(_), .. }))
+    }
+
+    /// Record (or with `None` forget) the override of `key` of `rule` for listing.
+    pub fn index_override(&self, rule: &str, key: &str, entry: Option<Override>) {
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let at = (rule.to_string(), key.to_string());
+        match entry {
+            Some(e) => {
+                index.insert(at, e);
+            }
+            None => {
+                index.remove(&at);
+            }
+        }
+    }
+
+    /// The overrides of `rule`, in key order.
+    pub fn overrides_of(&self, rule: &str) -> Vec<Override> {
+        let index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        index.iter().filter(|((r, _), _)| r == rule).map(|(_, e)| e.clone()).collect()
     }
 
     /// Drop every entry (the limiter was closed).
     pub fn clear(&self) {
+        self.index.lock().unwrap_or_else(|p| p.into_inner()).clear();
         for s in self.shards.iter() {
             let mut g = lock(s);
             g.map = HashMap::with_hasher(DigestState::default());
@@ -323,11 +432,38 @@ impl MemoryBackend {
                         State::Log(l) => l.len(),
                         State::Counters(c) => c.len(),
                         State::Bucket(_) | State::Period(_) => 1,
-                        State::Absent => 0,
+                        State::Absent | State::Override(_) | State::Block { .. } => 0,
                     })
                     .sum::<usize>()
             })
             .sum()
+    }
+}
+
+/// What a check read of one rule's override and block before deciding.
+#[derive(Clone, Copy)]
+struct ExtRead {
+    /// The override's limit (0: none).
+    limit: u64,
+    /// The end of the block in force.
+    until: Option<i64>,
+    /// The previous block's duration, while its record holds (for escalation).
+    previous: Option<i64>,
+}
+
+/// A rule's arguments under an override of `limit`: the limit replaced; a
+/// bucket's capacity replaced and its rate scaled alike (as extensions.lua).
+pub(crate) fn with_override(args: RuleArgs, limit: u64) -> RuleArgs {
+    match args {
+        RuleArgs::Window { window_us, shadow, .. } => RuleArgs::Window { limit, window_us, shadow },
+        RuleArgs::Bucket { capacity, rate, shadow } => {
+            RuleArgs::Bucket { capacity: limit, rate: rate * limit as f64 / capacity as f64, shadow }
+        }
+        RuleArgs::Counters { window_us, precision_us, shadow, .. } => {
+            RuleArgs::Counters { limit, window_us, precision_us, shadow }
+        }
+        RuleArgs::Fixed { window_us, shadow, .. } => RuleArgs::Fixed { limit, window_us, shadow },
+        RuleArgs::Quota { period, offset_s, shadow, .. } => RuleArgs::Quota { limit, period, offset_s, shadow },
     }
 }
 

@@ -73,6 +73,13 @@ impl Remote {
         }
     }
 
+    async fn query<T: ::redis::FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T> {
+        match self {
+            Remote::Redis(r) => r.query(cmd).await,
+            Remote::Cluster(c) => c.query(cmd).await,
+        }
+    }
+
     async fn reset(&self, keys: &[String]) -> Result<u64> {
         match self {
             Remote::Redis(r) => r.reset(keys).await,
@@ -160,6 +167,12 @@ impl Connection {
     pub async fn reset(&self, keys: &[String]) -> Result<u64> {
         let remote = self.get()?;
         self.bounded(remote.reset(keys)).await
+    }
+
+    /// Run one command (routed by its key on a cluster), within the timeout.
+    pub async fn query<T: ::redis::FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T> {
+        let remote = self.get()?;
+        self.bounded(remote.query(cmd)).await
     }
 
     /// A round trip, within the timeout.

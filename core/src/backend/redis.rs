@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::script::{command, is_noscript, parse_reply, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, Header, CHECK_SCRIPT};
 use super::Outcomes;
 use crate::error::{Error, Result};
 use crate::plan::{Mode, Plan};
@@ -85,28 +85,40 @@ impl RedisBackend {
     pub async fn eval(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let mut conn = self.conn()?;
         let header = Header::of(plan, mode, call_id, now);
-        let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, header);
-        let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
-            Ok(v) => v,
-            Err(e) if is_noscript(&e) => {
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(CHECK_SCRIPT)
-                    .query_async::<String>(&mut conn)
-                    .await?;
-                match cmd.query_async(&mut conn).await {
-                    Ok(v) => v,
-                    // Flushed again between the load and the retry: send the
-                    // script itself, which cannot miss.
-                    Err(e) if is_noscript(&e) => {
-                        command(None, &plan.keys, &plan.rules, header).query_async(&mut conn).await?
+        let ext = ext_refs(plan);
+        let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
+        let answer: redis::RedisResult<Vec<i64>> = async {
+            match cmd.query_async(&mut conn).await {
+                Err(e) if is_noscript(&e) => {
+                    redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).query_async::<String>(&mut conn).await?;
+                    match cmd.query_async(&mut conn).await {
+                        // Flushed again between the load and the retry: send the
+                        // script itself, which cannot miss.
+                        Err(e) if is_noscript(&e) => {
+                            command(None, &plan.keys, &plan.rules, &ext, header).query_async(&mut conn).await
+                        }
+                        other => other,
                     }
-                    Err(e) => return Err(e.into()),
                 }
+                other => other,
             }
-            Err(e) => return Err(e.into()),
+        }
+        .await;
+        let reply = match answer {
+            Ok(v) => v,
+            Err(e) => {
+                // A cost above an override's limit (lua/extensions.lua).
+                let named = if ext.is_empty() { None } else { override_error(&e, &plan.rules, plan.cost) };
+                return Err(named.unwrap_or_else(|| e.into()));
+            }
         };
-        parse_reply(&reply, plan.keys.len())
+        parse_reply(&reply, plan.keys.len(), &ext)
+    }
+
+    /// Run one command.
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut conn = self.conn()?;
+        Ok(cmd.query_async(&mut conn).await?)
     }
 
     /// [`RedisBackend::eval`] on the calling thread: the same commands
@@ -118,7 +130,8 @@ impl RedisBackend {
     pub fn eval_blocking(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let deadline = Instant::now() + self.0.timeout;
         let header = Header::of(plan, mode, call_id, now);
-        let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, header);
+        let ext = ext_refs(plan);
+        let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
         let mut conn = self.take(deadline)?;
         let mut shortened = false;
         let reply = match cmd.query::<Vec<i64>>(&mut conn) {
@@ -129,14 +142,14 @@ impl RedisBackend {
                 self.bound(&conn, deadline)?;
                 match cmd.query(&mut conn) {
                     // Flushed again in between: the script itself cannot miss.
-                    Err(e) if is_noscript(&e) => command(None, &plan.keys, &plan.rules, header).query(&mut conn),
+                    Err(e) if is_noscript(&e) => command(None, &plan.keys, &plan.rules, &ext, header).query(&mut conn),
                     other => other,
                 }
             })(),
             other => other,
         };
         let reply = self.put_back(conn, shortened, reply)?;
-        parse_reply(&reply, plan.keys.len())
+        parse_reply(&reply, plan.keys.len(), &ext)
     }
 
     /// An idle connection, or a new one made within the time left. Its

@@ -3,7 +3,9 @@
 use crate::algo::Outcome;
 use super::Outcomes;
 use crate::error::{Error, ErrorKind, Result};
-use crate::plan::{CompiledRule, Mode, Plan, RuleArgs};
+use std::fmt::Write as _;
+
+use crate::plan::{BlockArgs, CompiledRule, Mode, Plan, PlanExt, RuleArgs};
 
 /// The one script behind every check: the single-rule fast paths, the
 /// arguments of the general one, every algorithm, the replay and give-back helpers and the stacked
@@ -26,6 +28,8 @@ pub const CHECK_SCRIPT: &str = concat!(
     "\n",
     include_str!("../../lua/replay.lua"),
     "\n",
+    include_str!("../../lua/extensions.lua"),
+    "\n",
     include_str!("../../lua/check.lua"),
 );
 
@@ -39,6 +43,7 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     sha: Option<&str>,
     keys: &[K],
     rules: &[&CompiledRule],
+    ext: &[PlanExt<&str>],
     header: Header<'_>,
 ) -> redis::Cmd {
     let mut cmd = match sha {
@@ -53,6 +58,9 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
             c
         }
     };
+    if !ext.is_empty() {
+        return extended(cmd, keys, rules, ext, header);
+    }
     cmd.arg(keys.len()).arg(keys);
     // The most common check has a short form of its own (lua/single_rule.lua):
     // call id, limit, window and, on a clock other than the server's, the time.
@@ -88,6 +96,59 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     cmd
 }
 
+/// The general form with the overrides and blocks of `ext` (lua/extensions.lua):
+/// their keys after the rules' keys, one more argument after the rules'.
+fn extended<K: redis::ToRedisArgs>(
+    mut cmd: redis::Cmd,
+    keys: &[K],
+    rules: &[&CompiledRule],
+    ext: &[PlanExt<&str>],
+    header: Header<'_>,
+) -> redis::Cmd {
+    let extra = ext.iter().map(|e| e.override_key.is_some() as usize + e.block_key.is_some() as usize).sum::<usize>();
+    cmd.arg(keys.len() + extra).arg(keys);
+    let mut spec = String::new();
+    let mut next = keys.len();
+    for e in ext {
+        let mut index = |k: Option<&str>| match k {
+            Some(_) => {
+                next += 1;
+                next
+            }
+            None => 0,
+        };
+        let okey = index(e.override_key);
+        let bkey = index(e.block_key);
+        if !spec.is_empty() {
+            spec.push(';');
+        }
+        let b = e.ext.block.unwrap_or(BlockArgs { duration_us: 0, factor: 1.0, max_us: 0, period_us: 0 });
+        let _ = write!(
+            spec,
+            "{},{okey},{bkey},{},{},{},{}",
+            e.at + 1,
+            b.duration_us,
+            b.factor,
+            b.max_us,
+            b.period_us
+        );
+        for k in [e.override_key, e.block_key].into_iter().flatten() {
+            cmd.arg(k);
+        }
+    }
+    cmd.arg(header.mode);
+    match header.now {
+        Some(t) => cmd.arg(t),
+        None => cmd.arg(""),
+    };
+    cmd.arg(header.call_id).arg(header.cost);
+    for rule in rules {
+        cmd.arg(&rule.script_args[..]);
+    }
+    cmd.arg(spec);
+    cmd
+}
+
 /// What every invocation of a plan says before its rules.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Header<'a> {
@@ -112,9 +173,10 @@ impl<'a> Header<'a> {
     }
 }
 
-/// The per-rule outcomes of a reply for `n` rules.
-pub(crate) fn parse_reply(reply: &[i64], n: usize) -> Result<Outcomes> {
-    if reply.len() != 2 + 4 * n {
+/// The per-rule outcomes of a reply for `n` rules, with the overrides and
+/// blocks of `ext` (positions in those rules) read from its tail.
+pub(crate) fn parse_reply(reply: &[i64], n: usize, ext: &[PlanExt<&str>]) -> Result<Outcomes> {
+    if reply.len() != 2 + 4 * n + 2 * ext.len() {
         return Err(Error::new(
             ErrorKind::Backend,
             format!(
@@ -123,15 +185,54 @@ pub(crate) fn parse_reply(reply: &[i64], n: usize) -> Result<Outcomes> {
             ),
         ));
     }
-    Ok(reply[2..]
+    let mut outcomes: Outcomes = reply[2..2 + 4 * n]
         .chunks_exact(4)
         .map(|c| Outcome {
             allowed: c[0] == 1,
             remaining: c[1].max(0) as u64,
             retry_after_us: c[2],
             reset_after_us: c[3],
+            limit: 0,
+            blocked: false,
         })
-        .collect())
+        .collect();
+    for (e, tail) in ext.iter().zip(reply[2 + 4 * n..].chunks_exact(2)) {
+        outcomes[e.at].limit = tail[0].max(0) as u64;
+        outcomes[e.at].blocked = tail[1] == 1;
+    }
+    Ok(outcomes)
+}
+
+/// The plan's overrides and blocks with borrowed keys.
+pub(crate) fn ext_refs<'a>(plan: &'a Plan<'_, String>) -> smallvec::SmallVec<[PlanExt<&'a str>; 2]> {
+    plan.ext
+        .iter()
+        .map(|e| PlanExt {
+            at: e.at,
+            ext: e.ext,
+            override_key: e.override_key.as_deref(),
+            block_key: e.block_key.as_deref(),
+        })
+        .collect()
+}
+
+/// The error a reply names when a cost is above an override's limit
+/// (`lua/extensions.lua`), in the words of the same check made before the script.
+pub(crate) fn override_error(e: &redis::RedisError, rules: &[&CompiledRule], cost: u64) -> Option<Error> {
+    let text = e.to_string();
+    let at = text.find("throttlegate: cost above override ")?;
+    let mut words = text[at + "throttlegate: cost above override ".len()..].split_whitespace();
+    let i: usize = words.next()?.parse().ok()?;
+    let limit: u64 = words.next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()?;
+    let rule = rules.get(i.checked_sub(1)?)?;
+    Some(cost_above(&rule.name, cost, limit))
+}
+
+/// The error of a cost above the limit that applies (a rule's, a tier's or an override's).
+pub(crate) fn cost_above(rule: &str, cost: u64, limit: u64) -> Error {
+    Error::invalid_argument(format!(
+        "cost: {cost} is more than rule {rule:?} allows ({limit}); such a request could never pass"
+    ))
 }
 
 #[cfg(test)]
@@ -155,16 +256,16 @@ mod tests {
         let policy = Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
         let rules = Rules::compile(&policy, None);
         let plan = rules.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
-        let server = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", None));
+        let server = command(Some("sha"), &plan.keys, &plan.rules, &[], Header::of(&plan, Mode::Check, "id", None));
         assert_eq!(args(&server)[4..], ["s", "id", "5", "1000000"]);
         // A manual or system clock (every conformance vector): the same short form, with the time.
-        let manual = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", Some(42)));
+        let manual = command(Some("sha"), &plan.keys, &plan.rules, &[], Header::of(&plan, Mode::Check, "id", Some(42)));
         assert_eq!(args(&manual)[4..], ["s", "id", "5", "1000000", "42"]);
         // Anything else takes the general form.
-        let peek = command(None, &plan.keys, &plan.rules, Header::of(&plan, Mode::Peek, "id", Some(42)));
+        let peek = command(None, &plan.keys, &plan.rules, &[], Header::of(&plan, Mode::Peek, "id", Some(42)));
         assert_eq!(args(&peek)[4..], ["p", "42", "id", "1", "w", "5", "1000000"]);
         let with_id = rules.plan(&[("ip", "a")], 1, Some("mine"), str::to_string).unwrap();
-        let c = command(None, &with_id.keys, &with_id.rules, Header::of(&with_id, Mode::Check, "mine", None));
+        let c = command(None, &with_id.keys, &with_id.rules, &[], Header::of(&with_id, Mode::Check, "mine", None));
         assert_eq!(args(&c)[4..], ["C", "", "mine", "1", "w", "5", "1000000"]);
     }
 
@@ -173,11 +274,11 @@ mod tests {
         let policy = Policy::new(vec![Rule::fixed_window("f", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
         let rules = Rules::compile(&policy, None);
         let plan = rules.plan(&[("ip", "a")], 3, None, str::to_string).unwrap();
-        let server = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", None));
+        let server = command(Some("sha"), &plan.keys, &plan.rules, &[], Header::of(&plan, Mode::Check, "id", None));
         assert_eq!(args(&server)[4..], ["f", "5", "1000000", "3"]);
-        let manual = command(Some("sha"), &plan.keys, &plan.rules, Header::of(&plan, Mode::Check, "id", Some(42)));
+        let manual = command(Some("sha"), &plan.keys, &plan.rules, &[], Header::of(&plan, Mode::Check, "id", Some(42)));
         assert_eq!(args(&manual)[4..], ["f", "5", "1000000", "3", "42"]);
-        let peek = command(None, &plan.keys, &plan.rules, Header::of(&plan, Mode::Peek, "id", Some(42)));
+        let peek = command(None, &plan.keys, &plan.rules, &[], Header::of(&plan, Mode::Peek, "id", Some(42)));
         assert_eq!(args(&peek)[4..], ["p", "42", "id", "3", "f", "5", "1000000"]);
     }
 }

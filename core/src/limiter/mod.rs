@@ -11,6 +11,7 @@ mod metrics;
 mod options;
 mod reload;
 mod stats;
+pub(crate) mod overrides;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
 pub use options::{CheckOption, LimiterOption};
@@ -199,7 +200,7 @@ impl Limiter {
         self.ensure_open()?;
         let keys = {
             let g = self.inner.current.load();
-            let keys = g.rules.keys(&AttrRef(attrs));
+            let keys = g.rules.reset_keys(&AttrRef(attrs));
             if let Some(c) = &g.deny_cache {
                 c.forget(&keys);
             }
@@ -372,14 +373,14 @@ impl Limiter {
         }
         let memory = self.inner.memory.as_ref()?;
         let g = self.inner.current.load();
-        Some(g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).map(|plan| {
+        Some(g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).and_then(|plan| {
             let d = if plan.keys.is_empty() {
                 Decision::unlimited()
             } else {
-                decide(&plan.rules, &memory.eval(&plan, mode, self.local_now()))
+                decide(&plan.rules, &memory.eval(&plan, mode, self.local_now())?)
             };
             self.count(&g, &d, false);
-            d
+            Ok(d)
         }))
     }
 
@@ -399,8 +400,8 @@ impl Limiter {
             None => {
                 let g = self.inner.current.load_full();
                 let plan = g.rules.plan(attrs, cost, call_id, str::to_string).map(|p| {
-                    let rules: SmallVec<[usize; 4]> = p.rules.iter().map(|r| r.index).collect();
-                    (p.keys, rules)
+                    let rules: SmallVec<[(usize, Option<usize>); 4]> = p.rules.iter().map(|r| g.rules.locate(r)).collect();
+                    (p.keys, rules, p.ext)
                 });
                 Ok((g, plan))
             }
@@ -409,9 +410,9 @@ impl Limiter {
             match planned {
                 Err(answer) => answer,
                 Ok((g, plan)) => {
-                    let (keys, rules) = plan?;
-                    let rules = rules.iter().map(|&i| g.rules.rule(i)).collect();
-                    self.send(&g, Plan { keys, rules, cost, call_id }, mode).await
+                    let (keys, rules, ext) = plan?;
+                    let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
+                    self.send(&g, Plan { keys, rules, cost, call_id, ext }, mode).await
                 }
             }
         }
@@ -487,7 +488,8 @@ impl Limiter {
             Ok(outcomes) => {
                 let d = decide(&plan.rules, &outcomes);
                 if let (Some(cache), Some(sent_us), false) = (sent.cache, sent.sent_us, d.allowed) {
-                    cache.remember(&plan.keys, &d, plan.cost, sent_us);
+                    let blocked: smallvec::SmallVec<[bool; 4]> = outcomes.iter().map(|o| o.blocked).collect();
+                    cache.remember(&plan.keys, &d, &blocked, plan.cost, sent_us);
                 }
                 self.count(g, &d, false);
                 Ok(d)

@@ -1,7 +1,7 @@
 // Type-checked by `tsc --noEmit` (never run): the public API as a
 // TypeScript user writes it.
 import { ClientIp, ErrorCode, Limiter, ManualClock, METRICS_CONTENT_TYPE, Policy, VERSION } from 'throttlegate';
-import type { Decision, LimiterOptions, Metrics, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
+import type { Decision, LimiterOptions, Metrics, Override, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
 import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
 import { registerMetrics } from 'throttlegate/prometheus';
@@ -52,6 +52,10 @@ async function main(): Promise<void> {
   const degraded: boolean = d.degraded;
   const peeked: Decision = await fromObject.peek({ ip: '203.0.113.7' }, { cost: 2 });
   const deleted: number = await fromObject.reset({ ip: '203.0.113.7' });
+  await fromObject.setOverride('per-key', { api_key: 'k1' }, 5000);
+  const overrides: Override[] = await fromObject.overrides('per-key');
+  const cleared: boolean = await fromObject.clearOverride('per-key', { api_key: 'k1' });
+  console.log(overrides.map((o) => [o.rule, o.attributes.api_key, o.limit]), cleared);
   const keys: string[] = fromObject.keys({ ip: '203.0.113.7' });
   const stats: Stats = fromObject.stats();
   const backend: string = fromFile.backend;
