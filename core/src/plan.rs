@@ -284,11 +284,6 @@ impl Rules {
         Rules { rules, secret: secret.map(KeySecret::new) }
     }
 
-    /// The rule at `index` (its position in the policy).
-    pub fn rule(&self, index: usize) -> &CompiledRule {
-        &self.rules[index]
-    }
-
     /// Where a rule of a plan of this policy sits: its index, and which of
     /// its tiers it is (`None` for the rule itself; the position among the
     /// tiers by value, or one past them for the default). A plan is kept as
