@@ -148,7 +148,15 @@ impl RedisBackend {
             })(),
             other => other,
         };
-        let reply = self.put_back(conn, shortened, reply)?;
+        // A cost above an override's limit (lua/extensions.lua), as the async path names it.
+        let named = match &reply {
+            Err(e) if !ext.is_empty() => override_error(e, &plan.rules, plan.cost),
+            _ => None,
+        };
+        let reply = match (self.put_back(conn, shortened, reply), named) {
+            (Err(_), Some(named)) => return Err(named),
+            (reply, _) => reply?,
+        };
         parse_reply(&reply, plan.keys.len(), &ext)
     }
 
