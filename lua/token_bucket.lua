@@ -33,13 +33,15 @@ if uses_bucket then
   -- reset_after, the micro-tokens left after the request, the time stamp to
   -- store and the stored state as read (for tb_commit). The stamp never moves
   -- backwards, so a clock that steps back cannot refill the same interval twice.
+  -- The micro-tokens stored may be below zero after a settle's debit
+  -- (settle.lua): they refill from there like any others.
   tb_decide = function(key, now, cost, capacity, rate)
     local full = capacity * 1000000
     local tokens = full
     local stamp = now
     local stored = redis.call('GET', key)
     if stored then
-      local t, ts = string.match(stored, '^(%d+):(%d+)')
+      local t, ts = string.match(stored, '^(-?%d+):(%d+)')
       tokens = tonumber(t)
       local last = tonumber(ts)
       if last > now then

@@ -211,6 +211,12 @@ impl Rules {
         true
     }
 
+    /// The rules at these positions in the policy (those of a settle's
+    /// ticket); positions beyond the policy are skipped.
+    pub fn by_index(&self, indices: &[usize]) -> SmallVec<[&CompiledRule; 4]> {
+        indices.iter().filter_map(|&i| self.rules.get(i)).collect()
+    }
+
     /// The keys this request touches, one per applicable rule, in policy order.
     pub fn keys(&self, attrs: &dyn Attributes) -> Vec<String> {
         KEY_BUF.with(|buf| {

@@ -209,6 +209,7 @@ impl LimiterBuilder {
                 closed: AtomicBool::new(false),
                 counters: Counters::default(),
                 metrics,
+                waiters: Default::default(),
             }),
         })
     }

@@ -9,6 +9,7 @@
 mod builder;
 mod metrics;
 mod options;
+mod settle;
 mod stats;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
@@ -87,6 +88,8 @@ struct Inner {
     counters: Counters,
     /// Per-rule metrics, unless turned off.
     metrics: Option<RuleCounters>,
+    /// The queues of `acquire`.
+    waiters: settle::Waiters,
 }
 
 /// A rate limiter: a policy bound to a backend (Redis or in-memory).
@@ -351,11 +354,14 @@ impl Limiter {
         }
         let memory = self.inner.memory.as_ref()?;
         Some(self.inner.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).map(|plan| {
-            let d = if plan.keys.is_empty() {
+            let mut d = if plan.keys.is_empty() {
                 Decision::unlimited()
             } else {
                 decide(&plan.rules, &memory.eval(&plan, mode, self.local_now()))
             };
+            if mode == Mode::Check {
+                self.ticket(&mut d, call_id, cost, || self.inner.rules.keys(attrs));
+            }
             self.count(&d, false);
             d
         }))
@@ -412,7 +418,10 @@ impl Limiter {
         }
         match answer {
             Ok(outcomes) => {
-                let d = decide(&plan.rules, &outcomes);
+                let mut d = decide(&plan.rules, &outcomes);
+                if mode == Mode::Check {
+                    self.ticket(&mut d, plan.call_id, plan.cost, || plan.keys.to_vec());
+                }
                 if let (Some(cache), Some(sent_us), false) = (cache, sent_us, d.allowed) {
                     cache.remember(&plan.keys, &d, plan.cost, sent_us);
                 }
