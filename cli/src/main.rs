@@ -55,6 +55,15 @@ enum Command {
     /// Forget the state of every rule that applies to a request (unblock a client).
     #[command(after_help = oneshot::AFTER_HELP)]
     Reset(oneshot::ResetArgs),
+    /// Settle a check made with --call-id at its real cost, known after the
+    /// response: refund the difference or debit the excess on every rule it
+    /// consumed from.
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Settle(oneshot::SettleArgs),
+    /// Wait until a request is admitted (at most --wait), then print the
+    /// admitting decision; a timeout is a backend-failure exit (3).
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Acquire(oneshot::AcquireArgs),
     /// Load a backend with checks and report checks/s and latency percentiles.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
@@ -126,6 +135,8 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Check(a) => oneshot::check(a),
         Command::Peek(a) => oneshot::peek(a),
         Command::Reset(a) => oneshot::reset(a),
+        Command::Settle(a) => oneshot::settle(a),
+        Command::Acquire(a) => oneshot::acquire(a),
         Command::Bench(a) => bench::run(a),
         Command::Script => {
             print!("{}", throttlegate::CHECK_SCRIPT);

@@ -54,7 +54,7 @@ pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, Ru
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{
-    BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder, LimiterOption, LimiterOptions,
+    acquire_timeout, actual_cost, BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder, LimiterOption, LimiterOptions,
     Metrics, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS, METRICS_CONTENT_TYPE,
 };
 pub use options::{unknown_option, DurationUnit, OptionValue};

@@ -147,6 +147,18 @@ fn run_steps(
             "check" => rt.block_on(limiter.check_with(&attrs, &options)).map(drop),
             "peek" => rt.block_on(limiter.peek(&attrs, cost)).map(drop),
             "reset" => rt.block_on(limiter.reset(&attrs)).map(drop),
+            "settle" => {
+                let (id, actual) = (step["call_id"].as_str().unwrap(), step["actual_cost"].as_u64().unwrap());
+                if in_process {
+                    limiter.settle_call_blocking(&attrs, id, cost, actual).map(drop)
+                } else {
+                    rt.block_on(limiter.settle_call(&attrs, id, cost, actual)).map(drop)
+                }
+            }
+            "acquire" => {
+                let timeout = std::time::Duration::from_millis(step["timeout_ms"].as_u64().unwrap());
+                rt.block_on(limiter.acquire(&attrs, cost, timeout)).map(drop)
+            }
             other => panic!("{at}: unknown op {other:?}"),
         };
         expect_error(&at, step, got, problems);

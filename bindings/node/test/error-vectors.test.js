@@ -60,6 +60,8 @@ async function replaySteps(c, url) {
         if (op === 'check') return limiter.check(attrs, options);
         if (op === 'peek') return limiter.peek(attrs, options);
         if (op === 'reset') return limiter.reset(attrs);
+        if (op === 'settle') return limiter.settleCall(attrs, step.call_id, options.cost, step.actual_cost);
+        if (op === 'acquire') return limiter.acquire(attrs, { cost: options.cost, timeout: step.timeout_ms });
         throw new Error(`unknown op ${op}`);
       });
       try {

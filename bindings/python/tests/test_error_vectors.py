@@ -79,7 +79,12 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
     limiter = limiter_for(case, backend_url)
     loop = asyncio.new_event_loop()
 
-    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None,
+                        step: dict[str, Any]) -> Any:
+        if op == "settle":
+            return await limiter.settle_call_async(attrs, call_id, cost, step["actual_cost"])
+        if op == "acquire":
+            return await limiter.acquire_async(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return await limiter.check_async(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -93,7 +98,11 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
         attrs = step.get("attributes", {})
         cost = step.get("cost", 1)
         if api == "async":
-            return loop.run_until_complete(run_async(op, attrs, cost, step.get("call_id")))
+            return loop.run_until_complete(run_async(op, attrs, cost, step.get("call_id"), step))
+        if op == "settle":
+            return limiter.settle_call(attrs, step["call_id"], cost, step["actual_cost"])
+        if op == "acquire":
+            return limiter.acquire(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return limiter.check(attrs, cost, call_id=step.get("call_id"))
         if op == "peek":

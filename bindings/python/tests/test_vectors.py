@@ -71,7 +71,11 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
     prefix = f"v-{uuid.uuid4().hex[:12]}:"
     limiter = tg.Limiter(case["policy"], url=url, prefix=prefix, clock=clock, timeout=10.0, on_backend_error="error")
 
-    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+    async def run_async(op: str, attrs: dict[str, Any], cost: int, call_id: str | None, step: dict[str, Any]) -> Any:
+        if op == "settle":
+            return await limiter.settle_call_async(attrs, call_id, cost, step["actual_cost"])
+        if op == "acquire":
+            return await limiter.acquire_async(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return await limiter.check_async(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -80,9 +84,13 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             return await limiter.reset_async(attrs)
         raise AssertionError(f"unknown op {op!r}")
 
-    def run(op: str, attrs: dict[str, Any], cost: int, call_id: str | None) -> Any:
+    def run(op: str, attrs: dict[str, Any], cost: int, call_id: str | None, step: dict[str, Any]) -> Any:
         if api == "async":
-            return loop.run_until_complete(run_async(op, attrs, cost, call_id))
+            return loop.run_until_complete(run_async(op, attrs, cost, call_id, step))
+        if op == "settle":
+            return limiter.settle_call(attrs, call_id, cost, step["actual_cost"])
+        if op == "acquire":
+            return limiter.acquire(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return limiter.check(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -98,7 +106,7 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             clock.advance(ms=step.get("advance_ms", 0))
             op = step.get("op", "check")
             try:
-                out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"))
+                out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"), step)
             except tg.ThrottlegateError as e:
                 assert "expect_error" in step, f"{where}: unexpected {type(e).__name__}: {e}"
                 assert e.kind == step["expect_error"], f"{where}: {e.kind} ({e}) instead of {step['expect_error']}"
@@ -107,6 +115,8 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             want = step["expect"]
             if op == "reset":
                 assert {"deleted": out} == want, where
+            elif op == "settle":
+                assert {"settled": out} == want, where
             else:
                 assert decision_view(out, want) == want, where
     finally:

@@ -15,6 +15,7 @@ mod stats;
 pub use builder::{LimiterBuilder, LimiterOptions};
 pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
+pub use settle::{acquire_timeout, actual_cost};
 pub use stats::Stats;
 
 use std::future::Future;

@@ -37,6 +37,29 @@ impl Waiters {
     }
 }
 
+/// The `timeout` of an acquire as a front end read it: a number in its
+/// unit, or text such as `"250ms"`; checked here so that every language
+/// words its errors the same.
+pub fn acquire_timeout(value: crate::options::OptionValue, unit: crate::options::DurationUnit) -> Result<Duration> {
+    value.duration("timeout", unit)
+}
+
+/// The `actual_cost` of a settle as a front end read it: a whole number
+/// (its bounds are checked by the settle itself).
+pub fn actual_cost(value: crate::options::OptionValue) -> Result<u64> {
+    match value {
+        crate::options::OptionValue::Number(n) => {
+            if n.fract() != 0.0 || !n.is_finite() || n < 0.0 || n >= u64::MAX as f64 {
+                return Err(Error::invalid_argument(format!(
+                    "actual_cost: expected a whole number of at least 0, got {n}"
+                )));
+            }
+            Ok(n as u64)
+        }
+        other => Err(other.expected("actual_cost", "a whole number")),
+    }
+}
+
 /// `actual_cost` of a settle: from 0 (the call cost nothing) to 10^15.
 fn check_actual(actual: u64) -> Result<()> {
     if actual > MAX_QUOTA_LIMIT {
@@ -227,7 +250,7 @@ impl Limiter {
         let (name, queue) = self.inner.waiters.queue(&keys);
         let answer = async {
             let Ok(_turn) = tokio::time::timeout_at(deadline, queue.lock()).await else {
-                return Err(acquire_timeout(timeout, None));
+                return Err(not_admitted(timeout, None));
             };
             loop {
                 let d = self.check_with(attrs, options).await?;
@@ -236,7 +259,7 @@ impl Limiter {
                 }
                 let wait = d.retry_after.max(Duration::from_micros(1));
                 if tokio::time::Instant::now() + wait > deadline {
-                    return Err(acquire_timeout(timeout, Some(&d)));
+                    return Err(not_admitted(timeout, Some(&d)));
                 }
                 tokio::time::sleep(wait).await;
             }
@@ -259,7 +282,7 @@ impl Limiter {
 }
 
 /// The [`ErrorKind::Timeout`] of an acquire not admitted in time.
-fn acquire_timeout(timeout: Duration, denied: Option<&Decision>) -> Error {
+fn not_admitted(timeout: Duration, denied: Option<&Decision>) -> Error {
     let why = match denied.and_then(|d| d.rule.map(|r| (r, d.retry_after))) {
         Some((rule, wait)) => format!("; rule {:?} asks to wait {} ms more", &*rule, ceil_millis(wait)),
         None => String::new(),
