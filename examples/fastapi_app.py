@@ -72,7 +72,7 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
         tenant = request.headers.get("x-tenant", "anonymous")
         d = await limiter.check_async({"tenant": tenant}, ESTIMATE, call_id=uuid.uuid4().hex)
         if not d.allowed:
-            return Response(d.problem_json or "", status_code=429, headers=d.headers,
+            return Response(d.problem_json() or "", status_code=429, headers=d.headers,
                             media_type="application/problem+json")
         body = await request.json()
         used = 10 * len(str(body.get("prompt", "")).split())  # the work's real cost, known only now

@@ -64,7 +64,7 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
         d = limiter.check({"tenant": tenant}, ESTIMATE, call_id=uuid.uuid4().hex)
         if not d.allowed:
             headers = {**d.headers, "Content-Type": "application/problem+json"}
-            return d.problem_json or "", 429, headers
+            return d.problem_json() or "", 429, headers
         prompt = (request.get_json(silent=True) or {}).get("prompt", "")
         used = 10 * len(str(prompt).split())  # the work's real cost, known only now
         settled = limiter.settle(d, used)
