@@ -852,6 +852,9 @@ fn json_output_matches_the_conformance_vectors() {
         if let Some(id) = step["call_id"].as_str() {
             args.push(format!("--call-id={id}"));
         }
+        if let Some(ms) = step["timeout_ms"].as_u64() {
+            args.push(format!("--wait={}ms", ms.max(1)));
+        }
         for (k, val) in step["attributes"].as_object().unwrap() {
             args.push(format!("{k}={}", val.as_str().unwrap()));
         }
