@@ -20,19 +20,29 @@ use crate::runtime;
 pub(super) struct Waiters(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
 
 impl Waiters {
-    fn queue(&self, keys: &[String]) -> (String, Arc<tokio::sync::Mutex<()>>) {
+    /// Join the queue of these keys (made when nobody waits on them).
+    fn join<'w>(&'w self, keys: &[String]) -> Place<'w> {
         let name = keys.join("\n");
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let q = map.entry(name.clone()).or_default().clone();
-        (name, q)
+        let queue = map.entry(name.clone()).or_default().clone();
+        Place { waiters: self, name, queue }
     }
+}
 
-    /// Forget a queue that nobody holds or waits on any more.
-    fn release(&self, name: &str, queue: Arc<tokio::sync::Mutex<()>>) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+/// A place in a queue of [`Waiters`]; leaving it (also when an acquire is
+/// cancelled) forgets a queue that nobody else holds or waits on.
+struct Place<'w> {
+    waiters: &'w Waiters,
+    name: String,
+    queue: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        let mut map = self.waiters.0.lock().unwrap_or_else(|p| p.into_inner());
         // The map's reference and ours: nobody else waits.
-        if Arc::strong_count(&queue) == 2 {
-            map.remove(name);
+        if Arc::strong_count(&self.queue) == 2 {
+            map.remove(&self.name);
         }
     }
 }
@@ -247,9 +257,9 @@ impl Limiter {
         if keys.is_empty() || self.is_closed() {
             return self.check_with(attrs, options).await;
         }
-        let (name, queue) = self.inner.waiters.queue(&keys);
+        let place = self.inner.waiters.join(&keys);
         let answer = async {
-            let Ok(_turn) = tokio::time::timeout_at(deadline, queue.lock()).await else {
+            let Ok(_turn) = tokio::time::timeout_at(deadline, place.queue.lock()).await else {
                 return Err(not_admitted(timeout, None));
             };
             loop {
@@ -265,7 +275,7 @@ impl Limiter {
             }
         }
         .await;
-        self.inner.waiters.release(&name, queue);
+        drop(place);
         answer
     }
 
@@ -288,4 +298,39 @@ fn not_admitted(timeout: Duration, denied: Option<&Decision>) -> Error {
         None => String::new(),
     };
     Error::new(ErrorKind::Timeout, format!("acquire: not admitted within {} ms{why}", timeout.as_millis()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Policy, Rule};
+
+    fn waiting(l: &Limiter) -> usize {
+        l.inner.waiters.0.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_or_finished_acquire_leaves_no_queue_behind() {
+        let l = Limiter::in_memory(Policy::new(vec![Rule::sliding_window_log("w", "k:{k}", 1, Duration::from_secs(60))]).unwrap());
+        let a = [("k", "x")];
+        assert!(l.acquire(&a, 1, Duration::ZERO).await.unwrap().allowed);
+        assert_eq!(waiting(&l), 0);
+        // Denied for a minute: fails at once, and leaves nothing.
+        let e = l.acquire(&a, 1, Duration::from_secs(1)).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert_eq!(e.message(), "acquire: not admitted within 1000 ms; rule \"w\" asks to wait 60000 ms more");
+        assert_eq!(waiting(&l), 0);
+        // Cancelled while it waits its turn behind another waiter.
+        let head = tokio::spawn({
+            let l = l.clone();
+            async move { l.acquire(&[("k", "x")], 1, Duration::from_secs(120)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(waiting(&l), 1);
+        let second = tokio::time::timeout(Duration::from_millis(20), l.acquire(&a, 1, Duration::from_secs(120))).await;
+        assert!(second.is_err(), "still queued behind the head");
+        head.abort();
+        let _ = head.await;
+        assert_eq!(waiting(&l), 0);
+    }
 }
