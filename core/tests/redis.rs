@@ -730,6 +730,8 @@ async fn a_settle_racing_a_check_on_the_same_key() {
 
 /// 50 waiters on a 10-per-second rule: admitted in arrival order, 10 per
 /// second, at most 2 Redis calls per acquire on average (counted by Redis).
+/// The order is read back from Redis: a shadow rule with a long window keeps
+/// every admitted call's id, scored by the server's time of its admission.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_serves_waiters_in_arrival_order_without_polling() {
     let server = RedisServer::start();
@@ -738,41 +740,67 @@ async fn acquire_serves_waiters_in_arrival_order_without_polling() {
         Rule::token_bucket("bucket", "b:{ip}", 10, 10.0),
     ] {
         let name = rule.name.clone();
-        let l = Limiter::builder(Policy::new(vec![rule]).unwrap())
+        let mut record = Rule::sliding_window_log("record", "r:{ip}", 1000, ms(3_600_000));
+        record.shadow = true;
+        let l = Limiter::builder(Policy::new(vec![rule, record]).unwrap())
             .url(server.url())
+            .prefix(format!("acq-{name}:"))
             .timeout(ms(2000))
             .on_backend_error(FailureMode::Error)
             .build()
             .unwrap();
         l.ping().await.unwrap();
+        let a = ip("5.5.5.5");
         let calls = evalsha_calls(&server);
         let start = Instant::now();
-        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..50 {
-            let (l, order) = (l.clone(), order.clone());
+            let (l, a) = (l.clone(), a.clone());
+            let (joined, arrived) = tokio::sync::oneshot::channel();
             waiters.push(tokio::spawn(async move {
-                let d = l.acquire(&ip("5.5.5.5"), 1, Duration::from_secs(30)).await.unwrap();
-                assert!(d.allowed);
-                order.lock().unwrap().push((i, start.elapsed()));
+                let options = CheckOptions { cost: 1, call_id: Some(format!("w{i:02}")) };
+                let acquire = l.acquire_with(&a, &options, Duration::from_secs(30));
+                // The first poll joins the queue; the next waiter arrives after it.
+                let mut acquire = std::pin::pin!(acquire);
+                let first = futures_poll_once(acquire.as_mut()).await;
+                let _ = joined.send(());
+                let d = match first {
+                    Some(d) => d,
+                    None => acquire.await,
+                };
+                assert!(d.unwrap().allowed);
+                start.elapsed()
             }));
-            // Let this waiter reach the queue before the next one arrives.
-            tokio::time::sleep(ms(2)).await;
+            arrived.await.unwrap();
         }
+        let mut admitted = Vec::new();
         for w in waiters {
-            w.await.unwrap();
+            admitted.push(w.await.unwrap());
         }
-        let order = order.lock().unwrap().clone();
-        let ids: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
-        assert_eq!(ids, (0..50).collect::<Vec<_>>(), "{name}: admitted in arrival order");
         let used = evalsha_calls(&server) - calls;
+        let key = l.keys(&a).into_iter().find(|k| k.contains("record:")).unwrap();
+        let members = server.command(&["ZRANGE", &key, "0", "-1"]).unwrap();
+        let order: Vec<&str> = members.lines().collect();
+        let arrival: Vec<String> = (0..50).map(|i| format!("w{i:02}")).collect();
+        assert_eq!(order, arrival, "{name}: admitted in arrival order");
         assert!(used <= 100, "{name}: {used} Redis calls for 50 acquires");
-        let last = order.last().unwrap().1;
+        admitted.sort();
+        let last = admitted[49];
         eprintln!(
             "acquire {name}: 50 waiters admitted in {:.2} s ({:.1}/s after the first 10), {used} EVALSHA calls ({:.2} per acquire)",
             last.as_secs_f64(),
-            40.0 / (last - order[9].1).as_secs_f64(),
+            40.0 / (last - admitted[9]).as_secs_f64(),
             used as f64 / 50.0
         );
     }
+}
+
+/// Poll a future once: its output if it is ready at once.
+async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+    let mut f = f;
+    std::future::poll_fn(|cx| match std::pin::Pin::new(&mut f).poll(cx) {
+        std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
 }
