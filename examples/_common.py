@@ -3,7 +3,8 @@ command line. Each example runs as a script (`python examples/NAME.py`), so
 this folder is on `sys.path` and `import _common` finds this file.
 
 Every request counts against `per-ip` (5 a minute); POST /login also against
-`login` (2 per 15 minutes).
+`login` (2 per 15 minutes); the Flask example's /generate against `tokens`
+(200 a day per tenant, settled after the work at the real cost).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ POLICY: dict[str, Any] = {
             "limit": 2,
             "window": "15m",
         },
+        # Tokens per tenant and day, for the Flask example's /generate (the
+        # only caller with a tenant: the rule applies to no other request).
+        {"name": "tokens", "key": "tokens:{tenant}", "algorithm": "quota", "limit": 200, "period": "day"},
     ]
 }
 

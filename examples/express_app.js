@@ -4,10 +4,12 @@
 //   REDIS_URL=redis://127.0.0.1:6379 PORT=3000 node examples/express_app.js
 //
 // Every client may make 10 requests a minute, and 3 login attempts per
-// 15 minutes. Behind a reverse proxy, list it in TRUSTED_PROXIES
+// 15 minutes. POST /generate spends a tenant's daily budget of 200 tokens:
+// it checks at an estimate, does the work, then settles at the real cost. Behind a reverse proxy, list it in TRUSTED_PROXIES
 // (comma-separated addresses or networks) so X-Forwarded-For is believed.
 'use strict';
 
+const crypto = require('node:crypto');
 const express = require('express');
 const { Limiter, METRICS_CONTENT_TYPE } = require('throttlegate');
 const { rateLimit } = require('throttlegate/express');
@@ -22,8 +24,13 @@ const POLICY = {
       limit: 3,
       window: '15m',
     },
+    // Tokens per tenant and day, for /generate (the only caller with a tenant).
+    { name: 'tokens', key: 'tokens:{tenant}', algorithm: 'quota', limit: 200, period: 'day' },
   ],
 };
+
+/** The most tokens a /generate call may use: what its check reserves. */
+const ESTIMATE = 100;
 
 /**
  * Build the app. `options.url` picks the backend (embedded when absent);
@@ -36,6 +43,25 @@ function createApp({ url, trustedProxies = [], ...limiterOptions } = {}) {
   // limit, so scrapes are never limited.
   app.get('/metrics', (req, res) => {
     res.type(METRICS_CONTENT_TYPE).send(limiter.metricsText() ?? '');
+  });
+  // Costs known only after the response: check at the estimate (with a call
+  // id, so the check can be settled), do the work, settle at the real cost.
+  app.post('/generate', express.json(), async (req, res, next) => {
+    try {
+      const tenant = req.get('x-tenant') || 'anonymous';
+      const callId = crypto.randomUUID().replace(/-/g, '');
+      const d = await limiter.check({ tenant }, { cost: ESTIMATE, callId });
+      if (!d.allowed) {
+        res.status(429).set(d.headers).type('application/problem+json').send(d.problemJson);
+        return;
+      }
+      const words = String((req.body && req.body.prompt) || '').split(/\s+/).filter(Boolean);
+      const used = 10 * words.length; // the work's real cost, known only now
+      const settled = await limiter.settle(d, used);
+      res.json({ estimated: ESTIMATE, used, settled });
+    } catch (err) {
+      next(err);
+    }
   });
   app.use(
     rateLimit({

@@ -4,18 +4,22 @@ Run it:  python examples/fastapi_app.py --port 8000 [--url redis://127.0.0.1:637
 The middleware counts every request against `per-ip` (5 a minute); /items
 also depends on `per-key` (a token bucket of 3, refilled at 1 a second) keyed
 on the X-API-Key header. Denials are 429 with the RateLimit headers. /metrics
-serves the limiter's per-rule metrics, for Prometheus, unlimited.
+serves the limiter's per-rule metrics, for Prometheus, unlimited. POST
+/generate spends a tenant's daily budget of 200 tokens: it checks at an
+estimate, does the work, and settles at the real cost once it is known.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import uuid
 from collections.abc import Sequence
 from typing import Optional
 
 import uvicorn
 from fastapi import Depends, FastAPI, Response
+from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
 import throttlegate
@@ -26,8 +30,13 @@ POLICY = {
     "rules": [
         {"name": "per-ip", "key": "ip:{ip}", "limit": 5, "window": "1m"},
         {"name": "per-key", "key": "key:{api_key}", "algorithm": "token_bucket", "capacity": 3, "refill_rate": 1},
+        # Tokens per tenant and day, for /generate (the only caller with a tenant).
+        {"name": "tokens", "key": "tokens:{tenant}", "algorithm": "quota", "limit": 200, "period": "day"},
     ]
 }
+
+# The most tokens a /generate call may use: what its check reserves.
+ESTIMATE = 100
 
 
 def api_key(request: Request) -> dict[str, Optional[str]]:
@@ -43,7 +52,7 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
     # /metrics (the limiter's per-rule metrics, for Prometheus) has no
     # attributes, so no rule applies to it.
     def attributes(scope: Scope) -> dict[str, Optional[str]]:
-        return {} if scope["path"] == "/metrics" else default_attributes(scope, client_ip)
+        return {} if scope["path"] in ("/metrics", "/generate") else default_attributes(scope, client_ip)
 
     app.add_middleware(RateLimitMiddleware, limiter=limiter, client_ip=client_ip, attributes=attributes)
     per_key = RateLimit(limiter, attributes=api_key)
@@ -55,6 +64,20 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(limiter.metrics_text() or "", media_type=throttlegate.METRICS_CONTENT_TYPE)
+
+    @app.post("/generate")
+    async def generate(request: Request) -> Response:
+        # Costs known only after the response: check at the estimate (with a
+        # call id, so the check can be settled), do the work, settle.
+        tenant = request.headers.get("x-tenant", "anonymous")
+        d = await limiter.check_async({"tenant": tenant}, ESTIMATE, call_id=uuid.uuid4().hex)
+        if not d.allowed:
+            return Response(d.problem_json() or "", status_code=429, headers=d.headers,
+                            media_type="application/problem+json")
+        body = await request.json()
+        used = 10 * len(str(body.get("prompt", "")).split())  # the work's real cost, known only now
+        settled = await limiter.settle_async(d, used)
+        return JSONResponse({"estimated": ESTIMATE, "used": used, "settled": settled})
 
     @app.get("/items")
     async def items(decision: throttlegate.Decision = Depends(per_key)) -> dict[str, int]:

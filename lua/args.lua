@@ -3,8 +3,10 @@
 -- as locals for the files after it: mode, now, monotonic (true when now came
 -- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it),
 -- uses_log / uses_bucket / uses_counters / uses_period (which algorithms
--- this call's rules use) and floor_div(a, b) (made only when a sliding
--- window of counters or a period counter needs it; nil otherwise).
+-- this call's rules use), floor_div(a, b) (made only when a sliding
+-- window of counters or a period counter needs it; nil otherwise) and
+-- recent_ids(ids, id) (made only when a bucket, counter or period counter
+-- is used; nil otherwise).
 --
 -- KEYS = the rules' keys, one per rule, in the order of their arguments
 -- ARGV[1] mode: "c" check (consume on success); "C" the same, for a call
@@ -87,3 +89,20 @@ if uses_counters or uses_period then
   end
 end
 
+
+-- The list of recent call ids that buckets, sliding windows of counters and
+-- period counters store: `ids` (a table of entries, oldest first) with `id`
+-- appended when it is not nil, as the comma-separated text of the newest 64,
+-- or nil when there is none.
+local recent_ids
+if uses_bucket or uses_counters or uses_period then
+  recent_ids = function(ids, id)
+    if id then
+      ids[#ids + 1] = id
+    end
+    if #ids == 0 then
+      return nil
+    end
+    return table.concat(ids, ',', math.max(1, #ids - 64 + 1), #ids)
+  end
+end

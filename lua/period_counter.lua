@@ -126,11 +126,9 @@ if uses_period then
       for id in string.gmatch(kept, '[^,]+') do
         ids[#ids + 1] = id
       end
-      if call_id then
-        ids[#ids + 1] = call_id
-      end
-      if #ids > 0 then
-        value = value .. ':' .. table.concat(ids, ',', math.max(1, #ids - 64 + 1), #ids)
+      local list = recent_ids(ids, call_id)
+      if list then
+        value = value .. ':' .. list
       end
     end
     redis.call('SET', key, value, 'PX', math.max(1, math.ceil((end_us - now) / 1000)))

@@ -1,7 +1,7 @@
 -- Seventh in the script. Re-sent calls and give-backs, for every algorithm.
 -- Reads `mode`, `now` and `floor_div` (args.lua) and `sw_spec`
 -- (sliding_window.lua), and defines four locals, made only for the modes
--- that need them ("C" and "u"; nil otherwise): ids_of(stored) and
+-- that need them ("C" and "u", and "x" for settle.lua; nil otherwise): ids_of(stored) and
 -- counter_id(key, call_id, spec), for the two others, and, for check.lua,
 -- seen(code, key, call_id, spec) in mode "C" and give_back(code, key, cost,
 -- capacity, call_id, spec) in mode "u". `code` is a rule's algorithm code
@@ -10,10 +10,10 @@
 -- argument.
 
 local ids_of, counter_id, seen, give_back
-if mode == 'u' or mode == 'C' then
+if mode == 'u' or mode == 'C' or mode == 'x' then
   -- The call ids recorded in a stored bucket or period counter ("" when none).
   ids_of = function(stored)
-    return string.match(stored, '^%d+:%d+:(.*)$') or ''
+    return string.match(stored, '^-?%d+:%d+:(.*)$') or ''
   end
 
   -- For a sliding window of counters: the "ids" field, and the sub-window
@@ -134,7 +134,7 @@ if mode == 'u' or mode == 'C' then
     if not stored then
       return
     end
-    local t, ts = string.match(stored, '^(%d+):(%d+)')
+    local t, ts = string.match(stored, '^(-?%d+):(%d+)')
     if code ~= 'b' and code ~= 'B' and tonumber(t) <= now then
       -- A period counter whose period has ended: nothing of it counts any more.
       return

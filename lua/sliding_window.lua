@@ -153,8 +153,7 @@ if uses_counters then
           kept[#kept + 1] = s .. ':' .. id
         end
       end
-      kept[#kept + 1] = current .. ':' .. call_id
-      redis.call('HSET', key, 'ids', table.concat(kept, ',', math.max(1, #kept - 64 + 1), #kept))
+      redis.call('HSET', key, 'ids', recent_ids(kept, current .. ':' .. call_id))
     end
     -- The key expires when its newest sub-window stops counting: set only
     -- when the newest changes (`reset_after` counts to that same moment).

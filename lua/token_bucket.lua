@@ -33,13 +33,15 @@ if uses_bucket then
   -- reset_after, the micro-tokens left after the request, the time stamp to
   -- store and the stored state as read (for tb_commit). The stamp never moves
   -- backwards, so a clock that steps back cannot refill the same interval twice.
+  -- The micro-tokens stored may be below zero after a settle's debit
+  -- (settle.lua): they refill from there like any others.
   tb_decide = function(key, now, cost, capacity, rate)
     local full = capacity * 1000000
     local tokens = full
     local stamp = now
     local stored = redis.call('GET', key)
     if stored then
-      local t, ts = string.match(stored, '^(%d+):(%d+)')
+      local t, ts = string.match(stored, '^(-?%d+):(%d+)')
       tokens = tonumber(t)
       local last = tonumber(ts)
       if last > now then
@@ -68,17 +70,15 @@ if uses_bucket then
   -- them, and the oldest drops out after 64.
   tb_commit = function(key, stamp, left, reset_after, call_id, previous)
     local stored = string.format('%d:%d', left, stamp)
-    local kept = previous and string.match(previous, '^%d+:%d+:(.*)$') or ''
+    local kept = previous and string.match(previous, '^-?%d+:%d+:(.*)$') or ''
     if call_id or kept ~= '' then
       local ids = {}
       for id in string.gmatch(kept, '[^,]+') do
         ids[#ids + 1] = id
       end
-      if call_id then
-        ids[#ids + 1] = call_id
-      end
-      if #ids > 0 then
-        stored = stored .. ':' .. table.concat(ids, ',', math.max(1, #ids - 64 + 1), #ids)
+      local list = recent_ids(ids, call_id)
+      if list then
+        stored = stored .. ':' .. list
       end
     end
     redis.call('SET', key, stored, 'PX', math.max(1, math.ceil(reset_after / 1000)))

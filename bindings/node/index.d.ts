@@ -46,6 +46,29 @@ export declare class Limiter {
   /** The decision a check of this cost would get now, without consuming anything. */
   peek(attributes: Record<string, string | null | undefined>, options?: PeekOptions): Promise<Decision>
   /**
+   * Settle an admitted check whose real cost is known only now: every
+   * rule the check consumed from gets the difference back, or takes the
+   * excess (even beyond the limit), atomically, once per call id. The
+   * check must have been given a `callId`. Resolves to how many rules
+   * were settled (0 for a denied decision or a second settle).
+   */
+  settle(decision: Decision, actualCost: number): Promise<number>
+  /**
+   * `settle` by call id, without the decision (a settle made elsewhere
+   * than the check): the check's attributes, call id and cost, and the
+   * real cost.
+   */
+  settleCall(attributes: Record<string, string | null | undefined>, callId: string, cost: number, actualCost: number): Promise<number>
+  /**
+   * Wait until a check is admitted, at most `options.timeout`
+   * (milliseconds, or text such as `"250ms"`): resolves to the admitting
+   * decision, or rejects with the `timeout` error kind at once when the
+   * wait asked for is longer than the time left. Waits exactly the
+   * `retryAfter` it is told, never polls; waiters of this limiter on the
+   * same keys are served in arrival order.
+   */
+  acquire(attributes: Record<string, string | null | undefined>, options: AcquireOptions): Promise<Decision>
+  /**
    * Put a new policy in force (a `Policy`, a path to a TOML/JSON file,
    * or a plain object), atomically: checks already running finish on the
    * old policy, every later one uses the new one. A rule that keeps its
@@ -141,6 +164,16 @@ export declare class Policy {
   toJSON(): PolicyObject
   /** The rule names, in policy order. */
   get ruleNames(): Array<string>
+}
+
+/** The options of `Limiter.acquire()`. */
+export interface AcquireOptions {
+  /** How long to wait at most: milliseconds, or text such as `"250ms"`. */
+  timeout: number | string
+  /** Units this request costs (default 1); from 1 to each applicable rule's limit. */
+  cost?: number
+  /** An id given to every check the wait makes (see `CheckOptions.callId`). */
+  callId?: string
 }
 
 /** The options of `Limiter.check()`. */

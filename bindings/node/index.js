@@ -126,6 +126,24 @@ class Decision {
   [Symbol.for('nodejs.util.inspect.custom')](depth, options, inspect) {
     return inspect(this.toJSON(), options);
   }
+
+  /** The record of a decision made here (`undefined` for anything else). */
+  static recordOf(d) {
+    return d !== null && typeof d === 'object' && #record in d ? d.#record : undefined;
+  }
+}
+
+// What `settle` needs of a check made with a `callId`: its attributes (a
+// copy), call id and cost. Set only on those decisions, off the hot path.
+const kSettle = Symbol('throttlegate.settle');
+
+function settleable(attributes, options) {
+  return (decision) => {
+    Object.defineProperty(decision, kSettle, {
+      value: { attributes: { ...attributes }, callId: options.callId, cost: options.cost ?? 1 },
+    });
+    return decision;
+  };
 }
 
 /**
@@ -292,9 +310,28 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
 
   proto.check = function check(attributes, options) {
     const calls = callsOf(this);
-    return calls.inProcess
+    const answer = calls.inProcess
       ? answerNow(this, calls, attributes, options, false)
       : queue(this, calls, attributes, options, false);
+    if (options !== undefined && options !== null && options.callId != null) {
+      return answer.then(settleable(attributes, options));
+    }
+    return answer;
+  };
+
+  // A decision of a check with a call id settles by that id (`settleCall`);
+  // any other is given to the core as recorded, which says why it cannot.
+  proto.settle = function settle(decision, actualCost) {
+    const ticket = decision !== null && typeof decision === 'object' ? decision[kSettle] : undefined;
+    if (ticket !== undefined && decision.allowed && !decision.degraded) {
+      return this.settleCall(ticket.attributes, ticket.callId, ticket.cost, actualCost);
+    }
+    return this._settleDecision(Decision.recordOf(decision), actualCost);
+  };
+
+  proto.acquire = function acquire(attributes, options) {
+    const calls = callsOf(this);
+    return this._acquire(attributes, options).then((record) => new Decision(this, record, 0, calls.names));
   };
 
   proto.peek = function peek(attributes, options) {

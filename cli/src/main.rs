@@ -66,6 +66,15 @@ enum Command {
     /// with `overrides = true`, stored in the backend.
     #[command(after_help = override_cmd::AFTER_HELP)]
     Override(override_cmd::OverrideArgs),
+    /// Settle a check made with --call-id at its real cost, known after the
+    /// response: refund the difference or debit the excess on every rule it
+    /// consumed from.
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Settle(oneshot::SettleArgs),
+    /// Wait until a request is admitted (at most --wait), then print the
+    /// admitting decision; a timeout is a backend-failure exit (3).
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Acquire(oneshot::AcquireArgs),
     /// Load a backend with checks and report checks/s and latency percentiles.
     #[command(after_help = bench::AFTER_HELP)]
     Bench(bench::BenchArgs),
@@ -146,6 +155,8 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Peek(a) => oneshot::peek(a),
         Command::Reset(a) => oneshot::reset(a),
         Command::Override(a) => override_cmd::run(a),
+        Command::Settle(a) => oneshot::settle(a),
+        Command::Acquire(a) => oneshot::acquire(a),
         Command::Bench(a) => bench::run(a),
         Command::Lint(a) => policy_tools::lint(a),
         Command::Diff(a) => policy_tools::diff(a),

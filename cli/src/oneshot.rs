@@ -1,4 +1,4 @@
-//! `check`, `peek` and `reset`: one call against a backend.
+//! `check`, `peek`, `reset`, `settle` and `acquire`: one call against a backend.
 
 use clap::Args;
 use serde_json::{json, Value};
@@ -17,6 +17,9 @@ Examples:
   throttlegate check --rules rules.toml --redis redis://127.0.0.1:6379 ip=203.0.113.7
   throttlegate peek  --rules rules.toml --redis redis://127.0.0.1:6379 --json api_key=k_123
   throttlegate reset --rules rules.toml --redis redis://127.0.0.1:6379 api_key=k_123
+  throttlegate check --rules rules.toml --redis redis://127.0.0.1:6379 --cost 500 --call-id req-7 tenant=t1
+  throttlegate settle --rules rules.toml --redis redis://127.0.0.1:6379 --call-id req-7 --cost 500 --actual 812 tenant=t1
+  throttlegate acquire --rules rules.toml --redis redis://127.0.0.1:6379 --wait 5s api_key=k_123
 
 Exit status: 0 allowed (reset: done), 1 denied, 2 bad input, 3 backend failure, 4 internal error.";
 
@@ -59,6 +62,41 @@ pub struct CheckArgs {
 pub struct PeekArgs {
     #[command(flatten)]
     look: LookArgs,
+}
+
+/// Options of `settle`.
+#[derive(Debug, Args)]
+pub struct SettleArgs {
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Backend URL (as for `check`).
+    #[arg(long, value_name = "URL")]
+    redis: String,
+    /// The call id the check was made with (`check --call-id`).
+    #[arg(long, value_name = "ID")]
+    call_id: String,
+    /// The cost the check was made with (the estimate).
+    #[arg(long, default_value_t = 1)]
+    cost: u64,
+    /// The real cost, known now (0 refunds the whole estimate).
+    #[arg(long, value_name = "UNITS")]
+    actual: u64,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The check's attributes, NAME=VALUE.
+    #[arg(value_name = "ATTR=VALUE")]
+    attributes: Vec<String>,
+}
+
+/// Options of `acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    #[command(flatten)]
+    look: LookArgs,
+    /// How long to wait at most for the request to be admitted (e.g. 2s).
+    #[arg(long = "wait", value_name = "DURATION", value_parser = crate::parse_duration_arg)]
+    wait: std::time::Duration,
 }
 
 /// Options of `reset`.
@@ -224,6 +262,39 @@ pub fn check(args: CheckArgs) -> CliResult<u8> {
 /// `throttlegate peek`.
 pub fn peek(args: PeekArgs) -> CliResult<u8> {
     look(args.look, None, true)
+}
+
+/// `throttlegate settle`: settle a check made with `--call-id` at its real cost.
+pub fn settle(args: SettleArgs) -> CliResult<u8> {
+    let attrs = parse_attributes(&args.attributes)?;
+    let limiter = connect(&args.backend, &args.redis)?;
+    let settled = limiter.settle_call_blocking(&attrs, &args.call_id, args.cost, args.actual)?;
+    limiter.close();
+    if args.json {
+        println!("{}", json!({ "settled": settled }));
+    } else if settled == 0 {
+        println!("nothing settled: no rule holds call {:?} (denied, settled already, or no longer counting)", args.call_id);
+    } else {
+        println!("settled call {:?} at {} (estimate {}) on {settled} rule(s)", args.call_id, args.actual, args.cost);
+    }
+    Ok(EXIT_OK)
+}
+
+/// `throttlegate acquire`: wait until the request is admitted, at most `--wait`.
+pub fn acquire(args: AcquireArgs) -> CliResult<u8> {
+    let look = args.look;
+    let attrs = parse_attributes(&look.attributes)?;
+    let options = HeaderOptions { legacy: look.legacy_headers };
+    let limiter = connect(&look.backend, &look.redis)?;
+    let d = limiter.acquire_blocking(&attrs, &CheckOptions { cost: look.cost, call_id: None }, args.wait);
+    limiter.close();
+    let d = d?;
+    if look.json {
+        println!("{}", decision_json(&d, options));
+    } else {
+        print_decision(&d, options, false);
+    }
+    Ok(EXIT_OK)
 }
 
 /// `throttlegate reset`.

@@ -90,6 +90,8 @@ fn help_everywhere() {
         vec!["check", "--help"],
         vec!["peek", "--help"],
         vec!["reset", "--help"],
+        vec!["settle", "--help"],
+        vec!["acquire", "--help"],
         vec!["bench", "--help"],
         vec!["help", "simulate"],
     ] {
@@ -690,6 +692,19 @@ fn check_peek_reset_against_redis() {
         .output()
         .unwrap();
     assert_fails(&o, 2, &["overrides = true"]);
+    // settle: a check at an estimate of 3 that really cost 1 gives 2 back, once.
+    let o = call("check", &["--cost", "3", "--call-id", "job-9", "ip=198.51.100.9"]);
+    assert_eq!(json(&o)["remaining"], 0, "{}", stderr(&o));
+    let settle = ["--call-id", "job-9", "--cost", "3", "--actual", "1", "ip=198.51.100.9"];
+    assert_eq!(json(&call("settle", &settle)), serde_json::json!({ "settled": 1 }));
+    assert_eq!(json(&call("settle", &settle)), serde_json::json!({ "settled": 0 }));
+    assert_eq!(json(&call("peek", &["ip=198.51.100.9"]))["remaining"], 1);
+    // acquire: admitted at once while there is room; a wait longer than --wait exits 3.
+    for left in [1, 0] {
+        let o = call("acquire", &["--wait", "1s", "ip=198.51.100.9"]);
+        assert_eq!((o.status.code(), json(&o)["remaining"].clone()), (Some(0), serde_json::json!(left)));
+    }
+    assert_fails(&call("acquire", &["--wait", "1s", "ip=198.51.100.9"]), 3, &["timeout", "acquire: not admitted within 1000 ms"]);
 }
 
 #[test]
@@ -867,6 +882,9 @@ fn json_output_matches_the_conformance_vectors() {
         }
         if let Some(id) = step["call_id"].as_str() {
             args.push(format!("--call-id={id}"));
+        }
+        if let Some(ms) = step["timeout_ms"].as_u64() {
+            args.push(format!("--wait={}ms", ms.max(1)));
         }
         for (k, val) in step["attributes"].as_object().unwrap() {
             args.push(format!("{k}={}", val.as_str().unwrap()));

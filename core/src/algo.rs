@@ -142,6 +142,45 @@ impl Log {
     pub fn len(&self) -> usize {
         self.times.len()
     }
+
+    /// Mirror of `settle_log` (`lua/settle.lua`): when the units of call
+    /// `id` are still in the window, leave `actual` of them (removing or
+    /// adding at the check's time) and mark them `settled` (the id a
+    /// second settle cannot find). False when the call is not found.
+    pub fn settle(&mut self, now: i64, id: u64, settled: u64, estimate: u64, actual: u64, window: i64) -> bool {
+        let Some(ids) = self.ids.as_mut() else { return false };
+        let Some(at) = ids.iter().position(|&i| i == id) else { return false };
+        let t = self.times[at];
+        if t + window <= now {
+            return false;
+        }
+        let mut extra = estimate as i64 - actual as i64;
+        let mut k = 0;
+        while k < self.times.len() {
+            if ids[k] == id {
+                if extra > 0 {
+                    ids.remove(k);
+                    self.times.remove(k);
+                    extra -= 1;
+                    continue;
+                }
+                ids[k] = settled;
+            }
+            k += 1;
+        }
+        if extra < 0 {
+            let at = self.times.partition_point(|&ts| ts <= t);
+            for _ in 0..(-extra) {
+                self.times.insert(at, t);
+                ids.insert(at, settled);
+            }
+        }
+        if let (Some(&first), Some(&newest)) = (self.times.front(), self.times.back()) {
+            self.first = first;
+            self.newest = newest;
+        }
+        true
+    }
 }
 
 const MICRO: u64 = 1_000_000;
@@ -163,10 +202,11 @@ fn tb_wait(need: u64, rate: f64) -> i64 {
 pub(crate) const TB_IDS: usize = 64;
 
 /// A token bucket: micro-tokens, the time of the last admission, and the ids
-/// of the last [`TB_IDS`] admitted calls that asked for deduplication.
+/// of the last [`TB_IDS`] admitted calls that asked for deduplication. The
+/// micro-tokens go below zero after a settle's debit, and refill from there.
 #[derive(Debug, Clone)]
 pub(crate) struct Bucket {
-    pub tokens: u64,
+    pub tokens: i64,
     pub last: i64,
     pub ids: Vec<u64>,
 }
@@ -181,7 +221,7 @@ impl Bucket {
         capacity: u64,
         rate: f64,
     ) -> (Outcome, u64) {
-        let full = capacity * MICRO;
+        let full = (capacity * MICRO) as i64;
         let mut tokens = full;
         if let Some(b) = state {
             tokens = b.tokens;
@@ -190,37 +230,50 @@ impl Bucket {
                 if refill >= (full as i64 - tokens as i64) as f64 {
                     tokens = full;
                 } else {
-                    tokens += refill as u64;
+                    tokens += refill as i64;
                 }
             }
         }
-        let want = cost * MICRO;
+        let want = (cost * MICRO) as i64;
         if tokens >= want {
             let left = tokens - want;
             (
                 Outcome {
                     allowed: true,
-                    remaining: left / MICRO,
+                    remaining: left as u64 / MICRO,
                     retry_after_us: 0,
-                    reset_after_us: tb_wait(full.saturating_sub(left), rate),
+                    reset_after_us: tb_wait((full - left) as u64, rate),
                     limit: 0,
                     blocked: false,
                 },
-                left,
+                left as u64,
             )
         } else {
             (
                 Outcome {
                     allowed: false,
-                    remaining: tokens / MICRO,
-                    retry_after_us: tb_wait(want - tokens, rate),
-                    reset_after_us: tb_wait(full.saturating_sub(tokens), rate),
+                    remaining: tokens.max(0) as u64 / MICRO,
+                    retry_after_us: tb_wait((want - tokens) as u64, rate),
+                    reset_after_us: tb_wait((full - tokens) as u64, rate),
                     limit: 0,
                     blocked: false,
                 },
-                tokens,
+                tokens.max(0) as u64,
             )
         }
+    }
+
+    /// Mirror of `settle_bucket` (`lua/settle.lua`): when call `id` is among
+    /// the recent ids, it leaves them and the bucket gets `estimate -
+    /// actual` tokens back (capped at the capacity; a negative difference is
+    /// a debit, which may take it below zero). Returns the time the bucket
+    /// is full again, counted from now, or `None` when the call is not found.
+    pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64, capacity: u64, rate: f64) -> Option<i64> {
+        let at = self.ids.iter().position(|&i| i == id)?;
+        self.ids.remove(at);
+        let full = (capacity * MICRO) as i64;
+        self.tokens = (self.tokens + (estimate as i64 - actual as i64) * MICRO as i64).min(full);
+        Some(self.last + tb_wait((full - self.tokens) as u64, rate) - now)
     }
 }
 
@@ -329,6 +382,31 @@ impl Counters {
     pub fn len(&self) -> usize {
         self.subs.len()
     }
+
+    /// Mirror of `settle_counters` (`lua/settle.lua`): when call `id` was
+    /// admitted in a sub-window that still counts, it leaves the recent ids
+    /// and that sub-window gets `actual - estimate` more units (at most its
+    /// units fewer). `None` when the call is not found, else whether any
+    /// unit is left.
+    pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64, window: i64, precision: i64) -> Option<bool> {
+        let first = floor_div(now - window, precision);
+        let at = self.ids.iter().position(|&(j, i)| i == id && j >= first)?;
+        let (j, _) = self.ids.remove(at);
+        let delta = actual as i64 - estimate as i64;
+        match self.subs.binary_search_by_key(&j, |&(s, _)| s) {
+            Ok(at) => {
+                let units = self.subs[at].1 as i64 + delta.max(-(self.subs[at].1 as i64));
+                if units == 0 {
+                    self.subs.remove(at);
+                } else {
+                    self.subs[at].1 = units as u64;
+                }
+            }
+            Err(at) if delta > 0 => self.subs.insert(at, (j, delta as u64)),
+            Err(_) => {}
+        }
+        Some(self.subs.iter().any(|&(_, c)| c > 0))
+    }
 }
 
 /// The end (exclusive, microseconds) of the epoch-aligned fixed window of
@@ -433,6 +511,21 @@ impl PeriodCount {
         self.end > now && self.ids.contains(&id)
     }
 
+    /// Mirror of `settle_period` (`lua/settle.lua`): when call `id` is among
+    /// the ids of the period that still runs, it leaves them and the period
+    /// gets `actual - estimate` more units (down to zero). `None` when the
+    /// call is not found, else whether any unit is left.
+    pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64) -> Option<bool> {
+        if self.end <= now {
+            return None;
+        }
+        let at = self.ids.iter().position(|&i| i == id)?;
+        self.ids.remove(at);
+        let units = self.count as i64 + actual as i64 - estimate as i64;
+        self.count = units.max(0) as u64;
+        Some(units > 0)
+    }
+
     /// Mirror of `pc_commit`: `cost` more units in the period ending at
     /// `end`; a period that has ended starts over, with no ids.
     pub fn commit(state: Option<&mut PeriodCount>, now: i64, cost: u64, end: i64, id: Option<u64>) -> PeriodCount {
@@ -503,7 +596,7 @@ mod tests {
         let (o, left) = Bucket::decide(None, 0, 10, 10, 3.0);
         assert!(o.allowed);
         assert_eq!(left, 0);
-        let b = Bucket { tokens: left, last: 0, ids: Vec::new() };
+        let b = Bucket { tokens: left as i64, last: 0, ids: Vec::new() };
         let (o, _) = Bucket::decide(Some(&b), 0, 1, 10, 3.0);
         assert!(!o.allowed);
         assert_eq!(o.retry_after_us, 333_334);

@@ -160,6 +160,34 @@ pub struct Decision {
     /// True when the answer came from the failure policy (`on_backend_error`),
     /// not from the backend.
     pub degraded: bool,
+    /// What [`Limiter::settle`](crate::Limiter::settle) needs to settle this
+    /// decision's check: set on an admitted check made with a call id (not
+    /// degraded), `None` otherwise.
+    pub settle: Option<Arc<SettleTicket>>,
+}
+
+/// The check behind an admitted decision, as a settle needs it: its call id,
+/// its cost (the estimate), and the keys and rules it was decided on.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SettleTicket {
+    pub(crate) call_id: String,
+    pub(crate) cost: u64,
+    pub(crate) keys: Vec<String>,
+    /// The rules' places in the policy ([`crate::plan::Rules::locate`]:
+    /// position and tier) and names, one per key.
+    pub(crate) rules: Vec<((usize, Option<usize>), RuleName)>,
+}
+
+impl SettleTicket {
+    /// The check's call id.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// The cost the check was made with (the estimate a settle corrects).
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
 }
 
 /// Ceiling of a duration in whole seconds.
@@ -226,6 +254,7 @@ impl Decision {
             rule,
             results,
             degraded,
+            settle: None,
         }
     }
 

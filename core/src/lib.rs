@@ -53,13 +53,13 @@ pub use backend::script::CHECK_SCRIPT;
 pub use attributes::AttributeBuf;
 pub use client_ip::{ClientIpConfig, ClientIpOption};
 pub use clock::{Clock, ManualClock};
-pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult};
+pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult, SettleTicket};
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{
-    BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder, LimiterOption, LimiterOptions,
-    Metrics, ReloadStatus, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS, METRICS_CONTENT_TYPE,
-    RELOAD_POLL_INTERVAL,
+    acquire_timeout, actual_cost, BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder,
+    LimiterOption, LimiterOptions, Metrics, ReloadStatus, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS,
+    METRICS_CONTENT_TYPE, RELOAD_POLL_INTERVAL,
 };
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};

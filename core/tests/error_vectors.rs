@@ -159,6 +159,18 @@ fn run_steps(
                 .block_on(limiter.clear_override(step["rule"].as_str().unwrap_or(""), &attrs))
                 .map(drop),
             "overrides" => rt.block_on(limiter.overrides(step["rule"].as_str().unwrap_or(""))).map(drop),
+            "settle" => {
+                let (id, actual) = (step["call_id"].as_str().unwrap(), step["actual_cost"].as_u64().unwrap());
+                if in_process {
+                    limiter.settle_call_blocking(&attrs, id, cost, actual).map(drop)
+                } else {
+                    rt.block_on(limiter.settle_call(&attrs, id, cost, actual)).map(drop)
+                }
+            }
+            "acquire" => {
+                let timeout = std::time::Duration::from_millis(step["timeout_ms"].as_u64().unwrap());
+                rt.block_on(limiter.acquire(&attrs, cost, timeout)).map(drop)
+            }
             other => panic!("{at}: unknown op {other:?}"),
         };
         expect_error(&at, step, got, problems);

@@ -842,3 +842,180 @@ async fn tiers_overrides_and_blocks_under_64_tasks() {
         }
     }
 }
+
+/// Settles under contention: 64 tasks check at an estimate, settle at a
+/// random real cost (a refund) and settle again; stacked rules of three
+/// algorithms end holding exactly the sum of the real costs, never more than
+/// the limit, and every second settle counts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settles_under_64_tasks_never_over_admit_and_count_once() {
+    let server = RedisServer::start();
+    let limit = 300;
+    let rules = vec![
+        Rule::sliding_window_log("log", "l:{ip}", limit, ms(3_600_000)),
+        Rule::fixed_window("fixed", "f:{ip}", limit, ms(3_600_000)),
+        Rule::token_bucket("bucket", "b:{ip}", limit, 0.000_001),
+    ];
+    let l = Limiter::builder(Policy::new(rules).unwrap())
+        .url(server.url())
+        .timeout(ms(5000))
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = (0..64u64)
+        .map(|t| {
+            let l = l.clone();
+            tokio::spawn(async move {
+                let a = ip("7.7.7.7");
+                let (mut kept, mut admitted) = (0u64, 0u64);
+                for i in 0..12u64 {
+                    let options = CheckOptions { cost: 4, call_id: Some(format!("t{t}-{i}")) };
+                    let d = l.check_with(&a, &options).await.unwrap();
+                    if !d.allowed {
+                        continue;
+                    }
+                    admitted += 1;
+                    let actual = (t + i) % 5;
+                    assert_eq!(l.settle(&d, actual.min(4)).await.unwrap(), 3);
+                    assert_eq!(l.settle(&d, 4).await.unwrap(), 0, "a second settle counts nothing");
+                    kept += actual.min(4);
+                }
+                (kept, admitted)
+            })
+        })
+        .collect();
+    let (mut kept, mut admitted) = (0, 0);
+    for t in tasks {
+        let (k, a) = t.await.unwrap();
+        kept += k;
+        admitted += a;
+    }
+    assert!(kept <= limit, "{kept} units kept of {limit}");
+    assert!(admitted > limit / 4, "refunds let more calls in than estimates alone ({admitted})");
+    let d = l.peek(&ip("7.7.7.7"), 1).await.unwrap();
+    for r in &d.results {
+        assert_eq!(r.remaining + 1, limit - kept, "{}: holds exactly the real costs", r.rule);
+    }
+}
+
+/// A settle racing a check on the same key: either order is all or nothing,
+/// and the key ends holding exactly what the winner's order implies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_racing_a_check_on_the_same_key() {
+    let server = RedisServer::start();
+    let rules = vec![
+        Rule::sliding_window_log("log", "l:{ip}", 10, ms(60_000)),
+        Rule::token_bucket("bucket", "b:{ip}", 10, 0.001),
+        Rule::sliding_window("counters", "c:{ip}", 10, ms(60_000)),
+    ];
+    let l = Limiter::builder(Policy::new(rules).unwrap())
+        .url(server.url())
+        .timeout(ms(5000))
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap();
+    let mut orders = [0, 0];
+    for round in 0..60 {
+        let a = ip(&format!("10.0.0.{round}"));
+        let first = l.check_with(&a, &CheckOptions { cost: 6, call_id: Some(format!("a{round}")) }).await.unwrap();
+        assert!(first.allowed);
+        let options = CheckOptions { cost: 10, call_id: Some(format!("b{round}")) };
+        // The one connection sends them in the order they are first polled: alternate it.
+        let (settled, second) = if round % 2 == 0 {
+            tokio::join!(l.settle(&first, 0), l.check_with(&a, &options))
+        } else {
+            let (second, settled) = tokio::join!(l.check_with(&a, &options), l.settle(&first, 0));
+            (settled, second)
+        };
+        let (settled, second) = (settled.unwrap(), second.unwrap());
+        assert_eq!(settled, 3);
+        let d = l.peek(&a, 1).await.unwrap();
+        if second.allowed {
+            // The settle ran first: the whole limit went to the second check.
+            orders[0] += 1;
+            assert!(!d.allowed, "{d:?}");
+        } else {
+            // The check ran first and was denied whole; the settle then emptied the key.
+            orders[1] += 1;
+            assert!(d.results.iter().all(|r| r.remaining == 9), "{d:?}");
+        }
+    }
+    assert!(orders[0] > 0 && orders[1] > 0, "both orders were seen: {orders:?}");
+}
+
+/// 50 waiters on a 10-per-second rule: admitted in arrival order, 10 per
+/// second, at most 2 Redis calls per acquire on average (counted by Redis).
+/// The order is read back from Redis: a shadow rule with a long window keeps
+/// every admitted call's id, scored by the server's time of its admission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_serves_waiters_in_arrival_order_without_polling() {
+    let server = RedisServer::start();
+    for rule in [
+        Rule::sliding_window_log("log", "l:{ip}", 10, ms(1000)),
+        Rule::token_bucket("bucket", "b:{ip}", 10, 10.0),
+    ] {
+        let name = rule.name.clone();
+        let mut record = Rule::sliding_window_log("record", "r:{ip}", 1000, ms(3_600_000));
+        record.shadow = true;
+        let l = Limiter::builder(Policy::new(vec![rule, record]).unwrap())
+            .url(server.url())
+            .prefix(format!("acq-{name}:"))
+            .timeout(ms(2000))
+            .on_backend_error(FailureMode::Error)
+            .build()
+            .unwrap();
+        l.ping().await.unwrap();
+        let a = ip("5.5.5.5");
+        let calls = evalsha_calls(&server);
+        let start = Instant::now();
+        let mut waiters = Vec::new();
+        for i in 0..50 {
+            let (l, a) = (l.clone(), a.clone());
+            let (joined, arrived) = tokio::sync::oneshot::channel();
+            waiters.push(tokio::spawn(async move {
+                let options = CheckOptions { cost: 1, call_id: Some(format!("w{i:02}")) };
+                let acquire = l.acquire_with(&a, &options, Duration::from_secs(30));
+                // The first poll joins the queue; the next waiter arrives after it.
+                let mut acquire = std::pin::pin!(acquire);
+                let first = futures_poll_once(acquire.as_mut()).await;
+                let _ = joined.send(());
+                let d = match first {
+                    Some(d) => d,
+                    None => acquire.await,
+                };
+                assert!(d.unwrap().allowed);
+                start.elapsed()
+            }));
+            arrived.await.unwrap();
+        }
+        let mut admitted = Vec::new();
+        for w in waiters {
+            admitted.push(w.await.unwrap());
+        }
+        let used = evalsha_calls(&server) - calls;
+        let key = l.keys(&a).into_iter().find(|k| k.contains("record:")).unwrap();
+        let members = server.command(&["ZRANGE", &key, "0", "-1"]).unwrap();
+        let order: Vec<&str> = members.lines().collect();
+        let arrival: Vec<String> = (0..50).map(|i| format!("w{i:02}")).collect();
+        assert_eq!(order, arrival, "{name}: admitted in arrival order");
+        assert!(used <= 100, "{name}: {used} Redis calls for 50 acquires");
+        admitted.sort();
+        let last = admitted[49];
+        eprintln!(
+            "acquire {name}: 50 waiters admitted in {:.2} s ({:.1}/s after the first 10), {used} EVALSHA calls ({:.2} per acquire)",
+            last.as_secs_f64(),
+            40.0 / (last - admitted[9]).as_secs_f64(),
+            used as f64 / 50.0
+        );
+    }
+}
+
+/// Poll a future once: its output if it is ready at once.
+async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+    let mut f = f;
+    std::future::poll_fn(|cx| match std::pin::Pin::new(&mut f).poll(cx) {
+        std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
+}

@@ -52,6 +52,9 @@ async fn acl_user_with_only_the_script_commands() {
     assert!(l.peek(&a, 1).await.unwrap().allowed);
     server.command(&["SCRIPT", "FLUSH"]).unwrap();
     assert!(l.check(&a, 1).await.unwrap().allowed, "NOSCRIPT recovery needs only SCRIPT LOAD");
+    // A settle of a log and a bucket needs no other command.
+    let d = l.check_with(&a, &CheckOptions { cost: 3, call_id: Some("acl-0".into()) }).await.unwrap();
+    assert_eq!(l.settle(&d, 5).await.unwrap(), 2);
     assert_eq!(l.reset(&a).await.unwrap(), 2);
     // The algorithms with bounded memory need nothing more, replays included.
     let bounded = Limiter::builder(
@@ -76,6 +79,9 @@ async fn acl_user_with_only_the_script_commands() {
         assert!(bounded.check(&a, 2).await.unwrap().allowed);
     }
     assert!(!bounded.check(&a, 1).await.unwrap().allowed);
+    // So do settles: the first check's 2 units come back on every rule.
+    assert_eq!(bounded.settle_call(&a, "acl-1", 2, 0).await.unwrap(), 3);
+    assert!(bounded.check(&a, 2).await.unwrap().allowed);
     assert_eq!(bounded.reset(&a).await.unwrap(), 3);
     // Overrides and blocks live under the prefix too: the same ACL serves them.
     let penalties = Limiter::builder(

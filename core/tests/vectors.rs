@@ -134,6 +134,18 @@ fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value, route
                 assert!(!d.degraded, "a degraded decision means the backend failed");
                 decision_json(&d)
             }),
+            "settle" => {
+                let (id, actual) = (step["call_id"].as_str().unwrap(), step["actual_cost"].as_u64().unwrap());
+                let settled = match route {
+                    Route::InProcess => limiter.settle_call_blocking(&attrs, id, cost, actual),
+                    Route::Async => rt.block_on(limiter.settle_call(&attrs, id, cost, actual)),
+                };
+                settled.map(|n| json!({ "settled": n }))
+            }
+            "acquire" => {
+                let timeout = std::time::Duration::from_millis(step["timeout_ms"].as_u64().unwrap());
+                rt.block_on(limiter.acquire(&attrs, cost, timeout)).map(|d| decision_json(&d))
+            }
             other => panic!("unknown op {other:?}"),
         },
     };

@@ -38,6 +38,16 @@ lua/period_counter.lua, not from running the implementation. It models:
   its state, and one with a new key starts afresh; a rule that keeps its name
   and key but changes its algorithm (or a sliding window's precision) is
   refused with invalid_policy, and the old rules stay.
+- settle (by call id, with the check's cost as the estimate): each applicable
+  rule where the check's call id still counts is corrected as if the check had
+  cost `actual` (capped at the rule's limit or capacity), and the id is
+  marked settled, so a second settle changes nothing. A log keeps or adds
+  members at the check's time; a bucket gets the difference back (at most
+  full) or loses the excess (below zero if need be); counters change the
+  check's sub-window (at most its units off); a period counter its units
+  (down to zero, the key then gone). The answer is the number of rules settled;
+- acquire on a manual clock: admitted at once (the check's decision), or the
+  `timeout` error when the wait asked for is longer than the timeout.
 
 Usage:
     python3 tests/vectors/generate.py           # (re)write every file
@@ -225,13 +235,23 @@ class Log:
         need = count + cost - limit
         return dict(
             allowed=False,
-            remaining=limit - count,
+            remaining=max(0, limit - count),
             retry=inside[need - 1] + window - now,
             reset=max(inside) + window - now,
         )
 
     def seen(self, call_id):
         return any(i == call_id for _, i in self.members)
+
+    def settle(self, now, call_id, estimate, actual, window):
+        mine = [s for s, i in self.members if i == call_id and s > now - window]
+        if not mine:
+            return False
+        t = mine[0]
+        others = [(s, i) for s, i in self.members if i != call_id]
+        kept = min(len(mine), actual) if actual <= estimate else len(mine) + actual - estimate
+        self.members = sorted(others + [(t, ("settled", call_id))] * kept, key=lambda m: m[0])
+        return True
 
     def commit(self, now, cost, window, reset, call_id):
         self.members = [(s, i) for s, i in self.members if s > now - window]
@@ -286,11 +306,21 @@ class Bucket:
             left = tokens - want
             return dict(allowed=True, remaining=left // MICRO, retry=0,
                         reset=tb_wait(full - left, rate), left=left)
-        return dict(allowed=False, remaining=tokens // MICRO,
+        return dict(allowed=False, remaining=max(tokens, 0) // MICRO,
                     retry=tb_wait(want - tokens, rate), reset=tb_wait(full - tokens, rate))
 
     def seen(self, call_id):
         return self.tokens is not None and call_id in self.ids
+
+    def settle(self, now, call_id, estimate, actual, capacity, rate):
+        if self.tokens is None or call_id not in self.ids:
+            return None
+        self.ids.remove(call_id)
+        full = capacity * MICRO
+        self.tokens = min(full, self.tokens + (estimate - actual) * MICRO)
+        ttl_ms = max(1, ceil_ms(self.last + tb_wait(full - self.tokens, rate) - now))
+        self.expires_at = now + ttl_ms * 1000
+        return ttl_ms
 
     def commit(self, now, left, reset, call_id):
         self.tokens = left
@@ -335,11 +365,26 @@ class Counters:
             if held >= need:
                 retry = release(j)
                 break
-        return dict(allowed=False, remaining=limit - count, retry=retry, reset=release(subs[-1][0]))
+        return dict(allowed=False, remaining=max(0, limit - count), retry=retry, reset=release(subs[-1][0]))
 
     def seen(self, call_id, now, rule):
         first = (now - rule.window_us) // rule.precision_us
         return any(i == call_id and j >= first for j, i in self.ids)
+
+    def settle(self, now, call_id, estimate, actual, window, precision):
+        """None when the call is not found, else whether any unit is left."""
+        first = (now - window) // precision
+        found = [(j, i) for j, i in self.ids if i == call_id and j >= first]
+        if not found:
+            return None
+        self.ids.remove(found[0])
+        j = found[0][0]
+        units = self.subs.get(j, 0) + max(actual - estimate, -self.subs.get(j, 0))
+        if units:
+            self.subs[j] = units
+        else:
+            self.subs.pop(j, None)
+        return sum(self.subs.values()) > 0
 
     def commit(self, now, cost, window, precision, reset, call_id):
         first = (now - window) // precision
@@ -398,10 +443,18 @@ class PeriodCount:
         if count + cost <= limit:
             return dict(allowed=True, remaining=limit - count - cost, retry=0,
                         reset=end - now if count + cost > 0 else 0, end=end)
-        return dict(allowed=False, remaining=limit - count, retry=end - now, reset=end - now, end=end)
+        return dict(allowed=False, remaining=max(0, limit - count), retry=end - now, reset=end - now, end=end)
 
     def seen(self, call_id, now, rule):
         return self.live(now) and call_id in self.ids
+
+    def settle(self, now, call_id, estimate, actual):
+        """None when the call is not found, else whether any unit is left."""
+        if not self.live(now) or call_id not in self.ids:
+            return None
+        self.ids.remove(call_id)
+        self.count = max(0, self.count + actual - estimate)
+        return self.count > 0
 
     def commit(self, now, cost, end, call_id):
         if not self.live(now):
@@ -523,6 +576,8 @@ class Model:
         for r in rules:
             if cost > r.limit and not r.overrides:
                 return {"error": "invalid_argument"}
+        if mode == "validate":
+            return {}
         if not rules:
             allowed, head = headline([])
             return {"expect": expect_of(allowed, head, [])}
@@ -637,6 +692,52 @@ class Model:
         self.rules = rules
         return {"expect": {}}
 
+    def settle(self, attrs, call_id, estimate, actual):
+        checked = self.evaluate(attrs, estimate, "validate", call_id)
+        if "error" in checked:
+            return checked
+        if actual > 10 ** 15:
+            return {"error": "invalid_argument"}
+        n = 0
+        for r in self.applicable(attrs):
+            k = r.key(attrs)
+            st = self.state.get(k)
+            if st is None:
+                continue
+            if st.expires_at is not None and self.now >= st.expires_at:
+                # Logs, counters and periods check the time themselves; a
+                # bucket's ids would outlive the manual clock's expiry in Redis.
+                if r.algo == "token_bucket":
+                    raise CaseError(f"settle of rule {r.name} after its key expired on the manual clock")
+                continue
+            a = min(actual, r.limit)
+            if r.algo == "sliding_window_log":
+                done = st.settle(self.now, call_id, estimate, a, r.window_us)
+            elif r.algo == "token_bucket":
+                ttl = st.settle(self.now, call_id, estimate, a, r.limit, r.rate)
+                # A bucket full again may be gone from Redis at once: the same as full.
+                if ttl is not None and ttl < MIN_TTL_MS and st.tokens < r.limit * MICRO:
+                    raise CaseError(f"rule {r.name}: key TTL {ttl} ms after a settle is below {MIN_TTL_MS} ms")
+                done = ttl is not None
+            else:
+                if r.algo == "sliding_window":
+                    left = st.settle(self.now, call_id, estimate, a, r.window_us, r.precision_us)
+                else:
+                    left = st.settle(self.now, call_id, estimate, a)
+                done = left is not None
+                if left is False:
+                    del self.state[k]
+            n += bool(done)
+        return {"expect": {"settled": n}}
+
+    def acquire(self, attrs, cost, timeout_ms):
+        out = self.evaluate(attrs, cost, "peek")
+        if "error" in out or out["expect"]["allowed"]:
+            return self.evaluate(attrs, cost, "check")
+        if out["expect"]["retry_after_ms"] <= timeout_ms:
+            raise CaseError("an acquire that would wait on the manual clock")
+        return {"error": "timeout"}
+
     def reset(self, attrs):
         n = 0
         for r in self.applicable(attrs):
@@ -683,6 +784,15 @@ def build(case):
             if op == "override_set":
                 step["limit"] = s["limit"]
             out = model.override_op(op, s["rule"], attrs, s.get("limit"))
+        elif op == "settle":
+            step["call_id"] = s["call_id"]
+            step["cost"] = s.get("cost", 1)
+            step["actual_cost"] = s["actual_cost"]
+            out = model.settle(attrs, s["call_id"], step["cost"], s["actual_cost"])
+        elif op == "acquire":
+            step["cost"] = s.get("cost", 1)
+            step["timeout_ms"] = s["timeout_ms"]
+            out = model.acquire(attrs, step["cost"], s["timeout_ms"])
         else:
             cost = s.get("cost", 1)
             step["cost"] = cost
@@ -762,6 +872,19 @@ def ovr_clear(rule, attrs, adv=0, **kw):
 
 def ovr_list(rule, **kw):
     return {"op": "overrides", "rule": rule, "advance_ms": 0, "assert": kw}
+
+
+def settle(attrs, call_id, cost, actual, adv=0, settled=None, **kw):
+    s = {"op": "settle", "attributes": attrs, "call_id": call_id, "cost": cost, "actual_cost": actual,
+         "advance_ms": adv, "assert": kw}
+    if settled is not None:
+        s["assert"]["settled"] = settled
+    return s
+
+
+def acquire(attrs, cost=1, timeout_ms=1000, adv=0, **kw):
+    return {"op": "acquire", "attributes": attrs, "cost": cost, "timeout_ms": timeout_ms, "advance_ms": adv,
+            "assert": kw}
 
 
 def sw(name, key, limit, window, **extra):
@@ -1489,6 +1612,127 @@ case("block-with-override-and-tiers", "Blocks, tiers and overrides together: the
       chk(PRO, limit=1, remaining=0), chk(PRO, allowed=False, limit=1, retry_after_ms=120_000),
       chk(FREE, 2, limit=2, remaining=0), chk(FREE, allowed=False, retry_after_ms=120_000)],
      start_us=START_US)
+
+# -- settle: costs known only after the response
+
+case("settle-window-refund-once", "A log check of estimate 5 settled at 2 gives 3 units back; a second settle of the same call id changes nothing.",
+     [swl("per-ip", "ip:{ip}", 10, "1m")],
+     [chk(IP, 5, call_id="req-1", remaining=5),
+      settle(IP, "req-1", 5, 2, adv=10, settled=1),
+      peek(IP, remaining=7),
+      settle(IP, "req-1", 5, 9, settled=0),
+      chk(IP, remaining=7),
+      chk(IP, adv=59_990, remaining=8)])
+
+case("settle-window-debit-beyond-limit", "A debit beyond the limit is recorded at the check's time (capped at the limit): the next requests wait until the check leaves the window.",
+     [swl("per-ip", "ip:{ip}", 5, "1m")],
+     [chk(IP, 2, call_id="req-1", remaining=3),
+      chk(IP, adv=1_000, remaining=2),
+      settle(IP, "req-1", 2, 40, adv=1_000, settled=1),
+      chk(IP, allowed=False, retry_after_ms=58_000),
+      chk(IP, adv=57_999, allowed=False, retry_after_ms=1),
+      chk(IP, adv=1, allowed=True, remaining=3)])
+
+case("settle-window-to-zero", "Settling at 0 removes every unit of the check; the call id is gone, so a second settle finds nothing.",
+     [swl("per-ip", "ip:{ip}", 3, "1m")],
+     [chk(IP, 3, call_id="req-1", remaining=0),
+      chk(IP, allowed=False),
+      settle(IP, "req-1", 3, 0, settled=1),
+      peek(IP, 3, allowed=True, remaining=0),
+      settle(IP, "req-1", 3, 3, settled=0),
+      chk(IP, 3, remaining=0)])
+
+case("settle-window-after-the-window", "A settle after the check's units have left the window changes nothing.",
+     [swl("per-ip", "ip:{ip}", 3, "5s")],
+     [chk(IP, 2, call_id="req-1"), chk(IP, adv=3_000),
+      settle(IP, "req-1", 2, 3, adv=2_000, settled=0),
+      chk(IP, remaining=1)])
+
+case("settle-bucket-refund-and-debit", "A bucket gets a refund back (at most full) and loses a debit below zero, which the refill waits off.",
+     [tb("per-key", "k:{api_key}", 10, 0.5)],
+     [chk(WEB, 4, call_id="a", remaining=6),
+      settle(WEB, "a", 4, 1, settled=1),
+      peek(WEB, remaining=8),
+      chk(WEB, 9, call_id="b", remaining=0),
+      settle(WEB, "b", 9, 10, settled=1),
+      chk(WEB, allowed=False, remaining=0, retry_after_ms=4_000),
+      settle(WEB, "b", 9, 1, settled=0),
+      chk(WEB, adv=4_000, allowed=True, remaining=0),
+      peek(WEB, 10, adv=10_000, allowed=False, remaining=5),
+
+      peek(WEB, 10, adv=10_000, allowed=True)])
+
+case("settle-bucket-refund-capped-at-capacity", "A refund never fills a bucket beyond its capacity.",
+     [tb("per-key", "k:{api_key}", 5, 0.5)],
+     [chk(WEB, 5, call_id="a", remaining=0),
+      chk(WEB, adv=4_000, remaining=1),
+      settle(WEB, "a", 5, 0, settled=1),
+      peek(WEB, 5, allowed=True, remaining=0),
+      chk(WEB, 5, allowed=True, remaining=0),
+      chk(WEB, allowed=False)])
+
+case("settle-counters", "A sliding window of counters settles in the check's own sub-window: the refund leaves when it would have, the debit counts until that sub-window stops counting.",
+     [sw("per-ip", "c:{ip}", 10, "1m", precision="1s")],
+     [chk(IP, 6, call_id="a", remaining=4),
+      chk(IP, 1, adv=5_000, remaining=3),
+      settle(IP, "a", 6, 2, settled=1),
+      peek(IP, remaining=6),
+      settle(IP, "a", 6, 12, settled=0),
+      chk(IP, 3, call_id="b", remaining=4),
+      settle(IP, "b", 3, 9, settled=1),
+      chk(IP, allowed=False, retry_after_ms=61_000),
+      chk(IP, adv=60_999, allowed=False, retry_after_ms=1),
+      chk(IP, adv=1, allowed=True, remaining=9)])
+
+case("settle-fixed-window-and-quota", "Fixed windows and quotas settle while the check's period runs; after it ends, a settle changes nothing.",
+     [fw("fixed", "f:{ip}", 10, "1h"), quota("daily", "d:{api_key}", 100, "day")],
+     [chk(WEB, 3, call_id="a", remaining=7, rule="fixed"),
+      settle(WEB, "a", 3, 8, settled=2),
+      peek(WEB, remaining=1, rule="fixed"),
+      chk(WEB, 3, call_id="b", allowed=False, rule="fixed"),
+      chk(WEB, 1, call_id="c", remaining=1),
+      settle(WEB, "c", 1, 0, settled=2),
+      peek(WEB, remaining=1),
+      settle(WEB, "a", 3, 0, settled=0),
+      chk(WEB, 1, call_id="d", remaining=1),
+      settle(WEB, "d", 1, 5, adv=3_600_000, settled=1),
+      peek(WEB, rule="fixed", remaining=9)],
+     start_us=utc_us(2026, 3, 2, 10))
+
+case("settle-stacked-only-where-consumed", "A stacked check settles on every rule it consumed from: a shadow rule that would have denied recorded nothing and is not settled.",
+     [swl("per-ip", "ip:{ip}", 10, "1m"), tb("per-key", "k:{api_key}", 20, 0.5),
+      fw("shadow-fixed", "s:{ip}", 2, "1h", shadow=True)],
+     [chk(WEB, 2, call_id="a", remaining=8, rule="per-ip"),
+      chk(WEB, 1, call_id="b"),
+      settle(WEB, "b", 1, 4, settled=2),
+      peek(WEB, remaining=3, rule="per-ip"),
+      settle(WEB, "a", 2, 1, settled=3),
+      settle(WEB, "never-checked", 1, 4, settled=0)],
+     start_us=utc_us(2026, 3, 2, 10))
+
+case("settle-invalid", "A settle validates like a check (the estimate is a cost, the call id well formed) and bounds the actual cost.",
+     [swl("per-ip", "ip:{ip}", 10, "1m")],
+     [chk(IP, 2, call_id="a"),
+      settle(IP, "a", 0, 1, error="invalid_argument"),
+      settle(IP, "a", 11, 1, error="invalid_argument"),
+      settle(IP, "not valid!", 2, 1, error="invalid_argument"),
+      settle(IP, "a", 2, 10 ** 15 + 1, error="invalid_argument"),
+      settle(IP, "a", 2, 10 ** 15, settled=1),
+      chk(IP, allowed=False, retry_after_ms=60_000)])
+
+# -- acquire: waiting instead of refusing (on a manual clock: no wait)
+
+case("acquire-admitted-at-once", "acquire returns the admitting decision at once when the check admits.",
+     [swl("per-ip", "ip:{ip}", 2, "1m"), tb("per-key", "k:{api_key}", 5, 0.2)],
+     [acquire(WEB, 1, timeout_ms=100, remaining=1, rule="per-ip"),
+      acquire(WEB, 1, timeout_ms=0, remaining=0)])
+
+case("acquire-timeout-when-the-wait-is-longer", "acquire fails with the timeout error kind at once when the wait asked for is longer than its timeout; it consumes nothing.",
+     [swl("per-ip", "ip:{ip}", 1, "1m")],
+     [chk(IP), acquire(IP, 1, timeout_ms=59_999, error="timeout"),
+      acquire(IP, 1, adv=30_000, timeout_ms=29_999, error="timeout"),
+      acquire(IP, 0, timeout_ms=10, error="invalid_argument"),
+      acquire(IP, 1, adv=30_000, timeout_ms=0, remaining=0)])
 
 
 def random_cases(count, seed):

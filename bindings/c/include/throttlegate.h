@@ -741,6 +741,55 @@ tg_result tg_limiter_peek(const struct tg_limiter *limiter,
                           struct tg_decision **out);
 
 /**
+ * Settle an admitted check whose real cost is known only now (after the
+ * response): every rule the check consumed from gets the difference back,
+ * or takes the excess (even beyond the limit), atomically, once per call
+ * id; `*settled` receives how many rules were settled (0 for a denied
+ * decision or a second settle). The check must have been made with
+ * `tg_limiter_check_with_call_id()`. Blocks until the answer or the timeout.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (a decision whose check
+ * had no call id, `actual_cost` above 10^15), `TG_CLOSED`,
+ * `TG_BACKEND_UNAVAILABLE`, `TG_TIMEOUT`, `TG_BACKEND`.
+ */
+tg_result tg_limiter_settle(const struct tg_limiter *limiter,
+                            const struct tg_decision *decision,
+                            uint64_t actual_cost,
+                            uint32_t *settled);
+
+/**
+ * `tg_limiter_settle()` by call id, without the decision (a settle made
+ * elsewhere than the check): the check's attributes, call id and cost, and
+ * the real cost. Arguments as for `tg_limiter_check_with_call_id()`.
+ *
+ * Errors: those of `tg_limiter_settle()` and of `tg_limiter_check_with_call_id()`.
+ */
+tg_result tg_limiter_settle_call(const struct tg_limiter *limiter,
+                                 const struct tg_attribute *attributes,
+                                 size_t attributes_len,
+                                 const char *call_id,
+                                 uint64_t cost,
+                                 uint64_t actual_cost,
+                                 uint32_t *settled);
+
+/**
+ * Wait, blocking the calling thread, until a check of `cost` is admitted,
+ * at most `timeout_ms` milliseconds: `*out` receives the admitting decision
+ * (release it with `tg_decision_free()`). Fails with `TG_TIMEOUT` at once
+ * when the wait asked for is longer than the time left. It waits exactly
+ * the retry-after it is told, never polls; concurrent waiters of this
+ * limiter on the same keys are served in arrival order.
+ *
+ * Errors: those of `tg_limiter_check()`, and `TG_TIMEOUT` when not admitted in time.
+ */
+tg_result tg_limiter_acquire(const struct tg_limiter *limiter,
+                             const struct tg_attribute *attributes,
+                             size_t attributes_len,
+                             uint64_t cost,
+                             uint64_t timeout_ms,
+                             struct tg_decision **out);
+
+/**
  * Forget the state of every rule that applies to this request (to unblock
  * a client). `*deleted` receives how many keys existed.
  *

@@ -19,7 +19,7 @@ use crate::{ffi, in_ref, out_ptr, tg_result, Fail};
 /// decision at once (headers and the problem body are computed once, on
 /// first request, safely under concurrent readers).
 pub struct tg_decision {
-    decision: Decision,
+    pub(crate) decision: Decision,
     rule: Option<CString>,
     result_rules: Vec<CString>,
     headers: [OnceLock<Vec<(CString, CString)>>; 2],

@@ -460,6 +460,86 @@ pub unsafe extern "C" fn tg_limiter_peek(
     decide(limiter, attributes, attributes_len, cost, None, Op::Peek, out)
 }
 
+/// Settle an admitted check whose real cost is known only now (after the
+/// response): every rule the check consumed from gets the difference back,
+/// or takes the excess (even beyond the limit), atomically, once per call
+/// id; `*settled` receives how many rules were settled (0 for a denied
+/// decision or a second settle). The check must have been made with
+/// `tg_limiter_check_with_call_id()`. Blocks until the answer or the timeout.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_INVALID_ARGUMENT` (a decision whose check
+/// had no call id, `actual_cost` above 10^15), `TG_CLOSED`,
+/// `TG_BACKEND_UNAVAILABLE`, `TG_TIMEOUT`, `TG_BACKEND`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_settle(
+    limiter: *const tg_limiter,
+    decision: *const tg_decision,
+    actual_cost: u64,
+    settled: *mut u32,
+) -> tg_result {
+    ffi(|| {
+        let settled = out_ptr(settled, "settled")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let decision = &in_ref(decision, "decision")?.decision;
+        *settled = limiter.settle_blocking(decision, actual_cost)?;
+        Ok(())
+    })
+}
+
+/// `tg_limiter_settle()` by call id, without the decision (a settle made
+/// elsewhere than the check): the check's attributes, call id and cost, and
+/// the real cost. Arguments as for `tg_limiter_check_with_call_id()`.
+///
+/// Errors: those of `tg_limiter_settle()` and of `tg_limiter_check_with_call_id()`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_settle_call(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    call_id: *const c_char,
+    cost: u64,
+    actual_cost: u64,
+    settled: *mut u32,
+) -> tg_result {
+    ffi(|| {
+        let settled = out_ptr(settled, "settled")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let attrs = read_attributes(attributes, attributes_len)?;
+        let call_id = c_str(call_id, || "call_id".into())?;
+        *settled = limiter.settle_call_blocking(attrs.as_slice(), call_id, cost, actual_cost)?;
+        Ok(())
+    })
+}
+
+/// Wait, blocking the calling thread, until a check of `cost` is admitted,
+/// at most `timeout_ms` milliseconds: `*out` receives the admitting decision
+/// (release it with `tg_decision_free()`). Fails with `TG_TIMEOUT` at once
+/// when the wait asked for is longer than the time left. It waits exactly
+/// the retry-after it is told, never polls; concurrent waiters of this
+/// limiter on the same keys are served in arrival order.
+///
+/// Errors: those of `tg_limiter_check()`, and `TG_TIMEOUT` when not admitted in time.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_acquire(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    cost: u64,
+    timeout_ms: u64,
+    out: *mut *mut tg_decision,
+) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let attrs = read_attributes(attributes, attributes_len)?;
+        let options = CheckOptions { cost, call_id: None };
+        let decision =
+            limiter.acquire_blocking(attrs.as_slice(), &options, std::time::Duration::from_millis(timeout_ms))?;
+        *out = Box::into_raw(Box::new(tg_decision::new(decision)));
+        Ok(())
+    })
+}
+
 /// Forget the state of every rule that applies to this request (to unblock
 /// a client). `*deleted` receives how many keys existed.
 ///

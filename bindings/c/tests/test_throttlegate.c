@@ -1226,6 +1226,41 @@ static void test_reload(const char *url) {
     tg_policy_free(three);
 }
 
+/* settle: with and without a call id, once; acquire: at once, and TG_TIMEOUT
+ * at once when the wait asked for is longer than the timeout. */
+static void test_settle_and_acquire(const char *url) {
+    tg_policy *policy = policy_from("[[rules]]\nname = \"tokens\"\nkey = \"t:{tenant}\"\nlimit = 10\nwindow = \"1h\"\n");
+    tg_limiter *l = limiter_on(policy, url, NULL);
+    tg_attribute attrs[] = {{"tenant", "t1"}};
+    tg_decision *d = NULL;
+    uint32_t settled = 99;
+    OK(tg_limiter_check(l, attrs, 1, 2, &d));
+    EXPECT_RC(tg_limiter_settle(l, d, 0, &settled), TG_INVALID_ARGUMENT, "no call_id");
+    tg_decision_free(d);
+    OK(tg_limiter_check_with_call_id(l, attrs, 1, 5, "job-1", &d));
+    OK(tg_limiter_settle(l, d, 1, &settled));
+    CHECK(settled == 1, "settled %u", settled);
+    OK(tg_limiter_settle(l, d, 9, &settled));
+    CHECK(settled == 0, "a second settle counts nothing: %u", settled);
+    EXPECT_RC(tg_limiter_settle(l, d, 1000000000000001ULL, &settled), TG_INVALID_ARGUMENT, "actual_cost");
+    EXPECT_RC(tg_limiter_settle(l, NULL, 1, &settled), TG_NULL_POINTER, "decision");
+    EXPECT_RC(tg_limiter_settle(l, d, 1, NULL), TG_NULL_POINTER, "settled");
+    tg_decision_free(d);
+    OK(tg_limiter_settle_call(l, attrs, 1, "job-1", 5, 2, &settled));
+    CHECK(settled == 0, "settled by call id after the decision: %u", settled);
+    /* 2 + 1 used of 10: an acquire of 7 is admitted at once, one more waits an hour. */
+    OK(tg_limiter_acquire(l, attrs, 1, 7, 0, &d));
+    tg_decision_info info;
+    OK(tg_decision_get(d, &info));
+    CHECK(info.allowed && info.remaining == 0, "acquired, remaining %" PRIu64, info.remaining);
+    tg_decision_free(d);
+    d = SENTINEL;
+    EXPECT_RC(tg_limiter_acquire(l, attrs, 1, 1, 50, &d), TG_TIMEOUT, "acquire: not admitted within 50 ms");
+    CHECK(d == SENTINEL || d == NULL, "no decision on a timeout");
+    tg_limiter_free(l);
+    tg_policy_free(policy);
+}
+
 int main(void) {
     redis_url = getenv("TG_REDIS_URL");
     const char *port = getenv("TG_REDIS_PORT");
@@ -1262,6 +1297,8 @@ int main(void) {
         test_metrics(urls[i]);
         printf("test: reload on %s\n", urls[i]);
         test_reload(urls[i]);
+        printf("test: settle and acquire on %s\n", urls[i]);
+        test_settle_and_acquire(urls[i]);
     }
     printf("test_throttlegate: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;

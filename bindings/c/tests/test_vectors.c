@@ -215,7 +215,8 @@ static void check_overrides(const char *listed, const json_value *expect, const 
 }
 
 /* Run one step's op (check, with a call id or not, peek, reset, reload, the
- * override ops) on its attributes; false (and a mismatch) for an unknown op. */
+ * override ops, settle by call id, acquire) on its attributes; false (and a
+ * mismatch) for an unknown op. */
 static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, uint64_t cost,
                    const json_value *call_id, tg_result *rc, tg_decision **d, uint64_t *deleted,
                    bool *cleared, char **listed) {
@@ -242,6 +243,15 @@ static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, 
         *rc = tg_limiter_reset(limiter, attrs, attrs_len, deleted);
     } else if (strcmp(op, "reload") == 0) {
         *rc = reload_step(limiter, step);
+    } else if (strcmp(op, "settle") == 0) {
+        const json_value *actual = json_get(step, "actual_cost");
+        uint32_t settled = 0;
+        *rc = tg_limiter_settle_call(limiter, attrs, attrs_len, call_id != NULL ? call_id->string : NULL, cost,
+                                     actual != NULL ? (uint64_t)actual->integer : 0, &settled);
+        *deleted = settled;
+    } else if (strcmp(op, "acquire") == 0) {
+        const json_value *timeout = json_get(step, "timeout_ms");
+        *rc = tg_limiter_acquire(limiter, attrs, attrs_len, cost, timeout != NULL ? (uint64_t)timeout->integer : 0, d);
     } else {
         mismatch("unknown op %s", op);
         known = false;
@@ -301,6 +311,8 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
                 mismatch("cleared: got %s", cleared ? "true" : "false");
         } else if (expect != NULL && strcmp(op, "overrides") == 0) {
             check_overrides(listed, expect, json_get(step, "rule")->string);
+        } else if (expect != NULL && strcmp(op, "settle") == 0) {
+            expect_u64(expect, "settled", deleted);
         } else if (expect != NULL) {
             check_decision(d, expect);
         }

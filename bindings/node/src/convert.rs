@@ -371,6 +371,34 @@ pub(crate) fn check_options(
     Ok(opts)
 }
 
+/// The options of `acquire`: a check's `cost` and `callId`, and its
+/// `timeout` (milliseconds, or text such as `"250ms"`), checked by the core.
+pub(crate) fn acquire_options(env: &Env, v: &Unknown<'_>) -> Result<(CheckOptions, std::time::Duration), Error> {
+    #[derive(Clone, Copy)]
+    enum A {
+        Check(CheckOption),
+        Timeout,
+    }
+    let mut opts = CheckOptions::default();
+    let mut timeout = None;
+    if !matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) {
+        let known = [("cost", A::Check(CheckOption::Cost)), ("callId", A::Check(CheckOption::CallId)), ("timeout", A::Timeout)];
+        for (option, what, value) in named(env, v, &known)? {
+            match option {
+                A::Check(o) => opts.set(o, &what, value)?,
+                A::Timeout => timeout = Some(throttlegate::acquire_timeout(value, DurationUnit::Millis)?),
+            }
+        }
+    }
+    let timeout = timeout.ok_or_else(|| invalid_argument("options.timeout: acquire needs a timeout".to_string()))?;
+    Ok((opts, timeout))
+}
+
+/// A number or other value as the core's [`OptionValue`].
+pub(crate) fn value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<OptionValue, Error> {
+    option_value(env, v, what)
+}
+
 /// The options of `new ClientIp()`, checked by the core.
 pub(crate) fn client_ip_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<ClientIpConfig, Error> {
     let known = [("trustedProxies", ClientIpOption::TrustedProxies), ("ipv6Prefix", ClientIpOption::Ipv6Prefix)];

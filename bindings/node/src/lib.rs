@@ -630,6 +630,108 @@ impl Limiter {
         errors::guard(|| Err(throttlegate::Error::internal("Limiter.peek is defined by index.js; load the package through it")))
     }
 
+    /// Settle an admitted check whose real cost is known only now: every
+    /// rule the check consumed from gets the difference back, or takes the
+    /// excess (even beyond the limit), atomically, once per call id. The
+    /// check must have been given a `callId`. Resolves to how many rules
+    /// were settled (0 for a denied decision or a second settle).
+    //
+    // Declared here for index.d.ts; index.js defines it (with `settleCall`
+    // or `_settleDecision`).
+    #[napi(ts_args_type = "decision: Decision, actualCost: number", ts_return_type = "Promise<number>")]
+    pub fn settle(&self) -> Result<(), Code> {
+        errors::guard(|| Err(throttlegate::Error::internal("Limiter.settle is defined by index.js; load the package through it")))
+    }
+
+    /// `settle` by call id, without the decision (a settle made elsewhere
+    /// than the check): the check's attributes, call id and cost, and the
+    /// real cost.
+    #[napi(
+        ts_args_type = "attributes: Record<string, string | null | undefined>, callId: string, cost: number, actualCost: number",
+        ts_return_type = "Promise<number>"
+    )]
+    pub fn settle_call<'env>(
+        &self,
+        env: &'env Env,
+        attributes: Unknown<'_>,
+        call_id: Unknown<'_>,
+        cost: Unknown<'_>,
+        actual_cost: Unknown<'_>,
+    ) -> Result<PromiseRaw<'env, u32>> {
+        let args = throttlegate::Error::catch_panic(|| {
+            let attrs = convert::attributes(env, &attributes)?;
+            let mut opts = throttlegate::CheckOptions::default();
+            opts.set(throttlegate::CheckOption::CallId, "callId", convert::value(env, &call_id, "callId")?)?;
+            opts.set(throttlegate::CheckOption::Cost, "cost", convert::value(env, &cost, "cost")?)?;
+            let actual = throttlegate::actual_cost(convert::value(env, &actual_cost, "actualCost")?)?;
+            Ok((attrs, opts, actual))
+        });
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let (attrs, opts, actual) = args?;
+            let id = opts.call_id.unwrap_or_default();
+            limiter.settle_call(&attrs, &id, opts.cost, actual).await
+        })
+    }
+
+    /// `settle` of a decision whose check had no call id (index.js): the
+    /// core's answer for the decision as recorded.
+    #[napi(js_name = "_settleDecision", skip_typescript, enumerable = false)]
+    pub fn settle_decision<'env>(
+        &self,
+        env: &'env Env,
+        record: Option<Vec<f64>>,
+        actual_cost: Unknown<'_>,
+    ) -> Result<PromiseRaw<'env, u32>> {
+        let args = throttlegate::Error::catch_panic(|| {
+            let record = record.ok_or_else(|| errors::invalid_argument("decision: expected a Decision"))?;
+            let d = self.rebuilt(&record)?;
+            Ok((d, throttlegate::actual_cost(convert::value(env, &actual_cost, "actualCost")?)?))
+        });
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let (d, actual) = args?;
+            limiter.settle(&d, actual).await
+        })
+    }
+
+    /// Wait until a check is admitted, at most `options.timeout`
+    /// (milliseconds, or text such as `"250ms"`): resolves to the admitting
+    /// decision, or rejects with the `timeout` error kind at once when the
+    /// wait asked for is longer than the time left. Waits exactly the
+    /// `retryAfter` it is told, never polls; waiters of this limiter on the
+    /// same keys are served in arrival order.
+    //
+    // Declared here for index.d.ts; index.js defines it around `_acquire`.
+    #[napi(
+        ts_args_type = "attributes: Record<string, string | null | undefined>, options: AcquireOptions",
+        ts_return_type = "Promise<Decision>"
+    )]
+    pub fn acquire(&self) -> Result<(), Code> {
+        errors::guard(|| Err(throttlegate::Error::internal("Limiter.acquire is defined by index.js; load the package through it")))
+    }
+
+    /// `acquire`, resolving to the decision's record (index.js makes the `Decision`).
+    #[napi(js_name = "_acquire", skip_typescript, enumerable = false)]
+    pub fn acquire_record<'env>(
+        &self,
+        env: &'env Env,
+        attributes: Unknown<'_>,
+        options: Unknown<'_>,
+    ) -> Result<PromiseRaw<'env, Vec<f64>>> {
+        let args = throttlegate::Error::catch_panic(|| {
+            Ok((convert::attributes(env, &attributes)?, convert::acquire_options(env, &options)?))
+        });
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let (attrs, (opts, timeout)) = args?;
+            let d = limiter.acquire_with(&attrs, &opts, timeout).await?;
+            let mut out = vec![0.0; record::len(&d)];
+            record::write(&mut out, &d);
+            Ok(out)
+        })
+    }
+
     /// This limiter's handle for the fast paths (`_hotPaths`).
     #[napi(js_name = "_handle", skip_typescript, enumerable = false)]
     pub fn handle(&self) -> f64 {

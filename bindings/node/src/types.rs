@@ -120,6 +120,17 @@ pub struct CheckOptions {
     pub call_id: Option<String>,
 }
 
+/// The options of `Limiter.acquire()`.
+#[napi(object)]
+pub struct AcquireOptions {
+    /// How long to wait at most: milliseconds, or text such as `"250ms"`.
+    pub timeout: Either<f64, String>,
+    /// Units this request costs (default 1); from 1 to each applicable rule's limit.
+    pub cost: Option<f64>,
+    /// An id given to every check the wait makes (see `CheckOptions.callId`).
+    pub call_id: Option<String>,
+}
+
 /// The options of `Limiter.peek()`.
 #[napi(object)]
 pub struct PeekOptions {

@@ -64,6 +64,8 @@ async function replaySteps(c, url) {
         if (op === 'override_set') return limiter.setOverride(step.rule || '', attrs, step.limit || 0);
         if (op === 'override_clear') return limiter.clearOverride(step.rule || '', attrs);
         if (op === 'overrides') return limiter.overrides(step.rule || '');
+        if (op === 'settle') return limiter.settleCall(attrs, step.call_id, options.cost, step.actual_cost);
+        if (op === 'acquire') return limiter.acquire(attrs, { cost: options.cost, timeout: step.timeout_ms });
         throw new Error(`unknown op ${op}`);
       });
       try {

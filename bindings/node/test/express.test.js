@@ -75,6 +75,35 @@ describe('examples/express_app.js', () => {
 
   it('limits clients on Redis', () => exerciseExample({ url: redis.url, keyPrefix: freshPrefix('x'), timeout: 5000 }));
 
+  it('settles the real cost of /generate after the response', async () => {
+    const { app, limiter } = createApp({ clock: new ManualClock(1e12) });
+    const srv = await serve(app);
+    try {
+      const generate = (prompt) =>
+        fetch(`${srv.url}/generate`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-tenant': 't1' },
+          body: JSON.stringify({ prompt }),
+        });
+      // 3 words cost 30 of the estimated 100: 70 come back.
+      let res = await generate('one two three');
+      assert.equal(res.status, 200);
+      assert.deepEqual(await res.json(), { estimated: 100, used: 30, settled: 1 });
+      // 15 words cost 150: 50 more than estimated are taken after the response.
+      res = await generate('w '.repeat(15));
+      assert.deepEqual(await res.json(), { estimated: 100, used: 150, settled: 1 });
+      assert.equal((await limiter.peek({ tenant: 't1' }, { cost: 20 })).remaining, 0);
+      // 20 tokens are left: the next estimate of 100 does not fit.
+      res = await generate('hello');
+      assert.equal(res.status, 429);
+      assert.equal(res.headers.get('ratelimit-remaining'), '20');
+      assert.deepEqual((await res.json()).violated_rules, ['tokens']);
+    } finally {
+      await srv.close();
+      await limiter.close();
+    }
+  });
+
   it('limits login attempts per client behind a trusted proxy', async () => {
     const { app, limiter } = createApp({ trustedProxies: ['127.0.0.1'] });
     const srv = await serve(app);

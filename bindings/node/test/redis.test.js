@@ -69,6 +69,34 @@ describe('redis backend', () => {
     await limiter.close();
   });
 
+  it('holds exactly the real costs after 64 concurrent promises check and settle', async () => {
+    const rules = {
+      rules: [
+        { name: 'log', key: 'l:{ip}', limit: 150, window: '1h' },
+        { name: 'bucket', key: 'b:{ip}', algorithm: 'token_bucket', capacity: 150, refill_rate: 0.0001 },
+      ],
+    };
+    const limiter = new Limiter(rules, { url: redis.url, keyPrefix: freshPrefix('s'), timeout: 10000 });
+    const a = { ip: '203.0.113.9' };
+    let kept = 0;
+    await Promise.all(
+      Array.from({ length: 64 }, async (_, t) => {
+        for (let i = 0; i < 4; i++) {
+          const d = await limiter.check(a, { cost: 3, callId: `t${t}-${i}` });
+          if (!d.allowed) continue;
+          const real = (t + i) % 4;
+          assert.equal(await limiter.settle(d, real), 2);
+          assert.equal(await limiter.settle(d, 3), 0, 'a second settle counts nothing');
+          kept += real;
+        }
+      }),
+    );
+    assert.ok(kept <= 150, `${kept} units kept of 150`);
+    const d = await limiter.peek(a);
+    assert.deepEqual(d.results.map((r) => r.remaining), Array(2).fill(Math.max(0, 150 - kept - 1)));
+    await limiter.close();
+  });
+
   it('keeps the event loop running while Redis is busy', async () => {
     const limiter = new Limiter(RULES, { url: redis.url, keyPrefix: freshPrefix('s'), timeout: 10000 });
     await limiter.ping();

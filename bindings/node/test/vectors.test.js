@@ -58,6 +58,7 @@ async function replay(file, url) {
   const vector = JSON.parse(fs.readFileSync(file, 'utf8'));
   const clock = new ManualClock(vector.start_us);
   const limiter = new Limiter(vector.policy, { url, clock, keyPrefix: freshPrefix('v'), timeout: 5000 });
+  const checks = new Map();
   try {
     for (const [i, step] of vector.steps.entries()) {
       const where = `${path.basename(file)} step ${i}`;
@@ -66,8 +67,15 @@ async function replay(file, url) {
       const options = { cost: step.cost === undefined ? 1 : step.cost };
       if (op === 'check' && step.call_id !== undefined) options.callId = step.call_id;
       let call;
-      if (op === 'check') call = limiter.check(step.attributes || {}, options);
-      else if (op === 'peek') call = limiter.peek(step.attributes || {}, options);
+      if (op === 'check') {
+        call = limiter.check(step.attributes || {}, options);
+        if (step.call_id !== undefined) {
+          call = call.then((d) => {
+            checks.set(step.call_id, { d, cost: options.cost, attributes: JSON.stringify(step.attributes || {}) });
+            return d;
+          });
+        }
+      } else if (op === 'peek') call = limiter.peek(step.attributes || {}, options);
       else if (op === 'reset') call = limiter.reset(step.attributes || {});
       else if (op === 'reload') {
         // Synchronous: a refusal throws; as a Promise, it compares like the others.
@@ -78,6 +86,16 @@ async function replay(file, url) {
         call = limiter.overrides(step.rule).then((list) => ({
           overrides: list.map((o) => ({ attributes: o.attributes, limit: o.limit })),
         }));
+      } else if (op === 'settle') {
+        // The decision of the check when this step settles it as made, else by call id.
+        const made = checks.get(step.call_id);
+        if (made && made.cost === options.cost && made.attributes === JSON.stringify(step.attributes || {})) {
+          call = limiter.settle(made.d, step.actual_cost);
+        } else {
+          call = limiter.settleCall(step.attributes || {}, step.call_id, options.cost, step.actual_cost);
+        }
+      } else if (op === 'acquire') {
+        call = limiter.acquire(step.attributes || {}, { cost: options.cost, timeout: step.timeout_ms });
       } else throw new Error(`${where}: unknown op ${op}`);
       if (step.expect_error !== undefined) {
         await assert.rejects(call, (err) => {
@@ -94,6 +112,8 @@ async function replay(file, url) {
         assert.deepEqual({ deleted: got }, step.expect, where);
       } else if (op.startsWith('override')) {
         assert.deepEqual(got, step.expect, where);
+      } else if (op === 'settle') {
+        assert.deepEqual({ settled: got }, step.expect, where);
       } else {
         assert.deepEqual(pick(snake(got), step.expect), step.expect, where);
       }

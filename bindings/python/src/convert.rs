@@ -240,6 +240,16 @@ pub fn limit(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
         .map_err(|_| invalid_argument(py, format!("limit: {} is not an integer >= 1", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
 }
 
+/// An `int` of at least 0 named `what` (the core bounds it).
+pub fn count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    let py = obj.py();
+    if !obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyBool>() {
+        return Err(invalid_type(py, format!("{what}: expected int, got {}", type_name(obj))));
+    }
+    obj.extract::<u64>()
+        .map_err(|_| invalid_argument(py, format!("{what}: {} is not an integer >= 0", obj.repr().map(|r| r.to_string()).unwrap_or_default())))
+}
+
 /// A keyword argument as the core's [`OptionValue`] (the core checks it and
 /// words the errors): `None`, `bool`, `int`/`float`, `str` (checked for lone
 /// surrogates), `bytes`, a `ManualClock`, or a list or tuple of these.

@@ -243,6 +243,86 @@ impl Limiter {
         })
     }
 
+    /// Settle an admitted check whose real cost is known only now: every
+    /// rule the check consumed from gets the difference back, or takes the
+    /// excess (even beyond the limit), atomically, once per call id. The
+    /// check must have been given a `call_id`. Returns how many rules were
+    /// settled (0 for a denied decision or a second settle).
+    fn settle(&self, py: Python<'_>, decision: &Bound<'_, Decision>, actual_cost: &Bound<'_, PyAny>) -> PyResult<u32> {
+        guard(py, || {
+            let actual = convert::count(actual_cost, "actual_cost")?;
+            let d = &decision.get().inner;
+            self.blocking(py, |l| l.settle_blocking(d, actual))
+        })
+    }
+
+    /// `settle` as an awaitable.
+    fn settle_async<'py>(&self, py: Python<'py>, decision: &Bound<'py, Decision>, actual_cost: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let actual = convert::count(actual_cost, "actual_cost")?;
+            let d = decision.get().inner.clone();
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.settle(&d, actual).await.map(|n| Value::Count(n.into())) })
+        })
+    }
+
+    /// `settle` by call id, without the decision (a settle made elsewhere
+    /// than the check): the check's attributes, call id and cost, and the
+    /// real cost.
+    #[pyo3(signature = (attributes, call_id, cost, actual_cost))]
+    fn settle_call(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, call_id: &Bound<'_, PyAny>, cost: &Bound<'_, PyAny>, actual_cost: &Bound<'_, PyAny>) -> PyResult<u32> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let id = convert::text(call_id, "call_id")?;
+            let (cost, actual) = (convert::cost(cost)?, convert::count(actual_cost, "actual_cost")?);
+            self.blocking(py, |l| l.settle_call_blocking(&attrs, &id, cost, actual))
+        })
+    }
+
+    /// `settle_call` as an awaitable.
+    #[pyo3(signature = (attributes, call_id, cost, actual_cost))]
+    fn settle_call_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>, call_id: &Bound<'py, PyAny>, cost: &Bound<'py, PyAny>, actual_cost: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let id = convert::text(call_id, "call_id")?;
+            let (cost, actual) = (convert::cost(cost)?, convert::count(actual_cost, "actual_cost")?);
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move {
+                l.settle_call(&attrs, &id, cost, actual).await.map(|n| Value::Count(n.into()))
+            })
+        })
+    }
+
+    /// Wait (blocking this thread, not the others) until a check of `cost`
+    /// is admitted, at most `timeout` (seconds, or text such as `"250ms"`):
+    /// returns the admitting decision, or raises `BackendTimeoutError`
+    /// (the `timeout` error kind) at once when the wait asked for is longer than
+    /// the time left. Waits exactly the `retry_after` it is told, never
+    /// polls; waiters of this limiter on the same keys are served in arrival order.
+    #[pyo3(signature = (attributes, cost = None, *, timeout, call_id = None))]
+    fn acquire(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, cost: Option<&Bound<'_, PyAny>>, timeout: &Bound<'_, PyAny>, call_id: Option<&Bound<'_, PyAny>>) -> PyResult<Decision> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let opts = core::CheckOptions { cost: convert::opt_cost(cost)?, call_id: convert::opt_text(call_id, "call_id")? };
+            let timeout = core::acquire_timeout(convert::option_value(timeout, "timeout")?, core::DurationUnit::Seconds)
+                .map_err(|e| core_to_py(py, &e))?;
+            self.blocking(py, |l| l.acquire_blocking(&attrs, &opts, timeout)).map(Decision::from)
+        })
+    }
+
+    /// `acquire` as an awaitable: the event loop keeps running while it waits.
+    #[pyo3(signature = (attributes, cost = None, *, timeout, call_id = None))]
+    fn acquire_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>, cost: Option<&Bound<'py, PyAny>>, timeout: &Bound<'py, PyAny>, call_id: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let opts = core::CheckOptions { cost: convert::opt_cost(cost)?, call_id: convert::opt_text(call_id, "call_id")? };
+            let timeout = core::acquire_timeout(convert::option_value(timeout, "timeout")?, core::DurationUnit::Seconds)
+                .map_err(|e| core_to_py(py, &e))?;
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.acquire_with(&attrs, &opts, timeout).await.map(Value::Decision) })
+        })
+    }
+
     /// The backend keys this request touches, one per applicable rule.
     fn keys(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         guard(py, || Ok(self.inner.keys(&convert::attributes(attributes)?)))

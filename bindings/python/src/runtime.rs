@@ -39,7 +39,7 @@ fn generation() -> u64 {
 pub enum Value {
     /// A check or peek.
     Decision(core::Decision),
-    /// A count (reset).
+    /// A count (reset, settle).
     Count(u64),
     /// Nothing (ping).
     Nothing,

@@ -289,7 +289,7 @@ fn py_bool(b: bool) -> &'static str {
 /// The answer to one check.
 #[pyclass(module = "throttlegate._native", frozen, freelist = 256)]
 pub struct Decision {
-    inner: core::Decision,
+    pub(crate) inner: core::Decision,
 }
 
 impl From<core::Decision> for Decision {

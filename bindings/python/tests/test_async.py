@@ -372,3 +372,66 @@ def test_many_loops_leave_no_descriptors_behind(backend_url: str | None, prefix:
     gc.collect()
     assert len(os.listdir("/proc/self/fd")) <= before
     limiter.close()
+
+
+def test_settles_from_64_tasks_hold_exactly_the_real_costs(backend_url: str | None, prefix: str) -> None:
+    """64 asyncio tasks check at an estimate, settle at the real cost and
+    settle again: the rules end holding exactly the real costs (never more
+    than the limit), and every second settle counts nothing."""
+    rules = [
+        {"name": "log", "key": "l:{k}", "limit": 200, "window": "1h"},
+        {"name": "bucket", "key": "b:{k}", "algorithm": "token_bucket", "capacity": 200, "refill_rate": 0.0001},
+        {"name": "counters", "key": "c:{k}", "algorithm": "sliding_window", "limit": 200, "window": "1h"},
+    ]
+    limiter = tg.Limiter({"rules": rules}, url=backend_url, prefix=prefix, timeout=5.0, on_backend_error="error")
+
+    async def task(t: int) -> int:
+        kept = 0
+        for i in range(6):
+            d = await limiter.check_async({"k": "x"}, 3, call_id=f"t{t}-{i}")
+            if not d.allowed:
+                continue
+            real = (t + i) % 4
+            assert await limiter.settle_async(d, real) == 3
+            assert await limiter.settle_async(d, 3) == 0
+            kept += real
+        return kept
+
+    async def main() -> int:
+        return sum(await asyncio.gather(*(task(t) for t in range(64))))
+
+    kept = asyncio.run(main())
+    assert kept <= 200
+    d = limiter.peek({"k": "x"})
+    assert [r.remaining for r in d.results] == [max(0, 200 - kept - 1)] * 3
+    if kept < 200:
+        assert d.allowed
+    limiter.close()
+
+
+def test_settle_and_acquire_wiring(backend_url: str | None, prefix: str) -> None:
+    """settle needs a call id on the check; acquire raises the timeout kind at
+    once when the wait is longer than its timeout, and waits when it fits."""
+    rules = [{"name": "per-ip", "key": "ip:{ip}", "limit": 2, "window": "1s"}]
+    limiter = tg.Limiter({"rules": rules}, url=backend_url, prefix=prefix, timeout=5.0, on_backend_error="error")
+    a = {"ip": "192.0.2.1"}
+    d = limiter.check(a)
+    with pytest.raises(tg.InvalidArgumentError, match="no call_id"):
+        limiter.settle(d, 0)
+    with pytest.raises(tg.InvalidArgumentError, match="actual_cost"):
+        limiter.settle(d, -1)
+    d = limiter.check(a, call_id="req-1")
+    assert limiter.settle(d, 0) == 1
+    assert limiter.settle_call(a, "req-1", 1, 2) == 0
+    assert limiter.acquire(a, timeout=0).remaining == 0
+    with pytest.raises(tg.BackendTimeoutError, match="acquire: not admitted within 100 ms"):
+        limiter.acquire(a, timeout="100ms")
+    d = limiter.acquire(a, timeout=3.0)  # waits the second or so it is told
+    assert d.allowed
+    async def waiting() -> tg.Decision:
+        return await limiter.acquire_async(a, timeout=3.0)
+
+    assert asyncio.run(waiting()).allowed
+    denied = limiter.check(a)
+    assert not denied.allowed and limiter.settle(denied, 0) == 0
+    limiter.close()

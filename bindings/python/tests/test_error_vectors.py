@@ -86,6 +86,10 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
             return await limiter.clear_override_async(step.get("rule", ""), attrs)
         if op == "overrides":
             return await limiter.overrides_async(step.get("rule", ""))
+        if op == "settle":
+            return await limiter.settle_call_async(attrs, call_id, cost, step["actual_cost"])
+        if op == "acquire":
+            return await limiter.acquire_async(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return await limiter.check_async(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -108,6 +112,10 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
             return limiter.clear_override(step.get("rule", ""), attrs)
         if op == "overrides":
             return limiter.overrides(step.get("rule", ""))
+        if op == "settle":
+            return limiter.settle_call(attrs, step["call_id"], cost, step["actual_cost"])
+        if op == "acquire":
+            return limiter.acquire(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return limiter.check(attrs, cost, call_id=step.get("call_id"))
         if op == "peek":

@@ -77,6 +77,18 @@ def test_flask_example(mode: str, prefix: str, request: pytest.FixtureRequest) -
         else:
             assert other.status_code == 429
         check_metrics(http.get(f"{base}/metrics"), denied_by="per-ip")
+        check_generate(lambda prompt: http.post(f"{base}/generate", json={"prompt": prompt}, headers={"X-Tenant": "t1"}))
+
+
+def check_generate(post) -> None:  # type: ignore[no-untyped-def]
+    """/generate checks at an estimate of 100 tokens and settles at the real cost after the work."""
+    r = post("one two three")
+    assert r.status_code == 200 and r.json() == {"estimated": 100, "used": 30, "settled": 1}
+    r = post("w " * 15)  # 150: 50 more than the estimate, taken after the response
+    assert r.status_code == 200 and r.json() == {"estimated": 100, "used": 150, "settled": 1}
+    r = post("hello")  # 20 of 200 left: the estimate of 100 does not fit
+    assert r.status_code == 429 and r.headers["RateLimit-Remaining"] == "20"
+    assert r.json()["violated_rules"] == ["tokens"]
 
 
 def check_metrics(r: httpx.Response | requests.Response, denied_by: str) -> None:
@@ -103,6 +115,7 @@ def test_fastapi_example(mode: str, prefix: str, request: pytest.FixtureRequest)
         check_denial(r.status_code, r.headers, r.text, "per-ip")
         for _ in range(2):
             check_metrics(http.get("/metrics", headers=a), denied_by="per-ip")
+        check_generate(lambda prompt: http.post("/generate", json={"prompt": prompt}, headers={"X-Tenant": "t1"}))
         if not proxied:
             return
         b = {"X-Forwarded-For": "198.51.100.8", "X-API-Key": "k_1"}

@@ -82,6 +82,10 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             return {"cleared": await limiter.clear_override_async(step["rule"], attrs)}
         if op == "overrides":
             return listed(await limiter.overrides_async(step["rule"]))
+        if op == "settle":
+            return await limiter.settle_call_async(attrs, call_id, cost, step["actual_cost"])
+        if op == "acquire":
+            return await limiter.acquire_async(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return await limiter.check_async(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -100,6 +104,10 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             return {"cleared": limiter.clear_override(step["rule"], attrs)}
         if op == "overrides":
             return listed(limiter.overrides(step["rule"]))
+        if op == "settle":
+            return limiter.settle_call(attrs, call_id, cost, step["actual_cost"])
+        if op == "acquire":
+            return limiter.acquire(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
             return limiter.check(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -131,6 +139,8 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
                 assert {"deleted": out} == want, where
             elif op.startswith("override"):
                 assert out == want, f"{where}: {out!r} != {want!r}"
+            elif op == "settle":
+                assert {"settled": out} == want, where
             else:
                 assert decision_view(out, want) == want, where
     finally:

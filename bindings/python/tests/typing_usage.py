@@ -24,6 +24,8 @@ rule: Optional[str] = decision.rule
 results: list[RuleResult] = decision.results
 headers: dict[str, str] = decision.headers_with(legacy=True)
 body: Optional[str] = decision.problem_json()
+settled: int = limiter.settle(decision, 0) + limiter.settle_call({"ip": "203.0.113.7"}, "c-1", 1, 1)
+acquired: Decision = limiter.acquire({"ip": "203.0.113.7"}, 1, timeout="10ms", call_id="c-2")
 deleted: int = limiter.reset({"ip": "203.0.113.7"})
 keys: list[str] = limiter.keys({"ip": "203.0.113.7"})
 stats: dict[str, int] = limiter.stats()
@@ -37,12 +39,16 @@ async def main() -> Decision:
         await inner.ping_async()
         peeked: Decision = await inner.peek_async({"k": "v"})
         assert peeked.allowed
+        waited: Decision = await inner.acquire_async({"k": "v"}, timeout=0.01, call_id="c-3")
+        assert await inner.settle_async(waited, 0) == 1
+        assert await inner.settle_call_async({"k": "v"}, "c-3", 1, 1) == 0
         return await inner.check_async({"k": "v"}, 1)
 
 
 with limiter:
     final: Decision = asyncio.run(main())
     assert final.allowed and decision.allowed and deleted == 1 and client == "192.0.2.1"
+    assert settled == 1 and acquired.allowed
 
 
 

@@ -19,7 +19,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use super::redis::TlsOptions;
-use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
 use super::Outcomes;
 use crate::plan::{CompiledRule, Mode, Plan, PlanExt};
 use crate::error::{Error, Result};
@@ -234,6 +234,50 @@ impl ClusterBackend {
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.conn().await?;
         Ok(cmd.query_async(&mut conn).await?)
+        }
+
+    /// Settle the check `call_id` of `plan` to `actual`, slot by slot
+    /// (concurrently): which rules were settled. Each slot's settle is
+    /// atomic and marks the call settled there, so a settle re-sent after a
+    /// redirection or a failure counts once.
+    pub async fn settle(
+        &self,
+        plan: &Plan<'_, String>,
+        call_id: &str,
+        actual: u64,
+        now: Option<i64>,
+    ) -> Result<SmallVec<[bool; 4]>> {
+        let conn = self.conn().await?;
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, key) in plan.keys.iter().enumerate() {
+            let s = slot(key);
+            match groups.iter_mut().find(|(g, _)| *g == s) {
+                Some((_, v)) => v.push(i),
+                None => groups.push((s, vec![i])),
+            }
+        }
+        let results = join_all(groups.iter().map(|(_, idx)| {
+            let mut conn = conn.clone();
+            async move {
+                let keys: SmallVec<[&str; 4]> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
+                let rules: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| plan.rules[i]).collect();
+                let build = |sha: Option<&str>| settle_command(sha, &keys, &rules, now, call_id, plan.cost, actual);
+                let reply: Vec<i64> = match build(Some(&self.0.sha)).query_async(&mut conn).await {
+                    Ok(v) => v,
+                    Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
+                    Err(e) => return Err(Error::from(e)),
+                };
+                parse_settle_reply(&reply, idx.len())
+            }
+        }))
+        .await;
+        let mut settled: SmallVec<[bool; 4]> = SmallVec::from_elem(false, plan.keys.len());
+        for ((_, idx), r) in groups.iter().zip(results) {
+            for (&i, done) in idx.iter().zip(r?) {
+                settled[i] = done;
+            }
+        }
+        Ok(settled)
     }
 
     /// Delete `keys` (one command per key: they may live on different nodes).

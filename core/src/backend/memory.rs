@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use super::Outcomes;
+use super::{Outcomes, Settled};
 use crate::algo::{fixed_end, quota_end, Bucket, Counters, Log, Outcome, PeriodCount, TB_IDS};
 use crate::error::Result;
 use crate::plan::{Mode, Plan, RuleArgs};
@@ -323,7 +323,7 @@ impl MemoryBackend {
                         }
                         let State::Bucket(bucket) = &mut entry.state else { continue };
                         bucket.last = bucket.last.max(now);
-                        bucket.tokens = lefts[i];
+                        bucket.tokens = lefts[i] as i64;
                         if let Some(id) = dedupe {
                             bucket.ids.push(id);
                             if bucket.ids.len() > TB_IDS {
@@ -386,6 +386,76 @@ impl MemoryBackend {
     pub fn overrides_of(&self, rule: &str) -> Vec<Override> {
         let index = self.index.lock().unwrap_or_else(|p| p.into_inner());
         index.iter().filter(|((r, _), _)| r == rule).map(|(_, e)| e.clone()).collect()
+    }
+
+    /// Settle the check `plan.call_id` (made at cost `plan.cost`) to
+    /// `actual` at `now`, atomically over every rule of the plan: mirror of
+    /// `lua/settle.lua`. Which rules were settled.
+    pub fn settle(&self, plan: &Plan<'_, Digest>, actual: u64, now: i64) -> Settled {
+        let Some(call_id) = plan.call_id else { return Settled::from_elem(false, plan.keys.len()) };
+        let (id, settled_id) = (id_hash(call_id), id_hash(&format!("{call_id}:settled")));
+        let digests = &plan.keys[..];
+        let n = digests.len();
+        let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
+        let mut order = idx.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
+            order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        let mut out = Settled::new();
+        for i in 0..n {
+            let rule = plan.rules[i];
+            let actual = actual.min(rule.limit);
+            let estimate = plan.cost;
+            let shard = &mut guards[order.binary_search(&idx[i]).expect("locked shard")].1;
+            let Some(entry) = shard.map.get_mut(&digests[i]).filter(|e| e.expires_at > now) else {
+                out.push(false);
+                continue;
+            };
+            let done = match (&mut entry.state, rule.args) {
+                (State::Log(log), RuleArgs::Window { window_us, .. }) => {
+                    let done = log.settle(now, id, settled_id, estimate, actual, window_us);
+                    if log.len() == 0 {
+                        entry.state = State::Absent;
+                    }
+                    done
+                }
+                (State::Bucket(b), RuleArgs::Bucket { capacity, rate, .. }) => {
+                    match b.settle(now, id, estimate, actual, capacity, rate) {
+                        Some(full_in) => {
+                            entry.expires_at = now + ceil_ms(full_in).max(1) * 1000;
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                (State::Counters(c), RuleArgs::Counters { window_us, precision_us, .. }) => {
+                    match c.settle(now, id, estimate, actual, window_us, precision_us) {
+                        Some(left) => {
+                            if !left {
+                                entry.state = State::Absent;
+                            }
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                (State::Period(p), RuleArgs::Fixed { .. } | RuleArgs::Quota { .. }) => {
+                    match p.settle(now, id, estimate, actual) {
+                        Some(left) => {
+                            if !left {
+                                entry.state = State::Absent;
+                            }
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                _ => false,
+            };
+            out.push(done);
+        }
+        out
     }
 
     /// Drop every entry (the limiter was closed).

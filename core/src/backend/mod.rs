@@ -25,6 +25,9 @@ use crate::runtime::{block_on, current_runtime, fork_generation, random_call_id,
 /// current state.)
 pub(crate) type Outcomes = SmallVec<[Outcome; 4]>;
 
+/// A settle's answer: per rule of the plan, whether it was settled there.
+pub(crate) type Settled = SmallVec<[bool; 4]>;
+
 /// A network backend: one Redis node or a Redis Cluster. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Remote {
@@ -77,6 +80,13 @@ impl Remote {
         match self {
             Remote::Redis(r) => r.query(cmd).await,
             Remote::Cluster(c) => c.query(cmd).await,
+        }
+    }
+
+    async fn settle(&self, plan: &Plan<'_, String>, call_id: &str, actual: u64, now: Option<i64>) -> Result<Settled> {
+        match self {
+            Remote::Redis(r) => r.settle(plan, call_id, actual, now).await,
+            Remote::Cluster(c) => c.settle(plan, call_id, actual, now).await,
         }
     }
 
@@ -161,6 +171,12 @@ impl Connection {
     pub async fn eval(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let remote = self.get()?;
         self.bounded(remote.eval(plan, mode, now)).await
+    }
+
+    /// Settle the check `call_id` of `plan` to `actual`, within the timeout.
+    pub async fn settle(&self, plan: &Plan<'_, String>, call_id: &str, actual: u64, now: Option<i64>) -> Result<Settled> {
+        let remote = self.get()?;
+        self.bounded(remote.settle(plan, call_id, actual, now)).await
     }
 
     /// Delete `keys`, within the timeout; returns how many existed.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
 use super::Outcomes;
 use crate::error::{Error, Result};
 use crate::plan::{Mode, Plan};
@@ -219,6 +219,27 @@ impl RedisBackend {
         } else {
             e.into()
         }
+    }
+
+    /// Settle the check `call_id` of `plan` (made at cost `plan.cost`) to
+    /// `actual` (mode `x`, `lua/settle.lua`): which rules were settled.
+    pub async fn settle(
+        &self,
+        plan: &Plan<'_, String>,
+        call_id: &str,
+        actual: u64,
+        now: Option<i64>,
+    ) -> Result<smallvec::SmallVec<[bool; 4]>> {
+        let mut conn = self.conn()?;
+        let build = |sha: Option<&str>| settle_command(sha, &plan.keys, &plan.rules, now, call_id, plan.cost, actual);
+        let cmd = build(Some(&self.0.sha));
+        let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
+            Ok(v) => v,
+            // The script is gone (a flush, a restart): send it whole, which cannot miss.
+            Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
+            Err(e) => return Err(e.into()),
+        };
+        parse_settle_reply(&reply, plan.keys.len())
     }
 
     /// Delete `keys`; returns how many existed.

@@ -1,6 +1,7 @@
 //! The check script: its text, the arguments a plan sends, and its reply.
 
 use crate::algo::Outcome;
+use smallvec::SmallVec;
 use super::Outcomes;
 use crate::error::{Error, ErrorKind, Result};
 use std::fmt::Write as _;
@@ -29,6 +30,8 @@ pub const CHECK_SCRIPT: &str = concat!(
     include_str!("../../lua/replay.lua"),
     "\n",
     include_str!("../../lua/extensions.lua"),
+    "\n",
+    include_str!("../../lua/settle.lua"),
     "\n",
     include_str!("../../lua/check.lua"),
 );
@@ -171,6 +174,56 @@ impl<'a> Header<'a> {
         };
         Header { mode, now, call_id, cost: plan.cost }
     }
+}
+
+/// A settle (mode `x`, `lua/settle.lua`) of the check `call_id` of cost
+/// `estimate` to `actual`, for these keys and rules: `EVALSHA` with `sha`, or
+/// `EVAL` of the whole script when `sha` is `None`.
+pub(crate) fn settle_command<K: redis::ToRedisArgs>(
+    sha: Option<&str>,
+    keys: &[K],
+    rules: &[&CompiledRule],
+    now: Option<i64>,
+    call_id: &str,
+    estimate: u64,
+    actual: u64,
+) -> redis::Cmd {
+    let mut cmd = match sha {
+        Some(sha) => {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(sha);
+            c
+        }
+        None => {
+            let mut c = redis::cmd("EVAL");
+            c.arg(CHECK_SCRIPT);
+            c
+        }
+    };
+    cmd.arg(keys.len()).arg(keys).arg("x");
+    match now {
+        Some(t) => cmd.arg(t),
+        None => cmd.arg(""),
+    };
+    cmd.arg(call_id).arg(format!("{estimate}:{actual}"));
+    for rule in rules {
+        cmd.arg(&rule.script_args[..]);
+    }
+    cmd
+}
+
+/// Which of `n` rules a settle's reply says were settled.
+pub(crate) fn parse_settle_reply(reply: &[i64], n: usize) -> Result<SmallVec<[bool; 4]>> {
+    if reply.len() != 2 + n {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            format!(
+                "the settle script returned {} values for {n} rules; is another version of throttlegate's script loaded under the same hash?",
+                reply.len()
+            ),
+        ));
+    }
+    Ok(reply[2..].iter().map(|&v| v == 1).collect())
 }
 
 /// The per-rule outcomes of a reply for `n` rules, with the overrides and

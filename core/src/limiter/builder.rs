@@ -244,6 +244,7 @@ impl LimiterBuilder {
                 epoch_us: system_now_us(),
                 closed: AtomicBool::new(false),
                 counters: Counters::default(),
+                waiters: Default::default(),
             }),
         };
         if let Some(path) = watching {

@@ -10,6 +10,7 @@ mod builder;
 mod metrics;
 mod options;
 mod reload;
+mod settle;
 mod stats;
 pub(crate) mod overrides;
 
@@ -18,6 +19,7 @@ pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
 pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
 pub use metrics::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
+pub use settle::{acquire_timeout, actual_cost};
 pub use stats::Stats;
 
 use std::future::Future;
@@ -106,6 +108,8 @@ struct Inner {
     epoch_us: i64,
     closed: AtomicBool,
     counters: Counters,
+    /// The queues of `acquire`.
+    waiters: settle::Waiters,
 }
 
 /// A rate limiter: a policy bound to a backend (Redis or in-memory).
@@ -374,11 +378,14 @@ impl Limiter {
         let memory = self.inner.memory.as_ref()?;
         let g = self.inner.current.load();
         Some(g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).and_then(|plan| {
-            let d = if plan.keys.is_empty() {
+            let mut d = if plan.keys.is_empty() {
                 Decision::unlimited()
             } else {
                 decide(&plan.rules, &memory.eval(&plan, mode, self.local_now())?)
             };
+            if mode == Mode::Check {
+                self.ticket(&mut d, call_id, cost, || g.rules.keys(attrs), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
+            }
             self.count(&g, &d, false);
             Ok(d)
         }))
@@ -437,7 +444,7 @@ impl Limiter {
             Err(answer) => return answer,
         };
         let answer = remote.eval(&plan, mode, sent.now).await;
-        self.after_send(g, &plan, sent, answer)
+        self.after_send(g, &plan, mode, sent, answer)
     }
 
     /// [`Limiter::send`] on the calling thread, which writes and reads its
@@ -448,7 +455,7 @@ impl Limiter {
             Err(answer) => return answer,
         };
         let answer = remote.eval_blocking(&plan, mode, sent.now);
-        self.after_send(g, &plan, sent, answer)
+        self.after_send(g, &plan, mode, sent, answer)
     }
 
     /// What comes before a plan is sent: the answer when nothing needs
@@ -480,13 +487,16 @@ impl Limiter {
     }
 
     /// A backend's answer to a plan, as a decision (or the failure policy's).
-    fn after_send(&self, g: &Generation, plan: &Plan<'_, String>, sent: Sent<'_>, answer: Result<Outcomes>) -> Result<Decision> {
+    fn after_send(&self, g: &Generation, plan: &Plan<'_, String>, mode: Mode, sent: Sent<'_>, answer: Result<Outcomes>) -> Result<Decision> {
         if let (Some(m), Some(started)) = (&g.metrics, sent.started) {
             m.observe(started.elapsed());
         }
         match answer {
             Ok(outcomes) => {
-                let d = decide(&plan.rules, &outcomes);
+                let mut d = decide(&plan.rules, &outcomes);
+                if mode == Mode::Check {
+                    self.ticket(&mut d, plan.call_id, plan.cost, || plan.keys.to_vec(), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
+                }
                 if let (Some(cache), Some(sent_us), false) = (sent.cache, sent.sent_us, d.allowed) {
                     let blocked: smallvec::SmallVec<[bool; 4]> = outcomes.iter().map(|o| o.blocked).collect();
                     cache.remember(&plan.keys, &d, &blocked, plan.cost, sent_us);

@@ -1,7 +1,7 @@
 // Type-checked by `tsc --noEmit` (never run): the public API as a
 // TypeScript user writes it.
 import { ClientIp, ErrorCode, Limiter, ManualClock, METRICS_CONTENT_TYPE, Policy, VERSION } from 'throttlegate';
-import type { Decision, LimiterOptions, Metrics, Override, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
+import type { AcquireOptions, Decision, LimiterOptions, Metrics, Override, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
 import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
 import { registerMetrics } from 'throttlegate/prometheus';
@@ -107,6 +107,12 @@ async function main(): Promise<void> {
     async (request) => ({ remaining: request.rateLimit?.remaining ?? null }));
   fastify.get('/health', { config: { rateLimit: false } }, async () => 'ok');
   await fastify.close();
+  const estimated: Decision = await fromFile.check({ tenant: 't1' }, { cost: 100, callId: 'req-1' });
+  const settled: number = await fromFile.settle(estimated, 42);
+  const byId: number = await fromFile.settleCall({ tenant: 't1' }, 'req-1', 100, 42);
+  const acquireOptions: AcquireOptions = { timeout: '5s', cost: 1 };
+  const acquired: Decision = await fromFile.acquire({ ip: '203.0.113.7' }, acquireOptions);
+  console.log(settled, byId, acquired.allowed);
   console.log(VERSION, allowed, wait, rule, results, headers, degraded, peeked, deleted, keys, stats, backend, ip);
 }
 

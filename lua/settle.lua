@@ -1,0 +1,229 @@
+-- Eighth in the script, before the driver: mode "x", settling a check whose
+-- real cost is known only after it ran. Reads `mode`, `now`, `call_id`, `n`
+-- (args.lua), `tb_wait` (token_bucket.lua), `sw_spec` (sliding_window.lua),
+-- `recent_ids` (args.lua) and `ids_of` / `counter_id` (replay.lua), and
+-- answers mode "x" itself, returning before check.lua runs; in every other
+-- mode it defines nothing.
+--
+-- ARGV[4] is "<estimate>:<actual>": the cost the check `call_id` was made
+-- with and the cost it really had. Per key, the usual three arguments. Each
+-- rule is settled as if the check had cost `actual` from the start (capped
+-- at the rule's limit or capacity), for as long as the check's units still
+-- count there, and only once: the call id is looked up and marked settled,
+-- so a second settle finds nothing. A rule where the call is not found (it
+-- never consumed there, it was settled already, its units stopped counting,
+-- or for a bucket, counter or period counter its id has left the last 64) is
+-- left as it is.
+--
+--   log      the head member `call_id` (its score is the check's time) must
+--            still be in the window; a refund removes members
+--            `call_id:<actual+1>` .. `call_id:<estimate>` (all of them, the
+--            head too, at actual 0), a debit adds `call_id:<estimate+1>` ..
+--            `call_id:<actual>` at the check's time; the head is then
+--            renamed `call_id:settled` (it still counts as a unit).
+--   bucket   the id must be in the bucket's list; the difference goes back
+--            (capped at the capacity) or comes off, and the micro-tokens may
+--            go below zero: a debit beyond the capacity is waited off at the
+--            refill rate. The key expires when the bucket would be full.
+--   counters the id must be in `ids` with a sub-window that still counts;
+--            the difference is added to or taken from that sub-window (at
+--            most its units are taken), the key deleted when nothing is left.
+--   period   the id must be in the list of the period that still runs; the
+--            difference is added to or taken from its units (down to zero,
+--            the key then deleted, as for a give-back).
+--
+-- Returns { now, 0, then per key 1 when the rule was settled, 0 otherwise }.
+
+if mode == 'x' then
+  local estimate_s, actual_s = string.match(ARGV[4], '^(%d+):(%d+)$')
+  local estimate, actual = tonumber(estimate_s), tonumber(actual_s)
+
+  -- Members of one check in a log: unit 1 is the call id itself.
+  local function member(k)
+    if k == 1 then
+      return call_id
+    end
+    return call_id .. ':' .. k
+  end
+
+  -- A list of ids without the first `target` (nil when it is absent).
+  local function without(list, target)
+    local kept, found = {}, false
+    for id in string.gmatch(list, '[^,]+') do
+      if id == target and not found then
+        found = true
+      else
+        kept[#kept + 1] = id
+      end
+    end
+    if not found then
+      return nil
+    end
+    return kept
+  end
+
+  local function settle_log(key, a, window)
+    local t = redis.call('ZSCORE', key, call_id)
+    if not t then
+      return 0
+    end
+    t = tonumber(t)
+    if t + window <= now then
+      return 0
+    end
+    if a < estimate then
+      local gone = {}
+      for k = a + 1, estimate do
+        gone[#gone + 1] = member(k)
+        if #gone == 1000 then
+          redis.call('ZREM', key, unpack(gone))
+          gone = {}
+        end
+      end
+      if #gone > 0 then
+        redis.call('ZREM', key, unpack(gone))
+      end
+    elseif a > estimate then
+      local args = {}
+      for k = estimate + 1, a do
+        args[#args + 1] = t
+        args[#args + 1] = member(k)
+        if #args == 2000 then
+          redis.call('ZADD', key, unpack(args))
+          args = {}
+        end
+      end
+      if #args > 0 then
+        redis.call('ZADD', key, unpack(args))
+      end
+    end
+    if a >= 1 then
+      redis.call('ZREM', key, call_id)
+      redis.call('ZADD', key, t, call_id .. ':settled')
+    end
+    return 1
+  end
+
+  local function settle_bucket(key, a, capacity, rate)
+    local stored = redis.call('GET', key)
+    if not stored then
+      return 0
+    end
+    local tk, ts = string.match(stored, '^(-?%d+):(%d+)')
+    local kept = without(ids_of(stored), call_id)
+    if not kept then
+      return 0
+    end
+    local full = capacity * 1000000
+    local tokens = tonumber(tk) + (estimate - a) * 1000000
+    if tokens > full then
+      tokens = full
+    end
+    local stamp = tonumber(ts)
+    local value = string.format('%d:%d', tokens, stamp)
+    local list = recent_ids(kept, nil)
+    if list then
+      value = value .. ':' .. list
+    end
+    local ttl = stamp + tb_wait(full - tokens, rate) - now
+    redis.call('SET', key, value, 'PX', math.max(1, math.ceil(ttl / 1000)))
+    return 1
+  end
+
+  local function settle_counters(key, a, spec)
+    local ids, j = counter_id(key, call_id, spec)
+    if j == nil then
+      return 0
+    end
+    local kept = without(ids, j .. ':' .. call_id)
+    local delta = a - estimate
+    if delta < 0 then
+      local units = tonumber(redis.call('HGET', key, j)) or 0
+      if -delta > units then
+        delta = -units
+      end
+    end
+    if redis.call('HINCRBY', key, 't', delta) <= 0 then
+      -- Nothing is left: no state, as a check that never happened leaves none.
+      redis.call('DEL', key)
+      return 1
+    end
+    local list = recent_ids(kept, nil)
+    if list then
+      redis.call('HSET', key, 'ids', list)
+    else
+      redis.call('HDEL', key, 'ids')
+    end
+    if redis.call('HINCRBY', key, j, delta) <= 0 then
+      redis.call('HDEL', key, j)
+      -- The oldest or newest sub-window may be gone: find them again.
+      local oldest, newest
+      local flat = redis.call('HGETALL', key)
+      for i = 1, #flat, 2 do
+        local s = tonumber(flat[i])
+        if s then
+          if oldest == nil or s < oldest then
+            oldest = s
+          end
+          if newest == nil or s > newest then
+            newest = s
+          end
+        end
+      end
+      if oldest == nil then
+        redis.call('DEL', key)
+      else
+        redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
+      end
+    end
+    return 1
+  end
+
+  local function settle_period(key, a)
+    local stored = redis.call('GET', key)
+    if not stored then
+      return 0
+    end
+    local e, c = string.match(stored, '^(%d+):(%d+)')
+    if tonumber(e) <= now then
+      return 0
+    end
+    local kept = without(ids_of(stored), call_id)
+    if not kept then
+      return 0
+    end
+    local units = tonumber(c) + a - estimate
+    if units <= 0 then
+      redis.call('DEL', key)
+      return 1
+    end
+    local value = string.format('%s:%d', e, units)
+    local list = recent_ids(kept, nil)
+    if list then
+      value = value .. ':' .. list
+    end
+    redis.call('SET', key, value, 'KEEPTTL')
+    return 1
+  end
+
+  local out = { now, 0 }
+  for i = 1, n do
+    local code, key = ARGV[3 * i + 2], KEYS[i]
+    local bound, param = tonumber(ARGV[3 * i + 3]), ARGV[3 * i + 4]
+    local a = math.min(actual, bound)
+    local done
+    if code == 'w' or code == 'W' then
+      done = settle_log(key, a, tonumber(param))
+    elseif code == 'b' or code == 'B' then
+      done = settle_bucket(key, a, bound, tonumber(param))
+    elseif code == 'k' or code == 'K' then
+      done = settle_counters(key, a, param)
+    elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
+      done = settle_period(key, a)
+    else
+      return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(code))
+    end
+    out[i + 2] = done
+  end
+  return out
+end
