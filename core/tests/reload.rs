@@ -110,12 +110,17 @@ fn a_policy_that_cannot_replace_the_current_one_is_refused_and_the_old_stays() {
 async fn a_check_in_flight_finishes_on_the_policy_it_started_with() {
     let server = RedisServer::start();
     let l = Limiter::builder(rules(3, "u:{user}")).url(server.url()).timeout(Duration::from_secs(2)).build().unwrap();
-    // The check starts (its first poll loads the policy and sends the
-    // call, which cannot be answered yet) before the reload, and ends after it.
+    // The connection is made first (a check of another key); then Redis is
+    // stopped, so the check starts (its first poll loads the policy and sends
+    // the call, which cannot be answered) before the reload, and ends after it.
+    l.check(&[("user", "warm-up")], 1).await.unwrap();
+    server.pause(true);
     let mut in_flight = std::pin::pin!(l.check(&REQ, 1));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(in_flight.as_mut().poll(cx))).await;
-    assert!(first.is_pending());
+    let pending = first.is_pending();
     l.reload(rules(7, "u:{user}")).unwrap();
+    server.pause(false);
+    assert!(pending, "the check answered before Redis could: {first:?}");
     let d = in_flight.await.unwrap();
     assert_eq!(d.results[0].limit, 3);
     let d = l.check(&REQ, 1).await.unwrap();
