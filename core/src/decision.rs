@@ -173,8 +173,8 @@ pub struct SettleTicket {
     pub(crate) call_id: String,
     pub(crate) cost: u64,
     pub(crate) keys: Vec<String>,
-    /// The rules' places in the policy ([`crate::plan::Rules::locate`]:
-    /// position and tier) and names, one per key.
+    /// The rules' places in the policy (position and tier, as the plan
+    /// locates them) and names, one per key.
     pub(crate) rules: Vec<((usize, Option<usize>), RuleName)>,
 }
 

@@ -35,7 +35,6 @@ mod clock;
 mod key;
 mod attributes;
 mod policy;
-mod tiers;
 mod client_ip;
 mod decision;
 pub mod options;
@@ -63,8 +62,7 @@ pub use limiter::{
 };
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
-pub use tiers::{Block, TierLimit, Tiers, MAX_BLOCK_FACTOR};
-pub use limiter::overrides::Override;
+pub use policy::tiers::{Block, Override, TierLimit, Tiers, MAX_BLOCK_FACTOR};
 pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     default_precision, format_utc_offset, parse_utc_offset, Algorithm, FailureMode, Period, Policy, Rule,

@@ -134,7 +134,7 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
     };
     let ext = (rule.overrides || rule.block.is_some()).then(|| RuleExt {
         overrides: rule.overrides,
-        max_override: crate::tiers::max_limit(&algorithm),
+        max_override: crate::policy::tiers::max_limit(&algorithm),
         block: rule.block.map(|b| BlockArgs {
             duration_us: b.duration.as_micros() as i64,
             factor: b.factor,
@@ -269,7 +269,7 @@ impl Rules {
                 let mut compiled = compile_rule(policy, index, rule, rule.algorithm, template);
                 compiled.tiers = rule.tiers.as_ref().map(|t| {
                     let variant = |limit| {
-                        let algorithm = crate::tiers::with_limit(rule.algorithm, limit).unwrap_or(rule.algorithm);
+                        let algorithm = crate::policy::tiers::with_limit(rule.algorithm, limit).unwrap_or(rule.algorithm);
                         compile_rule(policy, index, rule, algorithm, template)
                     };
                     Box::new(CompiledTiers {

@@ -16,7 +16,9 @@ use crate::duration::{format_duration, parse_duration};
 use crate::error::{Error, ErrorKind, Result};
 pub use crate::key::MAX_NAME_LEN;
 use crate::key::{validate_name, KeyTemplate};
-pub use crate::tiers::{Block, TierLimit, Tiers};
+pub mod tiers;
+
+pub use tiers::{Block, TierLimit, Tiers};
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "throttlegate:";
@@ -476,10 +478,10 @@ impl Policy {
         let mut templates = Vec::with_capacity(rules.len());
         for i in 0..rules.len() {
             let at = rule_path(i, &rules[i].name);
-            crate::tiers::validate(&rules[i]).map_err(|m| Error::invalid_policy(format!("{at}: {m}")))?;
+            tiers::validate(&rules[i]).map_err(|m| Error::invalid_policy(format!("{at}: {m}")))?;
             // A tiered rule's algorithm stands for its default (or first) tier.
             if let Some(stand_in) = rules[i].tiers.as_ref().and_then(|t| t.placeholder()) {
-                if let Some(a) = crate::tiers::with_limit(rules[i].algorithm, stand_in) {
+                if let Some(a) = tiers::with_limit(rules[i].algorithm, stand_in) {
                     rules[i].algorithm = a;
                 }
             }
@@ -629,7 +631,7 @@ impl Policy {
                 if let Some(mode) = r.on_backend_error {
                     m.insert("on_backend_error".into(), Value::from(mode.as_str()));
                 }
-                crate::tiers::write_into(r, &mut m);
+                tiers::write_into(r, &mut m);
                 Value::Object(m)
             })
             .collect();
@@ -966,12 +968,12 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
     let tiers = match obj.get("tiers") {
         Some(t) => {
             let bucket = algo == "token_bucket";
-            for f in crate::tiers::tiered_fields(bucket) {
+            for f in tiers::tiered_fields(bucket) {
                 if obj.contains_key(*f) {
                     return Err(format!("{at}: {f}: does not apply with tiers (each tier gives it)"));
                 }
             }
-            let tiers = crate::tiers::parse_tiers(t, bucket).map_err(|m| format!("{at}: {m}"))?;
+            let tiers = tiers::parse_tiers(t, bucket).map_err(|m| format!("{at}: {m}"))?;
             Some(tiers)
         }
         None => None,
@@ -1086,7 +1088,7 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
         rule.on_backend_error = Some(get_mode(m, &format!("{at}: on_backend_error"))?);
     }
     rule.tiers = tiers;
-    crate::tiers::parse_into(&mut rule, obj).map_err(|m| format!("{at}: {m}"))?;
+    tiers::parse_into(&mut rule, obj).map_err(|m| format!("{at}: {m}"))?;
     Ok(rule)
 }
 

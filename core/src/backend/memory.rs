@@ -18,7 +18,7 @@ use crate::algo::{fixed_end, quota_end, Bucket, Counters, Log, Outcome, PeriodCo
 use crate::error::Result;
 use crate::plan::{Mode, Plan, RuleArgs};
 use super::script::cost_above;
-use crate::limiter::overrides::Override;
+use crate::policy::tiers::Override;
 
 const SHARDS: usize = 64;
 const MIN_SWEEP: usize = 1024;

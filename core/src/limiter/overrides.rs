@@ -21,16 +21,7 @@ use crate::plan::{CompiledRule, RuleArgs};
 use crate::policy::{MAX_REFILL_RATE, MIN_REFILL_RATE};
 use crate::runtime;
 
-/// One override, as listed by [`Limiter::overrides`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Override {
-    /// The rule it belongs to.
-    pub rule: String,
-    /// The attributes of the rule's key it was set for.
-    pub attributes: BTreeMap<String, String>,
-    /// The limit (a token bucket's capacity) that replaces the rule's.
-    pub limit: u64,
-}
+pub use crate::policy::tiers::Override;
 
 /// The index hash of a rule's overrides.
 fn index_key(rule: &CompiledRule) -> String {

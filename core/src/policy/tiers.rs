@@ -2,7 +2,7 @@
 //! picked by an attribute), `overrides` (limits set at run time for one key,
 //! stored in the backend) and `block` (a denial that holds for a while,
 //! escalating for repeat offenders). Parsed, validated and written back here;
-//! [`crate::plan`] compiles them and the check script (`lua/extensions.lua`)
+//! the plan module compiles them, and the check script (`lua/extensions.lua`)
 //! and the embedded backend apply them.
 
 use std::collections::BTreeMap;
@@ -385,4 +385,15 @@ pub(crate) fn write_into(rule: &Rule, m: &mut Map<String, Value>) {
         m.insert("block_max".into(), Value::from(format_duration(b.max)));
         m.insert("block_period".into(), Value::from(format_duration(b.period)));
     }
+}
+
+/// One override, as listed by `Limiter::overrides`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Override {
+    /// The rule it belongs to.
+    pub rule: String,
+    /// The attributes of the rule's key it was set for.
+    pub attributes: BTreeMap<String, String>,
+    /// The limit (a token bucket's capacity) that replaces the rule's.
+    pub limit: u64,
 }
