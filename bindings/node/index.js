@@ -331,7 +331,7 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
 
   proto.acquire = function acquire(attributes, options) {
     const calls = callsOf(this);
-    return this._acquire(attributes, options).then((record) => new Decision(this, record, 0, calls.names));
+    return this._acquire(attributes, options).then((record) => new Decision(this, record, 0, calls));
   };
 
   proto.peek = function peek(attributes, options) {
