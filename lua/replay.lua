@@ -1,15 +1,16 @@
 -- Seventh in the script. Re-sent calls and give-backs, for every algorithm.
 -- Reads `mode`, `now` and `floor_div` (args.lua) and `sw_spec`
--- (sliding_window.lua), and defines four locals, made only for the modes
--- that need them ("C" and "u", and "x" for settle.lua; nil otherwise): ids_of(stored) and
--- counter_id(key, call_id, spec), for the two others, and, for check.lua,
+-- (sliding_window.lua), and defines five locals, made only for the modes
+-- that need them ("C" and "u", and "x" for settle.lua; nil otherwise): ids_of(stored),
+-- counter_id(key, call_id, spec) and drop_counter_window(key, j), for the
+-- others and settle.lua, and, for check.lua,
 -- seen(code, key, call_id, spec) in mode "C" and give_back(code, key, cost,
 -- capacity, call_id, spec) in mode "u". `code` is a rule's algorithm code
 -- ("w"/"W" sliding-window log, "b"/"B" token bucket, "k"/"K" sliding window
 -- of counters, "f"/"F" fixed window, "q"/"Q" quota), `spec` its third
 -- argument.
 
-local ids_of, counter_id, seen, give_back
+local ids_of, counter_id, drop_counter_window, seen, give_back
 if mode == 'u' or mode == 'C' or mode == 'x' then
   -- The call ids recorded in a stored bucket or period counter ("" when none).
   ids_of = function(stored)
@@ -32,6 +33,30 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       end
     end
     return ids, nil
+  end
+
+  -- For a sliding window of counters: remove the emptied sub-window `j`
+  -- and find the oldest and newest ones again (the key goes when none is left).
+  drop_counter_window = function(key, j)
+    redis.call('HDEL', key, j)
+    local oldest, newest
+    local flat = redis.call('HGETALL', key)
+    for i = 1, #flat, 2 do
+      local s = tonumber(flat[i])
+      if s then
+        if oldest == nil or s < oldest then
+          oldest = s
+        end
+        if newest == nil or s > newest then
+          newest = s
+        end
+      end
+    end
+    if oldest == nil then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
+    end
   end
 
   -- True when the call `call_id` was already recorded under `key` (a re-sent
@@ -107,26 +132,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
         redis.call('HDEL', key, 'ids')
       end
       if redis.call('HINCRBY', key, j, -cost) <= 0 then
-        redis.call('HDEL', key, j)
-        -- The oldest or newest sub-window may be gone: find them again.
-        local oldest, newest
-        local flat = redis.call('HGETALL', key)
-        for i = 1, #flat, 2 do
-          local s = tonumber(flat[i])
-          if s then
-            if oldest == nil or s < oldest then
-              oldest = s
-            end
-            if newest == nil or s > newest then
-              newest = s
-            end
-          end
-        end
-        if oldest == nil then
-          redis.call('DEL', key)
-        else
-          redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
-        end
+        drop_counter_window(key, j)
       end
       return
     end

@@ -1,7 +1,8 @@
 -- Eighth in the script, before the driver: mode "x", settling a check whose
 -- real cost is known only after it ran. Reads `mode`, `now`, `call_id`, `n`
 -- (args.lua), `tb_wait` (token_bucket.lua), `sw_spec` (sliding_window.lua),
--- `recent_ids` (args.lua) and `ids_of` / `counter_id` (replay.lua), and
+-- `recent_ids` (args.lua) and `ids_of` / `counter_id` / `drop_counter_window`
+-- (replay.lua), and
 -- answers mode "x" itself, returning before check.lua runs; in every other
 -- mode it defines nothing.
 --
@@ -155,26 +156,7 @@ if mode == 'x' then
       redis.call('HDEL', key, 'ids')
     end
     if redis.call('HINCRBY', key, j, delta) <= 0 then
-      redis.call('HDEL', key, j)
-      -- The oldest or newest sub-window may be gone: find them again.
-      local oldest, newest
-      local flat = redis.call('HGETALL', key)
-      for i = 1, #flat, 2 do
-        local s = tonumber(flat[i])
-        if s then
-          if oldest == nil or s < oldest then
-            oldest = s
-          end
-          if newest == nil or s > newest then
-            newest = s
-          end
-        end
-      end
-      if oldest == nil then
-        redis.call('DEL', key)
-      else
-        redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
-      end
+      drop_counter_window(key, j)
     end
     return 1
   end

@@ -40,16 +40,10 @@ pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
-/// A command (`EVALSHA` with `sha`, or `EVAL` of the whole script when
-/// `sha` is `None`) for these keys and rules of a plan.
-pub(crate) fn command<K: redis::ToRedisArgs>(
-    sha: Option<&str>,
-    keys: &[K],
-    rules: &[&CompiledRule],
-    ext: &[PlanExt<&str>],
-    header: Header<'_>,
-) -> redis::Cmd {
-    let mut cmd = match sha {
+/// `EVALSHA` of the check script with `sha`, or `EVAL` of the whole script
+/// when `sha` is `None`: the start of every command that runs it.
+fn script_cmd(sha: Option<&str>) -> redis::Cmd {
+    match sha {
         Some(sha) => {
             let mut c = redis::cmd("EVALSHA");
             c.arg(sha);
@@ -60,7 +54,19 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
             c.arg(CHECK_SCRIPT);
             c
         }
-    };
+    }
+}
+
+/// A command (`EVALSHA` with `sha`, or `EVAL` of the whole script when
+/// `sha` is `None`) for these keys and rules of a plan.
+pub(crate) fn command<K: redis::ToRedisArgs>(
+    sha: Option<&str>,
+    keys: &[K],
+    rules: &[&CompiledRule],
+    ext: &[PlanExt<&str>],
+    header: Header<'_>,
+) -> redis::Cmd {
+    let mut cmd = script_cmd(sha);
     if !ext.is_empty() {
         return extended(cmd, keys, rules, ext, header);
     }
@@ -188,18 +194,7 @@ pub(crate) fn settle_command<K: redis::ToRedisArgs>(
     estimate: u64,
     actual: u64,
 ) -> redis::Cmd {
-    let mut cmd = match sha {
-        Some(sha) => {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(sha);
-            c
-        }
-        None => {
-            let mut c = redis::cmd("EVAL");
-            c.arg(CHECK_SCRIPT);
-            c
-        }
-    };
+    let mut cmd = script_cmd(sha);
     cmd.arg(keys.len()).arg(keys).arg("x");
     match now {
         Some(t) => cmd.arg(t),
