@@ -1,6 +1,6 @@
 //! A loop of checks, for counting instructions per check under callgrind
 //! (embedded) or system calls per check under strace (Redis):
-//! `check_loop <rules: 1|4> <metrics: on|off> <checks> [<redis url> <blocking|runtime>]`.
+//! `check_loop <rules: 1|4|bucket|fixed> <metrics: on|off> <checks> [<redis url> <blocking|runtime>]`.
 //!
 //! `valgrind --tool=callgrind target/release/examples/check_loop 1 on 100000`
 //!
@@ -19,7 +19,11 @@ fn main() {
     let metrics = args.get(2).map_or("on", String::as_str) == "on";
     let n: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let window = Duration::from_secs(60);
-    let mut list = vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, window)];
+    let mut list = match rules {
+        "bucket" => vec![Rule::token_bucket("per-ip", "ip:{ip}", 1_000_000, 100_000.0)],
+        "fixed" => vec![Rule::fixed_window("per-ip", "ip:{ip}", 1_000_000, window)],
+        _ => vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, window)],
+    };
     if rules == "4" {
         list.push(Rule::token_bucket("per-key", "key:{ip}", 1_000_000, 100_000.0));
         list.push(Rule::sliding_window_log("per-tenant", "tenant:{ip}", 1_000_000, window));

@@ -139,6 +139,10 @@ pub struct RuleResult {
     pub window: Duration,
 }
 
+/// The per-rule results of a decision, in policy order: a list that keeps
+/// one result inline (the commonest policy has one rule applying).
+pub type RuleResults = smallvec::SmallVec<[RuleResult; 1]>;
+
 /// The answer to one check: allowed or not, with the most restrictive rule's
 /// figures as the headline and every applied rule's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,7 +160,8 @@ pub struct Decision {
     /// The most restrictive rule's name; `None` when no (non-shadow) rule applied.
     pub rule: Option<RuleName>,
     /// One result per applied rule, in policy order (shadow rules included).
-    pub results: Vec<RuleResult>,
+    /// A decision of one rule keeps its result inline: no allocation.
+    pub results: RuleResults,
     /// True when the answer came from the failure policy (`on_backend_error`),
     /// not from the backend.
     pub degraded: bool,
@@ -216,7 +221,8 @@ impl Decision {
     /// Denied: the denying rule with the longest `retry_after` (ties: policy
     /// order). Allowed: the rule with the fewest `remaining` (ties: the shortest
     /// `reset_after`, then policy order).
-    pub fn from_results(results: Vec<RuleResult>, degraded: bool) -> Decision {
+    pub fn from_results(results: impl Into<RuleResults>, degraded: bool) -> Decision {
+        let results = results.into();
         let live = || results.iter().filter(|r| !r.shadow);
         let allowed = live().all(|r| r.allowed);
         let mut head: Option<&RuleResult> = None;
@@ -260,7 +266,7 @@ impl Decision {
 
     /// The decision when no rule applies: admitted, nothing to report.
     pub fn unlimited() -> Decision {
-        Decision::from_results(Vec::new(), false)
+        Decision::from_results(RuleResults::new(), false)
     }
 
     /// `retry_after` in whole milliseconds, rounded up.

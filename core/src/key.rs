@@ -238,12 +238,20 @@ impl KeyTemplate {
 /// Percent-escape `value` onto `out`: bytes outside `A-Z a-z 0-9 - . _ ~ / @`
 /// become `%XX`.
 pub fn escape_into(value: &str, out: &mut String) {
-    for &b in value.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/' | b'@') {
-            out.push(b as char);
-        } else {
+    let bytes = value.as_bytes();
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/' | b'@')) {
+            // The run before `b` is ASCII, so a whole string of its own.
+            out.push_str(std::str::from_utf8(&bytes[run..i]).unwrap_or_default());
             let _ = write!(out, "%{b:02X}");
+            run = i + 1;
         }
+    }
+    if run == 0 {
+        out.push_str(value);
+    } else {
+        out.push_str(std::str::from_utf8(&bytes[run..]).unwrap_or_default());
     }
 }
 

@@ -52,7 +52,7 @@ pub use backend::script::CHECK_SCRIPT;
 pub use attributes::AttributeBuf;
 pub use client_ip::{ClientIpConfig, ClientIpOption};
 pub use clock::{Clock, ManualClock};
-pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult, SettleTicket};
+pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult, RuleResults, SettleTicket};
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{

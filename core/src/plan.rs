@@ -238,8 +238,9 @@ pub(crate) struct Plan<'a, K> {
     /// when the call goes over the network.
     pub call_id: Option<&'a str>,
     /// The overrides and blocks of the applicable rules that have them
-    /// (empty for every other plan).
-    pub ext: SmallVec<[PlanExt<K>; 2]>,
+    /// (empty for every other plan, and then no allocation: a list kept
+    /// out of line keeps the plan small to move).
+    pub ext: Vec<PlanExt<K>>,
 }
 
 thread_local! {
@@ -435,7 +436,7 @@ impl Rules {
         if let Some(id) = call_id {
             validate_call_id(id)?;
         }
-        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, call_id, ext: SmallVec::new() };
+        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, call_id, ext: Vec::new() };
         KEY_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
             for rule in &self.rules {
@@ -468,7 +469,7 @@ impl Rules {
 
 /// The decision from the backend's per-rule outcomes (in plan order).
 pub(crate) fn decide(rules: &[&CompiledRule], outcomes: &[Outcome]) -> Decision {
-    let results = rules
+    let results: crate::decision::RuleResults = rules
         .iter()
         .zip(outcomes)
         .map(|(rule, o)| RuleResult {

@@ -126,7 +126,7 @@ pub fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error> {
         .get(HEAD..HEAD + n * PER_RULE)
         .ok_or_else(|| bad("too short"))?;
     let flags = count(head[1], "flags")?;
-    let results = rules
+    let results: crate::decision::RuleResults = rules
         .chunks_exact(PER_RULE)
         .map(|r| {
             let flags = count(r[1], "rule flags")?;
@@ -143,7 +143,7 @@ pub fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error> {
                 window: micros(r[6], "window")?,
             })
         })
-        .collect::<Result<Vec<_>, Error>>()?;
+        .collect::<Result<_, Error>>()?;
     Ok(Decision {
         allowed: flags & 1 != 0,
         limit: count(head[2], "limit")?,

@@ -141,6 +141,9 @@ impl MemoryBackend {
     /// The only error: a cost above an override's limit, before anything is written.
     pub fn eval(&self, plan: &Plan<'_, Digest>, mode: Mode, now: i64) -> Result<Outcomes> {
         let (digests, rules, cost, call_id) = (&plan.keys[..], &plan.rules[..], plan.cost, plan.call_id);
+        if let ([digest], [rule], true, None) = (digests, rules, plan.ext.is_empty(), call_id) {
+            return Ok(smallvec::smallvec![self.eval_one(*digest, rule.args, mode, cost, now)]);
+        }
         let n = digests.len();
         let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
         let mut order = idx.clone();
@@ -218,42 +221,7 @@ impl MemoryBackend {
         let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
         for i in 0..n {
-            let entry = guards[slot(i)].1.live(digests[i], now);
-            let (o, left) = match args[i] {
-                RuleArgs::Window { limit, window_us, .. } => {
-                    let o = match entry.map(|e| &e.state) {
-                        Some(State::Log(log)) => log.decide(now, cost, limit, window_us),
-                        _ => Log::default().decide(now, cost, limit, window_us),
-                    };
-                    (o, 0)
-                }
-                RuleArgs::Bucket { capacity, rate, .. } => {
-                    let state = match entry.map(|e| &e.state) {
-                        Some(State::Bucket(b)) => Some(b),
-                        _ => None,
-                    };
-                    Bucket::decide(state, now, cost, capacity, rate)
-                }
-                RuleArgs::Counters { limit, window_us, precision_us, .. } => {
-                    let o = match entry.map(|e| &e.state) {
-                        Some(State::Counters(c)) => c.decide(now, cost, limit, window_us, precision_us),
-                        _ => Counters::default().decide(now, cost, limit, window_us, precision_us),
-                    };
-                    (o, 0)
-                }
-                RuleArgs::Fixed { limit, window_us: p, .. } | RuleArgs::Quota { limit, offset_s: p, .. } => {
-                    let period_end = match args[i] {
-                        RuleArgs::Quota { period, .. } => quota_end(now, period, p),
-                        _ => fixed_end(now, p),
-                    };
-                    let state = match entry.map(|e| &e.state) {
-                        Some(State::Period(c)) => Some(c),
-                        _ => None,
-                    };
-                    let (o, end) = PeriodCount::decide(state, now, cost, limit, period_end);
-                    (o, end as u64)
-                }
-            };
+            let (o, left) = decide_rule(guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), args[i], now, cost);
             if !o.allowed && !rules[i].args.shadow() {
                 all_pass = false;
             }
@@ -286,74 +254,32 @@ impl MemoryBackend {
         }
 
         if mode == Mode::Check && all_pass {
-            let stored_id = dedupe.unwrap_or(0);
             for i in 0..n {
                 let o = outcomes[i];
                 if !o.allowed {
                     continue;
                 }
-                let shard = &mut guards[slot(i)].1;
-                let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
-                // Look the key up once; allocate a key only for a new entry.
-                let entry = match shard.map.get_mut(&digests[i]) {
-                    Some(e) => {
-                        if e.expires_at <= now {
-                            e.state = State::Absent;
-                        }
-                        e
-                    }
-                    None => shard.map.entry(digests[i]).or_insert(Entry {
-                        state: State::Absent,
-                        expires_at,
-                    }),
-                };
-                entry.expires_at = expires_at;
-                match args[i] {
-                    RuleArgs::Window { window_us, .. } => {
-                        if !matches!(entry.state, State::Log(_)) {
-                            entry.state = State::Log(Log::default());
-                        }
-                        if let State::Log(log) = &mut entry.state {
-                            log.commit(now, cost, window_us, stored_id);
-                        }
-                    }
-                    RuleArgs::Bucket { .. } => {
-                        if !matches!(entry.state, State::Bucket(_)) {
-                            entry.state = State::Bucket(Bucket { tokens: 0, last: now, ids: Vec::new() });
-                        }
-                        let State::Bucket(bucket) = &mut entry.state else { continue };
-                        bucket.last = bucket.last.max(now);
-                        bucket.tokens = lefts[i] as i64;
-                        if let Some(id) = dedupe {
-                            bucket.ids.push(id);
-                            if bucket.ids.len() > TB_IDS {
-                                bucket.ids.remove(0);
-                            }
-                        }
-                    }
-                    RuleArgs::Counters { window_us, precision_us, .. } => {
-                        if !matches!(entry.state, State::Counters(_)) {
-                            entry.state = State::Counters(Counters::default());
-                        }
-                        if let State::Counters(c) = &mut entry.state {
-                            c.commit(now, cost, window_us, precision_us, dedupe);
-                        }
-                    }
-                    RuleArgs::Fixed { .. } | RuleArgs::Quota { .. } => {
-                        let previous = match &mut entry.state {
-                            State::Period(p) => Some(p),
-                            _ => None,
-                        };
-                        let next = PeriodCount::commit(previous, now, cost, lefts[i] as i64, dedupe);
-                        entry.state = State::Period(next);
-                    }
-                }
+                commit_rule(&mut guards[slot(i)].1, digests[i], args[i], &o, lefts[i], now, cost, dedupe);
             }
             for (_, g) in guards.iter_mut() {
                 g.maybe_sweep(now);
             }
         }
         Ok(outcomes)
+    }
+
+    /// [`MemoryBackend::eval`] of the commonest plan, one key without
+    /// overrides, blocks or a call id: one shard locked, no lists built.
+    fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
+        let mut shard = lock(&self.shards[Self::shard_of(digest)]);
+        let (o, left) = decide_rule(shard.live(digest, now).map(|e| &e.state), args, now, cost);
+        if mode == Mode::Check && (o.allowed || args.shadow()) {
+            if o.allowed {
+                commit_rule(&mut shard, digest, args, &o, left, now, cost, None);
+            }
+            shard.maybe_sweep(now);
+        }
+        o
     }
 
     /// Store an override (`limit`) under `key`'s digest, or clear it (`None`);
@@ -534,6 +460,107 @@ pub(crate) fn with_override(args: RuleArgs, limit: u64) -> RuleArgs {
         }
         RuleArgs::Fixed { window_us, shadow, .. } => RuleArgs::Fixed { limit, window_us, shadow },
         RuleArgs::Quota { period, offset_s, shadow, .. } => RuleArgs::Quota { limit, period, offset_s, shadow },
+    }
+}
+
+/// One rule's outcome on its key's state (`None`: absent or expired), and
+/// the figure its commit needs: a bucket's micro-tokens left, or a period
+/// counter's period end.
+fn decide_rule(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (Outcome, u64) {
+    match args {
+        RuleArgs::Window { limit, window_us, .. } => {
+            let o = match state {
+                Some(State::Log(log)) => log.decide(now, cost, limit, window_us),
+                _ => Log::default().decide(now, cost, limit, window_us),
+            };
+            (o, 0)
+        }
+        RuleArgs::Bucket { capacity, rate, .. } => {
+            let state = match state {
+                Some(State::Bucket(b)) => Some(b),
+                _ => None,
+            };
+            Bucket::decide(state, now, cost, capacity, rate)
+        }
+        RuleArgs::Counters { limit, window_us, precision_us, .. } => {
+            let o = match state {
+                Some(State::Counters(c)) => c.decide(now, cost, limit, window_us, precision_us),
+                _ => Counters::default().decide(now, cost, limit, window_us, precision_us),
+            };
+            (o, 0)
+        }
+        RuleArgs::Fixed { limit, window_us: p, .. } | RuleArgs::Quota { limit, offset_s: p, .. } => {
+            let period_end = match args {
+                RuleArgs::Quota { period, .. } => quota_end(now, period, p),
+                _ => fixed_end(now, p),
+            };
+            let state = match state {
+                Some(State::Period(c)) => Some(c),
+                _ => None,
+            };
+            let (o, end) = PeriodCount::decide(state, now, cost, limit, period_end);
+            (o, end as u64)
+        }
+    }
+}
+
+/// Apply an admitted rule's outcome `o` to its key (see [`decide_rule`] for `left`).
+#[allow(clippy::too_many_arguments)]
+fn commit_rule(shard: &mut Shard, digest: Digest, args: RuleArgs, o: &Outcome, left: u64, now: i64, cost: u64, dedupe: Option<u64>) {
+    let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
+    // Look the key up once; allocate a key only for a new entry.
+    let entry = match shard.map.get_mut(&digest) {
+        Some(e) => {
+            if e.expires_at <= now {
+                e.state = State::Absent;
+            }
+            e
+        }
+        None => shard.map.entry(digest).or_insert(Entry {
+            state: State::Absent,
+            expires_at,
+        }),
+    };
+    entry.expires_at = expires_at;
+    match args {
+        RuleArgs::Window { window_us, .. } => {
+            if !matches!(entry.state, State::Log(_)) {
+                entry.state = State::Log(Log::default());
+            }
+            if let State::Log(log) = &mut entry.state {
+                log.commit(now, cost, window_us, dedupe.unwrap_or(0));
+            }
+        }
+        RuleArgs::Bucket { .. } => {
+            if !matches!(entry.state, State::Bucket(_)) {
+                entry.state = State::Bucket(Bucket { tokens: 0, last: now, ids: Vec::new() });
+            }
+            let State::Bucket(bucket) = &mut entry.state else { return };
+            bucket.last = bucket.last.max(now);
+            bucket.tokens = left as i64;
+            if let Some(id) = dedupe {
+                bucket.ids.push(id);
+                if bucket.ids.len() > TB_IDS {
+                    bucket.ids.remove(0);
+                }
+            }
+        }
+        RuleArgs::Counters { window_us, precision_us, .. } => {
+            if !matches!(entry.state, State::Counters(_)) {
+                entry.state = State::Counters(Counters::default());
+            }
+            if let State::Counters(c) = &mut entry.state {
+                c.commit(now, cost, window_us, precision_us, dedupe);
+            }
+        }
+        RuleArgs::Fixed { .. } | RuleArgs::Quota { .. } => {
+            let previous = match &mut entry.state {
+                State::Period(p) => Some(p),
+                _ => None,
+            };
+            let next = PeriodCount::commit(previous, now, cost, left as i64, dedupe);
+            entry.state = State::Period(next);
+        }
     }
 }
 

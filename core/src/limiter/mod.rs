@@ -529,7 +529,7 @@ impl Limiter {
             Counters::bump(&c.backend_errors);
             return Err(err);
         }
-        let results = plan
+        let results: crate::decision::RuleResults = plan
             .rules
             .iter()
             .map(|r| {
