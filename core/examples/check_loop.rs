@@ -1,6 +1,6 @@
 //! A loop of checks, for counting instructions per check under callgrind
 //! (embedded) or system calls per check under strace (Redis):
-//! `check_loop <rules: 1|4|bucket|fixed> <metrics: on|off> <checks> [<redis url> <blocking|runtime>]`.
+//! `check_loop <rules: 1|4|bucket|fixed|governor> <metrics: on|off> <checks> [<redis url> <blocking|runtime>]`.
 //!
 //! `valgrind --tool=callgrind target/release/examples/check_loop 1 on 100000`
 //!
@@ -28,6 +28,16 @@ fn main() {
         list.push(Rule::token_bucket("per-key", "key:{ip}", 1_000_000, 100_000.0));
         list.push(Rule::sliding_window_log("per-tenant", "tenant:{ip}", 1_000_000, window));
         list.push(Rule::token_bucket("per-route", "route:{ip}", 1_000_000, 100_000.0));
+    }
+    if rules == "governor" {
+        // The in-process reference of the benchmarks, counted the same way:
+        // governor's keyed GCRA on the same keys.
+        let quota = governor::Quota::per_minute(std::num::NonZeroU32::new(1_000_000).unwrap());
+        let gov = governor::RateLimiter::keyed(quota);
+        let names: Vec<String> = (0..1_000).map(|i| format!("10.0.{}.{}", i >> 8, i & 255)).collect();
+        let allowed = (0..n).filter(|i| gov.check_key(&names[i % names.len()]).is_ok()).count();
+        println!("{allowed} of {n} allowed");
+        return;
     }
     let url = args.get(4);
     let driven = args.get(5).map_or("blocking", String::as_str) == "runtime";

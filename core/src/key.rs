@@ -235,13 +235,25 @@ impl KeyTemplate {
     }
 }
 
+/// The bytes a key keeps as they are: `A-Z a-z 0-9 - . _ ~ / @`.
+static KEPT: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'/' | b'@');
+        b += 1;
+    }
+    t
+};
+
 /// Percent-escape `value` onto `out`: bytes outside `A-Z a-z 0-9 - . _ ~ / @`
 /// become `%XX`.
 pub fn escape_into(value: &str, out: &mut String) {
     let bytes = value.as_bytes();
     let mut run = 0;
     for (i, &b) in bytes.iter().enumerate() {
-        if !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/' | b'@')) {
+        if !KEPT[b as usize] {
             // The run before `b` is ASCII, so a whole string of its own.
             out.push_str(std::str::from_utf8(&bytes[run..i]).unwrap_or_default());
             let _ = write!(out, "%{b:02X}");

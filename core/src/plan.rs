@@ -352,6 +352,46 @@ impl Rules {
         true
     }
 
+    /// The rule (or its tier) when it applies to these attributes, its key
+    /// rendered into `key`; an error for a cost it could never admit.
+    fn applies<'r>(&self, rule: &'r CompiledRule, attrs: &dyn Attributes, cost: u64, key: &mut String) -> Result<Option<&'r CompiledRule>> {
+        let Some(rule) = Self::tier_of(rule, attrs) else { return Ok(None) };
+        if !self.render_any(rule, attrs, key) {
+            return Ok(None);
+        }
+        // A rule that takes overrides is checked where its override is read.
+        if cost > rule.limit && !rule.ext.is_some_and(|e| e.overrides) {
+            return Err(Error::invalid_argument(format!(
+                "cost: {cost} is more than rule {:?} allows ({}); such a request could never pass",
+                &*rule.name, rule.limit
+            )));
+        }
+        Ok(Some(rule))
+    }
+
+    /// The policy's only rule, when it is the commonest shape: one rule,
+    /// without tiers, overrides or blocks (a `match` is fine), which a
+    /// check can decide without a [`Plan`].
+    pub fn lone(&self) -> Option<&CompiledRule> {
+        match &self.rules[..] {
+            [rule] if rule.tiers.is_none() && rule.ext.is_none() => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// [`Rules::plan`] of the [`Rules::lone`] rule without a call id: its
+    /// key in the backend's form, `None` when it does not apply, and the
+    /// same errors.
+    pub fn lone_key<K>(&self, rule: &CompiledRule, attrs: &dyn Attributes, cost: u64, key: impl FnOnce(&str) -> K) -> Result<Option<K>> {
+        if cost == 0 {
+            return Err(Error::invalid_argument("cost: must be at least 1"));
+        }
+        KEY_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            Ok(self.applies(rule, attrs, cost, &mut buf)?.map(|_| key(&buf)))
+        })
+    }
+
     /// The keys this request touches, one per applicable rule, in policy order.
     pub fn keys(&self, attrs: &dyn Attributes) -> Vec<String> {
         KEY_BUF.with(|buf| {
@@ -440,15 +480,7 @@ impl Rules {
         KEY_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
             for rule in &self.rules {
-                let Some(rule) = Self::tier_of(rule, attrs) else { continue };
-                if self.render_any(rule, attrs, &mut buf) {
-                    // A rule that takes overrides is checked where its override is read.
-                    if cost > rule.limit && !rule.ext.is_some_and(|e| e.overrides) {
-                        return Err(Error::invalid_argument(format!(
-                            "cost: {cost} is more than rule {:?} allows ({}); such a request could never pass",
-                            &*rule.name, rule.limit
-                        )));
-                    }
+                if let Some(rule) = self.applies(rule, attrs, cost, &mut buf)? {
                     if let Some(ext) = rule.ext {
                         plan.ext.push(PlanExt {
                             at: plan.keys.len(),
@@ -461,7 +493,7 @@ impl Rules {
                     plan.rules.push(rule);
                 }
             }
-            Ok(())
+            Ok::<(), Error>(())
         })?;
         Ok(plan)
     }
@@ -472,19 +504,24 @@ pub(crate) fn decide(rules: &[&CompiledRule], outcomes: &[Outcome]) -> Decision 
     let results: crate::decision::RuleResults = rules
         .iter()
         .zip(outcomes)
-        .map(|(rule, o)| RuleResult {
-            rule: rule.name,
-            index: rule.index,
-            allowed: o.allowed,
-            shadow: rule.shadow,
-            limit: if o.limit > 0 { o.limit } else { rule.limit },
-            remaining: o.remaining,
-            retry_after: Duration::from_micros(o.retry_after_us.max(0) as u64),
-            reset_after: Duration::from_micros(o.reset_after_us.max(0) as u64),
-            window: rule.window,
-        })
+        .map(|(rule, o)| result(rule, o))
         .collect();
     Decision::from_results(results, false)
+}
+
+/// One rule's result from its outcome.
+pub(crate) fn result(rule: &CompiledRule, o: &Outcome) -> RuleResult {
+    RuleResult {
+        rule: rule.name,
+        index: rule.index,
+        allowed: o.allowed,
+        shadow: rule.shadow,
+        limit: if o.limit > 0 { o.limit } else { rule.limit },
+        remaining: o.remaining,
+        retry_after: Duration::from_micros(o.retry_after_us.max(0) as u64),
+        reset_after: Duration::from_micros(o.reset_after_us.max(0) as u64),
+        window: rule.window,
+    }
 }
 
 impl CompiledRule {

@@ -270,7 +270,7 @@ impl MemoryBackend {
 
     /// [`MemoryBackend::eval`] of the commonest plan, one key without
     /// overrides, blocks or a call id: one shard locked, no lists built.
-    fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
+    pub(crate) fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
         let mut shard = lock(&self.shards[Self::shard_of(digest)]);
         let (o, left) = decide_rule(shard.live(digest, now).map(|e| &e.state), args, now, cost);
         if mode == Mode::Check && (o.allowed || args.shadow()) {

@@ -377,6 +377,20 @@ impl Limiter {
         }
         let memory = self.inner.memory.as_ref()?;
         let g = self.inner.current.load();
+        if let (Some(rule), None) = (g.rules.lone(), call_id) {
+            // The commonest shape, decided without a plan.
+            return Some(g.rules.lone_key(rule, attrs, cost, |k| memory.digest(k)).map(|digest| {
+                let d = match digest {
+                    None => Decision::unlimited(),
+                    Some(digest) => {
+                        let o = memory.eval_one(digest, rule.args, mode, cost, self.local_now());
+                        Decision::from_results([crate::plan::result(rule, &o)], false)
+                    }
+                };
+                self.count(&g, &d, false);
+                d
+            }));
+        }
         Some(g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).and_then(|plan| {
             let mut d = if plan.keys.is_empty() {
                 Decision::unlimited()
