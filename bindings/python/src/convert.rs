@@ -46,53 +46,29 @@ pub fn opt_text(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<S
     }
 }
 
+// In every CPython 3 (and in the limited API since 3.10, so pyo3 declares it
+// only for abi3 builds of 3.10 and later): the string's UTF-8 form. For ASCII
+// text that is the string's own storage; other text gets its UTF-8 form made
+// once and kept with the string, as CPython does for many of its own calls.
+extern "C" {
+    fn PyUnicode_AsUTF8AndSize(unicode: *mut pyo3::ffi::PyObject, size: *mut pyo3::ffi::Py_ssize_t) -> *const std::ffi::c_char;
+}
+
 /// Append the text of `s` to `out` as UTF-8. `Ok(false)` when it holds a
-/// lone surrogate (`out` then holds part of it). The characters are copied
-/// straight into a buffer of ours (`PyUnicode_AsUCS4`, in the stable ABI):
-/// no Python object is made on the way.
+/// lone surrogate (`out` is then unchanged). The bytes are copied straight
+/// from the string's UTF-8 form: no Python object is made on the way.
 fn push_utf8(s: &Bound<'_, PyString>, out: &mut String) -> PyResult<bool> {
-    const STACK: usize = 64;
     let py = s.py();
-    // SAFETY: `s` is a live str.
-    let len = unsafe { pyo3::ffi::PyUnicode_GetLength(s.as_ptr()) };
-    if len < 0 {
-        return Err(PyErr::fetch(py));
+    let mut len: pyo3::ffi::Py_ssize_t = 0;
+    // SAFETY: `s` is a live str; the result stays valid while `s` lives.
+    let data = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut len) };
+    if data.is_null() {
+        let e = PyErr::fetch(py);
+        return if e.is_instance_of::<PyUnicodeError>(py) { Ok(false) } else { Err(e) };
     }
-    let len = len as usize;
-    if len == 0 {
-        return Ok(true);
-    }
-    let mut stack = [0u32; STACK];
-    let mut heap = Vec::new();
-    let chars: &mut [u32] = if len <= STACK {
-        &mut stack[..len]
-    } else {
-        heap.resize(len, 0);
-        &mut heap[..]
-    };
-    // SAFETY: the buffer holds `len` code points; `copy_null` is 0, so
-    // exactly `len` are written.
-    let copied = unsafe { pyo3::ffi::PyUnicode_AsUCS4(s.as_ptr(), chars.as_mut_ptr(), len as pyo3::ffi::Py_ssize_t, 0) };
-    if copied.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    // The usual case, short ASCII text: narrowed and appended in one go.
-    if len <= STACK && chars.iter().all(|&c| c < 0x80) {
-        let mut bytes = [0u8; STACK];
-        for (b, &c) in bytes.iter_mut().zip(chars.iter()) {
-            *b = c as u8;
-        }
-        // SAFETY: every byte is below 0x80, so this is ASCII, valid UTF-8.
-        out.push_str(unsafe { std::str::from_utf8_unchecked(&bytes[..len]) });
-        return Ok(true);
-    }
-    out.reserve(len);
-    for &c in chars.iter() {
-        match char::from_u32(c) {
-            Some(ch) => out.push(ch),
-            None => return Ok(false),
-        }
-    }
+    // SAFETY: CPython wrote `len` bytes of valid UTF-8 at `data`.
+    let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) };
+    out.push_str(unsafe { std::str::from_utf8_unchecked(bytes) });
     Ok(true)
 }
 
