@@ -453,7 +453,7 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
                           1.0))
         for name, need in goals:
             GOALS.append((name, f"{ratio:.2f}x", met(ratio >= need)))
-        goal = "; ".join(f">= {need:g}x: {met(ratio >= need)}" for _, need in goals)
+        goal = "; ".join(f">= {need:.1f}x: {met(ratio >= need)}" for _, need in goals)
         algo = "fixed window" if fixed else "sliding-window log"
         out.append(f"| {row['backend']} | {algo} | {row['rules']} | {row['inFlight']} | {fmt_int(row['ours'])} | "
                    f"{fmt_int(row['theirs'])} | {ratio:.2f}x | {goal} |")
