@@ -915,7 +915,8 @@ def latency_table(lang: str, cmd_text: str, data: dict[str, Any], ours: str, pee
 def bench_latency(r: Resp, port: int, pin: list[str], seconds: float, work: Path) -> tuple[list[str], bool]:
     out = ["## 11. Latency per check, open loop at 25%, 50% and 90% of saturation", "",
            "Method (benches/node/latency.js, benches/python/latency.py): first each library's saturation, "
-           "closed loop with 64 checks in flight for the case time; the offered rates are 25%, 50% and 90% of the "
+           "closed loop with 64 checks in flight (the better of two alternating rounds of half the case time); "
+           "the offered rates are 25%, 50% and 90% of the "
            "LOWER of the two, so that both get the same load. Then, at each load, checks are issued on a fixed "
            "schedule (check i at t0 + i / rate) whether or not earlier ones have answered (open loop), by a pacer "
            "that sleeps until each send time and wakes the event loop (a worker thread in Node, a small process "
