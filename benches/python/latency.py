@@ -146,9 +146,11 @@ async def open_loop(call: Call, rate: float, n: int) -> tuple[list[float], float
     os.close(wfd)
     finished: asyncio.Future[float] = loop.create_future()
     running: set[asyncio.Task[None]] = set()
-    state = {"t0": math.inf, "sent": 0, "done": 0, "in_flight": 0, "max_in_flight": 0}
+    t0 = math.inf  # set once the pacer runs
+    sent = done = in_flight = max_in_flight = 0
 
     async def one(i: int, due: float) -> None:
+        nonlocal done, in_flight
         try:
             allowed = await call(i)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
@@ -156,38 +158,37 @@ async def open_loop(call: Call, rate: float, n: int) -> tuple[list[float], float
                 finished.set_exception(exc)
             return
         lat[i] = time.monotonic() - due
-        state["in_flight"] -= 1
+        in_flight -= 1
         if not allowed and not finished.done():
             finished.set_exception(RuntimeError("unexpected denial: the benchmark would not compare like with like"))
-        state["done"] += 1
-        if state["done"] == n and not finished.done():
-            finished.set_result(time.monotonic() - state["t0"])
+        done += 1
+        if done == n and not finished.done():
+            finished.set_result(time.monotonic() - t0)
 
     def wake() -> None:
+        nonlocal t0, sent, in_flight, max_in_flight
         data = os.read(rfd, 65536)
         if not data:  # the pacer is gone
             loop.remove_reader(rfd)
-            if state["sent"] < n and not finished.done():
+            if sent < n and not finished.done():
                 finished.set_exception(RuntimeError(f"the pacer exited with status {pacer.wait()} early"))
             return
-        if state["t0"] == math.inf:  # b"r": the pacer runs; start the clock
-            state["t0"] = time.monotonic() + 0.002
+        if t0 == math.inf:  # b"r": the pacer runs; start the clock
+            t0 = time.monotonic() + 0.002
             assert pacer.stdin is not None
-            pacer.stdin.write(f"{state['t0']!r}\n".encode())
+            pacer.stdin.write(f"{t0!r}\n".encode())
             pacer.stdin.close()
             data = data[1:]
             if not data:
                 return
         now = time.monotonic()
-        t0, sent = state["t0"], state["sent"]
         while sent < n and t0 + sent * interval <= now:
             task = loop.create_task(one(sent, t0 + sent * interval))
             running.add(task)
             task.add_done_callback(running.discard)
             sent += 1
-            state["in_flight"] += 1
-            state["max_in_flight"] = max(state["max_in_flight"], state["in_flight"])
-        state["sent"] = sent
+            in_flight += 1
+            max_in_flight = max(max_in_flight, in_flight)
 
     loop.add_reader(rfd, wake)
     try:
@@ -200,7 +201,7 @@ async def open_loop(call: Call, rate: float, n: int) -> tuple[list[float], float
         pacer.wait()
         for task in list(running):
             task.cancel()
-    return lat, elapsed, state["max_in_flight"]
+    return lat, elapsed, max_in_flight
 
 
 async def answer_at_once(i: int) -> bool:
@@ -220,7 +221,8 @@ async def measure(url: str, seconds: float, samples: int, loads: list[float]) ->
     # A pool that waits for a free connection rather than fail: redis-py's default asyncio pool raises
     # "Too many connections" past 100 at once, which an open-loop load reaches whenever answers stall.
     pool = redis.asyncio.BlockingConnectionPool.from_url(url, max_connections=1000)
-    storage = limits.aio.storage.RedisStorage("async+" + url, implementation="redispy", connection_pool=pool)
+    storage = limits.aio.storage.RedisStorage("async+" + url, implementation="redispy",
+                                              connection_pool=pool)  # type: ignore[arg-type] # passed to redis-py
     moving = limits.aio.strategies.MovingWindowRateLimiter(storage)
     tag = uuid.uuid4().hex[:8]
     serial = 0
