@@ -924,7 +924,10 @@ def bench_latency(r: Resp, port: int, pin: list[str], seconds: float, work: Path
            "answer, so a stall counts for every check it delays (no coordinated omission). Each point lasts the "
            "case time, or longer to reach 20,000 samples; percentiles are nearest-rank over every sample, sorted "
            "exactly. Every point runs on fresh keys with a fresh limiter warmed up by 1,000 checks; the libraries "
-           "take turns to go first. 1 rule, 10,000 clients, 1000 per 60 s, every check admitted. `pacer alone` "
+           "take turns to go first. Python lets at most 64 checks be in progress at once (the saturation's "
+           "concurrency; the rest wait for a slot, their wait counted): redis-py takes a connection per command in "
+           "flight and `limits` slows as they grow. 1 rule, 10,000 clients, 1000 per 60 s, every check admitted. "
+           "`pacer alone` "
            "is the same schedule with a check that answers at once: the floor the harness adds. *Achieved* below "
            "the offered rate means the library fell behind.", ""]
     build = run(["npm", "run", "--silent", "build"], env=dict(os.environ, THROTTLEGATE_BUILD_PROFILE="release"))
