@@ -9,7 +9,7 @@
 #
 # COMPARE_SECONDS=N is the same knob for `make compare COMPARE_SECONDS=N`.
 # COMPARE_ONLY=PART,PART runs only those parts of compare.py (redis, memory,
-# node, python, rust, algos, node-algos, python-algos, burst), builds only
+# node, python, rust, algos, node-algos, python-algos, burst, latency), builds only
 # what they need, and writes benches/compare/RESULTS-partial.md instead of
 # RESULTS.md (which only a full run writes).
 set -euo pipefail
@@ -84,7 +84,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 # ---- peers and builds (release) -------------------------------------------
 # A part whose build fails is reported as not run (never measured with a stale build).
 BROKEN=()
-if wants node node-algos burst; then
+if wants node node-algos burst latency; then
 echo "== Node: peers from package.json's devDependencies, addon built in release" >&2
 if [ ! -f node_modules/rate-limiter-flexible/package.json ] || [ ! -f node_modules/ioredis/package.json ]; then
   npm ci --no-audit --no-fund >&2
@@ -93,10 +93,11 @@ if ! THROTTLEGATE_BUILD_PROFILE=release npm run --silent build >&2; then
   echo "run.sh: the Node addon did not build; the Node parts will not run" >&2
   BROKEN+=(--broken "node=the Node addon did not build (npm run build failed)")
   BROKEN+=(--broken "node-algos=the Node addon did not build (npm run build failed)")
+  BROKEN+=(--broken "latency=the Node addon did not build (npm run build failed)")
 fi
 fi
 
-if wants python python-algos burst; then
+if wants python python-algos burst latency; then
 echo "== Python: .venv with limits, redis, hiredis and the package (pip install .)" >&2
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -115,13 +116,19 @@ else
   BROKEN+=(--broken "python=the Python package did not build (pip wheel . failed)")
   BROKEN+=(--broken "python-algos=the Python package did not build (pip wheel . failed)")
   BROKEN+=(--broken "burst=the Python package did not build (pip wheel . failed)")
+  BROKEN+=(--broken "latency=the Python package did not build (pip wheel . failed)")
 fi
 fi
 
-echo "== Rust: the CLI and the Criterion benchmark, release" >&2
+SCRIPT_ARGS=()
+if wants redis memory algos; then
+echo "== Rust: the CLI, release" >&2
 cargo build -q --release -p throttlegate-cli >&2
-# The exact script every check runs, as the CLI prints it.
+# The exact script every check runs, as the CLI prints it (for the parts that send it themselves).
 cargo run -q --release -p throttlegate-cli -- script >"$WORK/throttlegate.lua"
+SCRIPT_ARGS=(--script "$WORK/throttlegate.lua")
+fi
+if wants rust; then echo "== Rust: the Criterion benchmark, release" >&2; fi
 if wants rust && ! cargo bench -q -p throttlegate --bench check --no-run >&2; then
   echo "run.sh: the Criterion benchmark did not build; the Rust part will not run" >&2
   BROKEN+=(--broken "rust=the Criterion benchmark did not build")
@@ -163,7 +170,7 @@ python3 "$HERE/compare.py" \
   --port "$PORT" \
   --seconds "$SECS" \
   --work "$WORK" \
-  --script "$WORK/throttlegate.lua" \
+  ${SCRIPT_ARGS[@]:+"${SCRIPT_ARGS[@]}"} \
   --out "$OUT" \
   ${ONLY_ARGS[@]:+"${ONLY_ARGS[@]}"} \
   ${PIN_CLIENT[@]:+--pin-client "${PIN_CLIENT[*]}"} \
