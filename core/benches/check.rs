@@ -17,8 +17,9 @@ fn one_rule() -> Policy {
     Policy::new(vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, Duration::from_secs(60))]).unwrap()
 }
 
+/// Like for like with governor's quota below: a bucket of 1,000,000 refilling 1,000,000 per minute.
 fn one_bucket() -> Policy {
-    Policy::new(vec![Rule::token_bucket("per-ip", "ip:{ip}", 1_000_000, 100_000.0)]).unwrap()
+    Policy::new(vec![Rule::token_bucket("per-ip", "ip:{ip}", 1_000_000, 1_000_000.0 / 60.0)]).unwrap()
 }
 
 fn four_rules() -> Policy {

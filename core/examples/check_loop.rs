@@ -20,7 +20,7 @@ fn main() {
     let n: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let window = Duration::from_secs(60);
     let mut list = match rules {
-        "bucket" => vec![Rule::token_bucket("per-ip", "ip:{ip}", 1_000_000, 100_000.0)],
+        "bucket" => vec![Rule::token_bucket("per-ip", "ip:{ip}", 1_000_000, 1_000_000.0 / 60.0)],
         "fixed" => vec![Rule::fixed_window("per-ip", "ip:{ip}", 1_000_000, window)],
         _ => vec![Rule::sliding_window_log("per-ip", "ip:{ip}", 1_000_000, window)],
     };
