@@ -576,22 +576,24 @@ fn encode(mut outcomes: Vec<throttlegate::Result<throttlegate::Decision>>, names
 }
 
 /// What the limiter's connection settled (see `throttlegate::Wire`):
-/// `[keep, ids, records, errors, next]`: `keep` false when the socket must
-/// be closed, the call ids in the order of `records` and `errors` (as
-/// `BatchOut`), and the milliseconds until the next deadline (-1 when no
-/// call waits).
+/// `[keep, ids, [records, errors], next, output]`: `keep` false when the
+/// socket must be closed, the call ids in the order of `records` and
+/// `errors` (as `BatchOut`), the milliseconds until the next deadline (-1
+/// when no call waits), and the bytes to write now (a call's next command
+/// after NOSCRIPT; `null` when none).
 pub struct WireOut {
     keep: bool,
     ids: Vec<u32>,
     batch: BatchOut,
     next_ms: f64,
+    output: Vec<u8>,
 }
 
 impl WireOut {
-    fn new(keep: bool, done: throttlegate::WireOutcomes, wire: &throttlegate::Wire, names: &fast::NameTable) -> WireOut {
+    fn new(keep: bool, done: throttlegate::WireOutcomes, wire: &mut throttlegate::Wire, names: &fast::NameTable) -> WireOut {
         let (ids, outcomes): (Vec<u32>, Vec<_>) = done.into_iter().unzip();
         let next_ms = wire.next_deadline().map_or(-1.0, |d| d.as_secs_f64() * 1000.0);
-        WireOut { keep, ids, batch: encode(outcomes, names), next_ms }
+        WireOut { keep, ids, batch: encode(outcomes, names), next_ms, output: wire.take_output() }
     }
 }
 
@@ -603,6 +605,7 @@ impl ToNapiValue for WireOut {
             unsafe { Vec::<u32>::to_napi_value(env, val.ids) }?,
             batch,
             unsafe { f64::to_napi_value(env, val.next_ms) }?,
+            unsafe { Option::<Buffer>::to_napi_value(env, (!val.output.is_empty()).then(|| val.output.into())) }?,
         ];
         let mut out = ptr::null_mut();
         napi::check_status!(unsafe { sys::napi_create_array_with_length(env, parts.len(), &mut out) })?;
