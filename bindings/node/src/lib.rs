@@ -605,13 +605,32 @@ impl ToNapiValue for WireOut {
             unsafe { Vec::<u32>::to_napi_value(env, val.ids) }?,
             batch,
             unsafe { f64::to_napi_value(env, val.next_ms) }?,
-            unsafe { Option::<Buffer>::to_napi_value(env, (!val.output.is_empty()).then(|| val.output.into())) }?,
+            unsafe { Bytes::to_napi_value(env, Bytes(val.output)) }?,
         ];
         let mut out = ptr::null_mut();
         napi::check_status!(unsafe { sys::napi_create_array_with_length(env, parts.len(), &mut out) })?;
         for (i, part) in parts.into_iter().enumerate() {
             napi::check_status!(unsafe { sys::napi_set_element(env, out, i as u32, part) })?;
         }
+        Ok(out)
+    }
+}
+
+/// Bytes handed to JavaScript as a `Buffer` of their own (a copy: cheaper
+/// than an external buffer for the few hundred bytes of a tick); `null` when empty.
+pub struct Bytes(Vec<u8>);
+
+impl ToNapiValue for Bytes {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let mut out = ptr::null_mut();
+        if val.0.is_empty() {
+            napi::check_status!(unsafe { sys::napi_get_null(env, &mut out) })?;
+            return Ok(out);
+        }
+        let mut data = ptr::null_mut();
+        napi::check_status!(unsafe {
+            sys::napi_create_buffer_copy(env, val.0.len(), val.0.as_ptr().cast(), &mut data, &mut out)
+        })?;
         Ok(out)
     }
 }
@@ -829,9 +848,8 @@ impl Limiter {
 
     /// The bytes to write on the connection now (`null` when none).
     #[napi(js_name = "_wireOutput", skip_typescript, enumerable = false)]
-    pub fn wire_output(&self) -> Option<Buffer> {
-        let bytes = self.hot.wire.borrow_mut().as_mut()?.take_output();
-        (!bytes.is_empty()).then(|| bytes.into())
+    pub fn wire_output(&self) -> Bytes {
+        Bytes(self.hot.wire.borrow_mut().as_mut().map(|w| w.take_output()).unwrap_or_default())
     }
 
     /// Run `f` on the wire, and return what it settled.
@@ -845,7 +863,7 @@ impl Limiter {
 
     /// Bytes read from the connection: the calls they answer (`WireOut`).
     #[napi(js_name = "_wireReceived", skip_typescript, enumerable = false)]
-    pub fn wire_received(&self, bytes: Buffer) -> Option<WireOut> {
+    pub fn wire_received(&self, bytes: BufferSlice<'_>) -> Option<WireOut> {
         self.on_wire(|w, done| w.received(&bytes, done))
     }
 
