@@ -2,8 +2,10 @@
 //!
 //! The binding converts JavaScript values to the core's types and the core's
 //! results and errors back; every rate-limiting decision is made by the core.
-//! Calls that may touch the network return Promises resolved from napi's Tokio
-//! runtime, so the event loop never waits on Redis.
+//! Calls that may touch the network return Promises, so the event loop never
+//! waits on Redis: `check` and `peek` on one Redis node over a connection
+//! index.js moves on the JavaScript thread (the core's `Wire` makes and
+//! reads the bytes), everything else resolved from napi's Tokio runtime.
 #![deny(missing_docs)]
 // napi-derive expands `#[napi]` items into code that clippy flags; the items
 // themselves are written to pass it.
