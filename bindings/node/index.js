@@ -58,6 +58,8 @@ const NOT_IN_PROCESS = -1;
 const OVERFLOW = -2;
 // What `wireBegin` returns when the call is on its way (answered later by id).
 const SENT = -1;
+// Calls whose commands are written at once, without waiting for the tick's end (see `Link.add`).
+const WRITE_EVERY = 16;
 // How long a connection that could not be made waits before its one more try.
 const RECONNECT_DELAY_MS = 10;
 
@@ -213,14 +215,23 @@ class Link {
     this.waiting = new Map();
     this.nextId = 0;
     this.scheduled = false;
+    // Calls begun since the last write.
+    this.unwritten = 0;
     this.timer = null;
     this.retrying = false;
   }
 
-  /** A call is on its way: write the tick's commands once the tick ends. */
+  /**
+   * A call is on its way: its command goes out with the tick's others when
+   * the tick ends, or at once when WRITE_EVERY are waiting to be written
+   * (so Redis works on the first ones while JavaScript issues the rest).
+   */
   add(resolve, reject, id) {
     this.waiting.set(id, [resolve, reject]);
-    if (!this.scheduled) {
+    this.unwritten += 1;
+    if (this.unwritten >= WRITE_EVERY) {
+      this.write();
+    } else if (!this.scheduled) {
       this.scheduled = true;
       process.nextTick(writeLink, this);
     }
@@ -228,6 +239,7 @@ class Link {
 
   write() {
     this.scheduled = false;
+    this.unwritten = 0;
     if (this.retrying) return;
     if (this.socket === null) this.connect();
     const bytes = wireOutput.call(this.limiter);
