@@ -4,6 +4,9 @@
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 const { Limiter } = require('throttlegate');
 const { startRedis, startRedisAt, startSilentServer, freePort, freshPrefix } = require('./helpers.js');
 
@@ -172,6 +175,23 @@ describe('backend failures', () => {
     } finally {
       await limiter.close();
       await redis.stop();
+    }
+  });
+
+  it('checks over a Unix socket (redis+unix://), with the database the URL names', async () => {
+    const sock = path.join(os.tmpdir(), `tg-${process.pid}-${Date.now()}.sock`);
+    const server = await startRedis(['--unixsocket', sock, '--unixsocketperm', '700']);
+    const limiter = new Limiter(RULES, { url: `redis+unix://${sock}?db=3`, keyPrefix: 'unix:', timeout: 5000, onBackendError: 'error' });
+    try {
+      assert.equal((await limiter.check({ ip: '192.0.2.12' }, { cost: 2 })).remaining, 98);
+      assert.equal((await limiter.peek({ ip: '192.0.2.12' })).remaining, 97);
+      // The state is in database 3, not 0.
+      assert.equal(await server.command(['DBSIZE']), ':0\r\n');
+      assert.notEqual(await server.command(['EVAL', "redis.call('SELECT', 3) return redis.call('DBSIZE')", '0']), ':0\r\n');
+    } finally {
+      await limiter.close();
+      await server.stop();
+      fs.rmSync(sock, { force: true });
     }
   });
 
