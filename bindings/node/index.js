@@ -5,21 +5,28 @@
 // - The embedded backend answers in place: one synchronous native call
 //   writes the decision as numbers into a Float64Array, and the Promise
 //   returned is already resolved.
-// - For Redis, the checks and peeks issued in the same tick are queued on
-//   the native side and run together (their commands pipelined on the
-//   multiplexed connection), in a few chunks each settled by one callback
-//   into JavaScript. Each call still gets its own outcome: its own decision,
-//   or its own error with `code`.
+// - For one Redis node over TCP or a Unix socket, the limiter has a
+//   connection of its own on this thread (`Link`): the core makes each
+//   call's command and reads each reply (`throttlegate::Wire`), this file
+//   only writes the bytes of a tick in one go and hands what the socket
+//   reads back to the core. No thread hand-over: an answer costs one read
+//   of the socket, as with a JavaScript Redis client.
+// - For a cluster or TLS, the checks and peeks issued in the same tick are
+//   queued on the native side and run together (their commands pipelined on
+//   the multiplexed connection), in a few chunks each settled by one
+//   callback into JavaScript. Each call still gets its own outcome: its own
+//   decision, or its own error with `code`.
 // - A decision's headline figures are plain properties; `results`, `headers`
 //   and `problemJson` are made by the core from the decision's numbers the
 //   first time they are read. No decision logic lives here.
 'use strict';
 
 // The addon: a platform package, or a build from a git checkout (native.js).
+const net = require('node:net');
 const native = require('./native.js');
 
 const proto = native.Limiter.prototype;
-const { checkNow, setScratch, enqueue } = native._hotPaths();
+const { checkNow, setScratch, enqueue, wireBegin } = native._hotPaths();
 const handleOf = proto._handle;
 const flushQueued = proto._flush;
 const resultsOf = proto._results;
@@ -27,6 +34,14 @@ const headersOf = proto._headers;
 const problemJsonOf = proto._problemJson;
 const ruleTableOf = proto._ruleTable;
 const overflowOf = proto._overflow;
+const wireAddressOf = proto._wireAddress;
+const wireOutput = proto._wireOutput;
+const wireReceived = proto._wireReceived;
+const wireExpire = proto._wireExpire;
+const wireConnectFailed = proto._wireConnectFailed;
+const wireLost = proto._wireLost;
+const wireClose = proto._wireClose;
+const nativeClose = proto.close;
 // A decision record: HEAD numbers, then PER_RULE numbers per rule result
 // (the core's `throttlegate::record`, whose documentation has the layout).
 const [HEAD, PER_RULE] = native._recordLayout();
@@ -41,6 +56,12 @@ const NOT_IN_PROCESS = -1;
 // What `checkNow` returns when the decision did not fit the scratch buffer
 // (a reload brought more rules): the record is read with `_overflow()`.
 const OVERFLOW = -2;
+// What `wireBegin` returns when the call is on its way (answered later by id).
+const SENT = -1;
+// Calls whose commands are written at once, without waiting for the tick's end (see `Link.add`).
+const WRITE_EVERY = 16;
+// How long a connection that could not be made waits before its one more try.
+const RECONNECT_DELAY_MS = 10;
 
 /**
  * The answer to one check: the most restrictive rule's figures as the
@@ -170,7 +191,159 @@ class Calls {
     this.resolves = [];
     this.rejects = [];
     this.scheduled = false;
+    // The limiter's own connection, when the core has a wire for its backend.
+    const address = this.inProcess ? null : wireAddressOf.call(limiter);
+    this.link = address === null ? null : new Link(limiter, this, address);
   }
+}
+
+/**
+ * A limiter's connection to its Redis node, on this thread. The core says
+ * what to write and what each reply means (`throttlegate::Wire`); this only
+ * moves bytes: the commands of a tick in one write, every read handed back
+ * at once. A connection that cannot be made is tried once more after
+ * RECONNECT_DELAY_MS; a lost one fails the calls sent on it, and the next
+ * call connects anew. The socket holds the event loop only while calls wait.
+ */
+class Link {
+  constructor(limiter, calls, address) {
+    this.limiter = limiter;
+    this.calls = calls;
+    this.address = address;
+    this.socket = null;
+    // id -> [resolve, reject] of each call on its way.
+    this.waiting = new Map();
+    this.nextId = 0;
+    this.scheduled = false;
+    // Calls begun since the last write.
+    this.unwritten = 0;
+    this.timer = null;
+    this.retrying = false;
+  }
+
+  /**
+   * A call is on its way: its command goes out with the tick's others when
+   * the tick ends, or at once when WRITE_EVERY are waiting to be written
+   * (so Redis works on the first ones while JavaScript issues the rest).
+   */
+  add(resolve, reject, id) {
+    this.waiting.set(id, [resolve, reject]);
+    this.unwritten += 1;
+    if (this.unwritten >= WRITE_EVERY) {
+      this.write();
+    } else if (!this.scheduled) {
+      this.scheduled = true;
+      process.nextTick(writeLink, this);
+    }
+  }
+
+  write() {
+    this.scheduled = false;
+    this.unwritten = 0;
+    if (this.retrying) return;
+    if (this.socket === null) this.connect();
+    const bytes = wireOutput.call(this.limiter);
+    if (bytes !== null) this.socket.write(bytes);
+    if (this.waiting.size > 0) {
+      this.socket.ref();
+      this.arm(this.address.timeoutMs);
+    }
+  }
+
+  connect() {
+    const a = this.address;
+    const socket = a.path !== undefined ? net.connect(a.path) : net.connect(a.port, a.host);
+    socket.setNoDelay(true);
+    this.socket = socket;
+    let opened = false;
+    let failure = null;
+    socket.on('connect', () => {
+      opened = true;
+    });
+    socket.on('data', (chunk) => {
+      if (this.socket === socket) this.settle(wireReceived.call(this.limiter, chunk));
+    });
+    socket.on('error', (err) => {
+      failure = err;
+    });
+    socket.on('close', () => {
+      if (this.socket !== socket) return;
+      this.socket = null;
+      const errno = failure !== null && typeof failure.errno === 'number' ? failure.errno : undefined;
+      if (!opened && !this.retried) {
+        // Nothing reached the server: write it all again on one more try.
+        this.retried = true;
+        this.retrying = true;
+        wireConnectFailed.call(this.limiter);
+        setTimeout(() => {
+          this.retrying = false;
+          this.write();
+        }, RECONNECT_DELAY_MS);
+        return;
+      }
+      this.retried = false;
+      this.settle(wireLost.call(this.limiter, errno));
+    });
+    socket.once('data', () => {
+      this.retried = false;
+    });
+  }
+
+  /**
+   * Wake in `ms` for the next deadline, unless a wake-up is set already (it
+   * is then earlier: calls are sent in order). The timer never holds the
+   * event loop; the socket does while calls wait.
+   */
+  arm(ms) {
+    if (this.timer !== null) return;
+    this.timer = setTimeout(expireLink, Math.max(1, Math.ceil(ms)), this);
+    this.timer.unref();
+  }
+
+  /** Settle what the core settled: `[keep, ids, [records, errors], nextMs, output]`. */
+  settle(out) {
+    const [keep, ids, [records, errors], , output] = out;
+    if (!keep) this.drop();
+    else if (output !== null && this.socket !== null) this.socket.write(output);
+    let offset = 0;
+    for (let i = 0; i < ids.length; i++) {
+      const call = this.waiting.get(ids[i]);
+      this.waiting.delete(ids[i]);
+      const n = records[offset];
+      if (n < 0) {
+        call[1](errors[i]);
+        offset += 1;
+      } else {
+        call[0](new Decision(this.limiter, records, offset, this.calls));
+        offset += HEAD + PER_RULE * n;
+      }
+    }
+    if (this.waiting.size === 0 && this.socket !== null) this.socket.unref();
+  }
+
+  /** Close the socket without waiting for its events. */
+  drop() {
+    const socket = this.socket;
+    this.socket = null;
+    if (socket !== null) socket.destroy();
+  }
+
+  close() {
+    this.settle(wireClose.call(this.limiter));
+    this.drop();
+  }
+}
+
+function writeLink(link) {
+  link.write();
+}
+
+function expireLink(link) {
+  link.timer = null;
+  if (link.waiting.size === 0) return;
+  const out = wireExpire.call(link.limiter);
+  link.settle(out);
+  if (out[3] >= 0) link.arm(out[3]);
 }
 
 const kCalls = Symbol('throttlegate.calls');
@@ -229,6 +402,30 @@ function answerNow(limiter, calls, attributes, options, peek) {
   if (status === NOT_IN_PROCESS) {
     calls.inProcess = false;
     return queue(limiter, calls, attributes, options, peek);
+  }
+  if (status === OVERFLOW) {
+    const record = overflowOf.call(limiter);
+    calls.scratch = new Float64Array(record.length);
+    setScratch(calls.handle, calls.scratch);
+    return Promise.resolve(new Decision(limiter, record, 0, calls));
+  }
+  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls));
+}
+
+/** A call on the limiter's own connection (`Link`). */
+function send(limiter, calls, attributes, options, peek) {
+  const link = calls.link;
+  const id = link.nextId;
+  link.nextId = (id + 1) | 0;
+  let status;
+  try {
+    const text = pack(attributes);
+    status = wireBegin(calls.handle, attributes, text, flagsOf(options, peek), options, id >>> 0);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  if (status === SENT) {
+    return new Promise((resolve, reject) => link.add(resolve, reject, id >>> 0));
   }
   if (status === OVERFLOW) {
     const record = overflowOf.call(limiter);
@@ -312,7 +509,9 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
     const calls = callsOf(this);
     const answer = calls.inProcess
       ? answerNow(this, calls, attributes, options, false)
-      : queue(this, calls, attributes, options, false);
+      : calls.link !== null
+        ? send(this, calls, attributes, options, false)
+        : queue(this, calls, attributes, options, false);
     if (options !== undefined && options !== null && options.callId != null) {
       return answer.then(settleable(attributes, options));
     }
@@ -338,7 +537,18 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
     const calls = callsOf(this);
     return calls.inProcess
       ? answerNow(this, calls, attributes, options, true)
-      : queue(this, calls, attributes, options, true);
+      : calls.link !== null
+        ? send(this, calls, attributes, options, true)
+        : queue(this, calls, attributes, options, true);
+  };
+
+  // Closing fails the calls waiting on the limiter's own connection with
+  // code `closed`, as it does those queued for the native side.
+  proto.close = function close() {
+    const promise = nativeClose.call(this);
+    const calls = this[kCalls];
+    if (calls !== undefined && calls.link !== null) calls.link.close();
+    return promise;
   };
 }
 

@@ -60,6 +60,7 @@ pub use limiter::{
     LimiterOption, LimiterOptions, Metrics, ReloadStatus, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS,
     METRICS_CONTENT_TYPE, RELOAD_POLL_INTERVAL,
 };
+pub use limiter::{Wire, WireAddress, WireOutcomes};
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use policy::tiers::{Block, Override, TierLimit, Tiers, MAX_BLOCK_FACTOR};

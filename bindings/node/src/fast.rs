@@ -36,6 +36,10 @@ pub(crate) struct Hot {
     pub overflow: RefCell<Vec<f64>>,
     /// The rule numbers decision records use.
     pub names: Arc<NameTable>,
+    /// The limiter's calls on its own connection to Redis, moved by
+    /// index.js on the JavaScript thread (`None` until `_wireAddress`, and
+    /// for backends the core has no [`throttlegate::Wire`] for).
+    pub wire: RefCell<Option<throttlegate::Wire>>,
 }
 
 impl Hot {
@@ -50,6 +54,7 @@ impl Hot {
             }),
             overflow: RefCell::new(Vec::new()),
             names,
+            wire: RefCell::new(None),
         }
     }
 }
@@ -341,31 +346,67 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
     attrs.recycle();
     let status = match answer {
         None => -1,
-        Some(answer) => {
-            let mut d = answer?;
-            a.hot.names.renumber(&mut d);
-            let scratch = a.hot.scratch.get();
-            let len = record::len(&d);
-            if len > scratch.len {
-                let mut overflow = a.hot.overflow.borrow_mut();
-                overflow.clear();
-                overflow.resize(len, 0.0);
-                record::write(&mut overflow, &d);
-                return status_value(env, OVERFLOW);
-            }
-            // SAFETY: a live Float64Array of `scratch.len` numbers (see
-            // `Scratch`), not read by JavaScript while this runs.
-            let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, len) };
-            record::write(out, &d);
-            0
-        }
+        Some(answer) => write_scratch(&a.hot, answer?),
     };
-    let mut out = ptr::null_mut();
-    check!(
-        sys::napi_create_int32(env, status, &mut out),
-        "cannot return the status"
-    );
-    Ok(out)
+    status_value(env, status)
+}
+
+/// Write a decision answered in place to the scratch buffer: 0, or
+/// `OVERFLOW` when it went to `Hot::overflow` instead.
+fn write_scratch(hot: &Hot, mut d: throttlegate::Decision) -> i32 {
+    hot.names.renumber(&mut d);
+    let scratch = hot.scratch.get();
+    let len = record::len(&d);
+    if len > scratch.len {
+        let mut overflow = hot.overflow.borrow_mut();
+        overflow.clear();
+        overflow.resize(len, 0.0);
+        record::write(&mut overflow, &d);
+        return OVERFLOW;
+    }
+    // SAFETY: a live Float64Array of `scratch.len` numbers (see
+    // `Scratch`), not read by JavaScript while this runs.
+    let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, len) };
+    record::write(out, &d);
+    0
+}
+
+/// What `wireBegin` returns when the limiter has no wire (use `enqueue`).
+const NO_WIRE: i32 = -3;
+
+/// `wireBegin(handle, attributes, packed, flags, options, id)`: start a
+/// check (or a peek) on the limiter's own connection (`Hot::wire`): -1 when
+/// its command is queued for `_wireOutput` and its answer will come under
+/// `id`; 0 (or `OVERFLOW`) when it was answered at once, as `checkNow`
+/// answers; `NO_WIRE` when the limiter has none. Bad arguments are thrown,
+/// with `code`.
+fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let (argc, argv) = call_args::<6>(env, info)?;
+    if argc < 6 {
+        return Err(internal("too few arguments"));
+    }
+    let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
+    let id = u32_arg(env, argv[5], "cannot read the call id")?;
+    let a = Args {
+        hot: hot_of(env, argv[0])?,
+        env: Env::from_raw(env),
+        argv: [argv[0], argv[1], argv[2], argv[3], argv[4]],
+        peek: flags & 1 != 0,
+        has_options: flags & 2 != 0,
+        pairs: (flags >> 2) as usize,
+    };
+    let attrs = a.attributes()?;
+    let opts = a.options()?;
+    let answer = match &mut *a.hot.wire.borrow_mut() {
+        None => return status_value(env, NO_WIRE),
+        Some(wire) => wire.begin(id, &attrs, &opts, a.peek),
+    };
+    attrs.recycle();
+    let status = match answer {
+        None => -1,
+        Some(answer) => write_scratch(&a.hot, answer?),
+    };
+    status_value(env, status)
 }
 
 /// What `checkNow` returns when the record is in `Hot::overflow`.
@@ -460,6 +501,13 @@ unsafe extern "C" fn set_scratch_cb(
     unsafe { callback(env, info, set_scratch) }
 }
 
+unsafe extern "C" fn wire_begin_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { callback(env, info, wire_begin) }
+}
+
 unsafe extern "C" fn enqueue_cb(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -467,14 +515,15 @@ unsafe extern "C" fn enqueue_cb(
     unsafe { callback(env, info, enqueue) }
 }
 
-/// `{ checkNow, setScratch, enqueue }`, the fast paths as JavaScript functions.
+/// `{ checkNow, setScratch, enqueue, wireBegin }`, the fast paths as JavaScript functions.
 pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
-    let entries: [(&std::ffi::CStr, sys::napi_callback); 3] = [
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 4] = [
         (c"checkNow", Some(check_now_cb)),
         (c"setScratch", Some(set_scratch_cb)),
         (c"enqueue", Some(enqueue_cb)),
+        (c"wireBegin", Some(wire_begin_cb)),
     ];
     for (name, cb) in entries {
         let mut f = ptr::null_mut();

@@ -2,8 +2,10 @@
 //!
 //! The binding converts JavaScript values to the core's types and the core's
 //! results and errors back; every rate-limiting decision is made by the core.
-//! Calls that may touch the network return Promises resolved from napi's Tokio
-//! runtime, so the event loop never waits on Redis.
+//! Calls that may touch the network return Promises, so the event loop never
+//! waits on Redis: `check` and `peek` on one Redis node over a connection
+//! index.js moves on the JavaScript thread (the core's `Wire` makes and
+//! reads the bytes), everything else resolved from napi's Tokio runtime.
 #![deny(missing_docs)]
 // napi-derive expands `#[napi]` items into code that clippy flags; the items
 // themselves are written to pass it.
@@ -575,6 +577,75 @@ fn encode(mut outcomes: Vec<throttlegate::Result<throttlegate::Decision>>, names
     BatchOut { records, errors }
 }
 
+/// What the limiter's connection settled (see `throttlegate::Wire`):
+/// `[keep, ids, [records, errors], next, output]`: `keep` false when the
+/// socket must be closed, the call ids in the order of `records` and
+/// `errors` (as `BatchOut`), the milliseconds until the next deadline (-1
+/// when no call waits), and the bytes to write now (a call's next command
+/// after NOSCRIPT; `null` when none).
+pub struct WireOut {
+    keep: bool,
+    ids: Vec<u32>,
+    batch: BatchOut,
+    next_ms: f64,
+    output: Vec<u8>,
+}
+
+impl WireOut {
+    fn new(keep: bool, done: throttlegate::WireOutcomes, wire: &mut throttlegate::Wire, names: &fast::NameTable) -> WireOut {
+        let (ids, outcomes): (Vec<u32>, Vec<_>) = done.into_iter().unzip();
+        let next_ms = wire.next_deadline().map_or(-1.0, |d| d.as_secs_f64() * 1000.0);
+        WireOut { keep, ids, batch: encode(outcomes, names), next_ms, output: wire.take_output() }
+    }
+}
+
+impl ToNapiValue for WireOut {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let batch = unsafe { BatchOut::to_napi_value(env, val.batch) }?;
+        let parts = [
+            unsafe { bool::to_napi_value(env, val.keep) }?,
+            unsafe { Vec::<u32>::to_napi_value(env, val.ids) }?,
+            batch,
+            unsafe { f64::to_napi_value(env, val.next_ms) }?,
+            unsafe { Bytes::to_napi_value(env, Bytes(val.output)) }?,
+        ];
+        let mut out = ptr::null_mut();
+        napi::check_status!(unsafe { sys::napi_create_array_with_length(env, parts.len(), &mut out) })?;
+        for (i, part) in parts.into_iter().enumerate() {
+            napi::check_status!(unsafe { sys::napi_set_element(env, out, i as u32, part) })?;
+        }
+        Ok(out)
+    }
+}
+
+/// Bytes handed to JavaScript as a `Buffer` of their own (a copy: cheaper
+/// than an external buffer for the few hundred bytes of a tick); `null` when empty.
+pub struct Bytes(Vec<u8>);
+
+impl ToNapiValue for Bytes {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        let mut out = ptr::null_mut();
+        if val.0.is_empty() {
+            napi::check_status!(unsafe { sys::napi_get_null(env, &mut out) })?;
+            return Ok(out);
+        }
+        let mut data = ptr::null_mut();
+        napi::check_status!(unsafe {
+            sys::napi_create_buffer_copy(env, val.0.len(), val.0.as_ptr().cast(), &mut data, &mut out)
+        })?;
+        Ok(out)
+    }
+}
+
+/// An I/O failure reported by Node's socket: its `errno` (negative, as libuv
+/// gives it), or the server closing the connection.
+fn socket_error(errno: Option<i32>) -> std::io::Error {
+    match errno {
+        Some(n) if n < 0 => std::io::Error::from_raw_os_error(-n),
+        _ => std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the connection was closed by the server"),
+    }
+}
+
 /// The record layout index.js reads: numbers before the per-rule results, numbers per rule.
 #[napi(js_name = "_recordLayout", skip_typescript)]
 pub fn record_layout() -> Vec<u32> {
@@ -755,6 +826,81 @@ impl Limiter {
             env,
             async move { Ok(encode(limiter.check_batch(&calls).await, &names)) },
         )
+    }
+
+    /// Where this limiter's own connection goes, `{ host, port }` or
+    /// `{ path }`, and `timeoutMs`; `null` when the core has no wire for its
+    /// backend (a cluster, TLS, the embedded backend): calls then go through
+    /// `_flush`. Makes the wire on first call.
+    #[napi(js_name = "_wireAddress", skip_typescript, enumerable = false)]
+    pub fn wire_address(&self) -> Option<serde_json::Value> {
+        let mut slot = self.hot.wire.borrow_mut();
+        if slot.is_none() {
+            *slot = self.inner.wire();
+        }
+        let wire = slot.as_ref()?;
+        let timeout_ms = wire.timeout().as_secs_f64() * 1000.0;
+        Some(match wire.address() {
+            throttlegate::WireAddress::Tcp { host, port } => {
+                serde_json::json!({ "host": host, "port": port, "timeoutMs": timeout_ms })
+            }
+            throttlegate::WireAddress::Unix(path) => serde_json::json!({ "path": path, "timeoutMs": timeout_ms }),
+        })
+    }
+
+    /// The bytes to write on the connection now (`null` when none).
+    #[napi(js_name = "_wireOutput", skip_typescript, enumerable = false)]
+    pub fn wire_output(&self) -> Bytes {
+        Bytes(self.hot.wire.borrow_mut().as_mut().map(|w| w.take_output()).unwrap_or_default())
+    }
+
+    /// Run `f` on the wire, and return what it settled.
+    fn on_wire(&self, f: impl FnOnce(&mut throttlegate::Wire, &mut throttlegate::WireOutcomes) -> bool) -> Option<WireOut> {
+        let mut slot = self.hot.wire.borrow_mut();
+        let wire = slot.as_mut()?;
+        let mut done = Vec::new();
+        let keep = f(wire, &mut done);
+        Some(WireOut::new(keep, done, wire, &self.names))
+    }
+
+    /// Bytes read from the connection: the calls they answer (`WireOut`).
+    #[napi(js_name = "_wireReceived", skip_typescript, enumerable = false)]
+    pub fn wire_received(&self, bytes: BufferSlice<'_>) -> Option<WireOut> {
+        self.on_wire(|w, done| w.received(&bytes, done))
+    }
+
+    /// The calls past their deadline, settled with the timeout error (`WireOut`).
+    #[napi(js_name = "_wireExpire", skip_typescript, enumerable = false)]
+    pub fn wire_expire(&self) -> Option<WireOut> {
+        self.on_wire(|w, done| w.expire(done))
+    }
+
+    /// The connection could not be made: what was written on it is written
+    /// again on the next attempt.
+    #[napi(js_name = "_wireConnectFailed", skip_typescript, enumerable = false)]
+    pub fn wire_connect_failed(&self) {
+        if let Some(w) = self.hot.wire.borrow_mut().as_mut() {
+            w.connect_failed();
+        }
+    }
+
+    /// The connection is gone (`errno` from Node, or none when the server
+    /// closed it): its calls fail with that error (`WireOut`).
+    #[napi(js_name = "_wireLost", skip_typescript, enumerable = false)]
+    pub fn wire_lost(&self, errno: Option<i32>) -> Option<WireOut> {
+        self.on_wire(|w, done| {
+            w.lost(socket_error(errno), done);
+            false
+        })
+    }
+
+    /// The limiter is closing: the calls still waiting fail with `closed` (`WireOut`).
+    #[napi(js_name = "_wireClose", skip_typescript, enumerable = false)]
+    pub fn wire_close(&self) -> Option<WireOut> {
+        self.on_wire(|w, done| {
+            w.close(done);
+            false
+        })
     }
 
     /// The decision of a record, as the core built it.

@@ -62,34 +62,45 @@ async function startRedis(extraArgs = []) {
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = await freePort();
     const extra = typeof extraArgs === 'function' ? await extraArgs(port) : extraArgs;
-    const child = spawn(
-      REDIS_SERVER,
-      ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
-    let exited = false;
-    child.once('exit', () => {
-      exited = true;
-    });
-    for (let i = 0; i < 200 && !exited; i++) {
-      try {
-        if ((await redisCommand(port, ['PING'])).startsWith('+PONG')) {
-          const stop = () =>
-            new Promise((resolve) => {
-              if (exited) return resolve();
-              child.once('exit', () => resolve());
-              child.kill('SIGKILL');
-            });
-          return { port, url: `redis://127.0.0.1:${port}`, stop, command: (args) => redisCommand(port, args) };
-        }
-      } catch {
-        // not listening yet
-      }
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    child.kill('SIGKILL');
+    const server = await startRedisAt(port, extra);
+    if (server !== null) return server;
   }
   throw new Error(`could not start ${REDIS_SERVER}`);
+}
+
+/**
+ * Start a redis-server on `port` (as `startRedis` does; for a restart on the
+ * port a stopped server had). Resolves to `{ port, url, pid, stop(), command() }`,
+ * or `null` if it did not come up.
+ */
+async function startRedisAt(port, extra = []) {
+  const child = spawn(
+    REDIS_SERVER,
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extra],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  let exited = false;
+  child.once('exit', () => {
+    exited = true;
+  });
+  for (let i = 0; i < 200 && !exited; i++) {
+    try {
+      if ((await redisCommand(port, ['PING'])).startsWith('+PONG')) {
+        const stop = () =>
+          new Promise((resolve) => {
+            if (exited) return resolve();
+            child.once('exit', () => resolve());
+            child.kill('SIGKILL');
+          });
+        return { port, url: `redis://127.0.0.1:${port}`, pid: child.pid, stop, command: (args) => redisCommand(port, args) };
+      }
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  child.kill('SIGKILL');
+  return null;
 }
 
 /**
@@ -226,6 +237,7 @@ function freshPrefix(tag = 't') {
 }
 
 module.exports = {
+  startRedisAt,
   freePort,
   startRedis,
   startCluster,

@@ -4,8 +4,11 @@
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 const { Limiter } = require('throttlegate');
-const { startRedis, startSilentServer, freePort, freshPrefix } = require('./helpers.js');
+const { startRedis, startRedisAt, startSilentServer, freePort, freshPrefix } = require('./helpers.js');
 
 const RULES = { rules: [{ name: 'per-ip', key: 'ip:{ip}', limit: 100, window: '1h' }] };
 
@@ -156,6 +159,81 @@ describe('backend failures', () => {
     });
     await assert.rejects(error.ping(), { code: 'timeout' });
     await Promise.all([allow.close(), deny.close(), error.close()]);
+  });
+
+  // The limiter's own connection (the core's Wire, moved on this thread):
+  // NOSCRIPT, a paused server and a restarted one.
+  it('loads the script again after SCRIPT FLUSH, for every call of a tick', async () => {
+    const redis = await startRedis();
+    const limiter = new Limiter(RULES, { url: redis.url, keyPrefix: freshPrefix('f'), timeout: 5000, onBackendError: 'error' });
+    try {
+      assert.equal((await limiter.check({ ip: '192.0.2.9' })).remaining, 99);
+      assert.equal(await redis.command(['SCRIPT', 'FLUSH']), '+OK\r\n');
+      const tick = await Promise.all([limiter.check({ ip: '192.0.2.9' }), limiter.peek({ ip: '192.0.2.9' }), limiter.check({ ip: '192.0.2.9' })]);
+      assert.deepEqual(tick.map((d) => d.remaining), [98, 97, 97]);
+      assert.equal((await limiter.check({ ip: '192.0.2.9' }, { cost: 2 })).remaining, 95);
+    } finally {
+      await limiter.close();
+      await redis.stop();
+    }
+  });
+
+  it('checks over a Unix socket (redis+unix://), with the database the URL names', async () => {
+    const sock = path.join(os.tmpdir(), `tg-${process.pid}-${Date.now()}.sock`);
+    const server = await startRedis(['--unixsocket', sock, '--unixsocketperm', '700']);
+    const limiter = new Limiter(RULES, { url: `redis+unix://${sock}?db=3`, keyPrefix: 'unix:', timeout: 5000, onBackendError: 'error' });
+    try {
+      assert.equal((await limiter.check({ ip: '192.0.2.12' }, { cost: 2 })).remaining, 98);
+      assert.equal((await limiter.peek({ ip: '192.0.2.12' })).remaining, 97);
+      // The state is in database 3, not 0.
+      assert.equal(await server.command(['DBSIZE']), ':0\r\n');
+      assert.notEqual(await server.command(['EVAL', "redis.call('SELECT', 3) return redis.call('DBSIZE')", '0']), ':0\r\n');
+    } finally {
+      await limiter.close();
+      await server.stop();
+      fs.rmSync(sock, { force: true });
+    }
+  });
+
+  it('times out while Redis is paused, and answers again once it resumes', async () => {
+    const paused = await startRedis();
+    const limiter = new Limiter(RULES, { url: paused.url, keyPrefix: freshPrefix('p'), timeout: 200, onBackendError: 'error' });
+    try {
+      assert.equal((await limiter.check({ ip: '192.0.2.10' })).remaining, 99);
+      process.kill(paused.pid, 'SIGSTOP');
+      const late = await Promise.allSettled([limiter.check({ ip: '192.0.2.10' }), limiter.check({ ip: '192.0.2.10' })]);
+      assert.deepEqual(late.map((r) => r.reason && r.reason.code), ['timeout', 'timeout']);
+      assert.match(late[0].reason.message, /200 ms/);
+      process.kill(paused.pid, 'SIGCONT');
+      // The calls that timed out may still have been applied once Redis resumed.
+      const d = await limiter.check({ ip: '192.0.2.10' });
+      assert.equal(d.allowed, true);
+      assert.ok([96, 97, 98].includes(d.remaining), `remaining ${d.remaining}`);
+      assert.equal(limiter.stats().timeouts, 2);
+    } finally {
+      process.kill(paused.pid, 'SIGCONT');
+      await limiter.close();
+      await paused.stop();
+    }
+  });
+
+  it('reconnects after Redis restarts, failing only the calls it could not send', async () => {
+    let server = await startRedis();
+    const port = server.port;
+    const limiter = new Limiter(RULES, { url: server.url, keyPrefix: freshPrefix('r'), timeout: 2000, onBackendError: 'error' });
+    try {
+      assert.equal((await limiter.check({ ip: '192.0.2.11' })).remaining, 99);
+      await server.stop();
+      await assert.rejects(limiter.check({ ip: '192.0.2.11' }), { code: 'backend_unavailable' });
+      server = await startRedisAt(port);
+      assert.ok(server, 'redis-server came back on its port');
+      // A new server: no state, no script loaded.
+      assert.equal((await limiter.check({ ip: '192.0.2.11' })).remaining, 99);
+      assert.equal((await limiter.check({ ip: '192.0.2.11' })).remaining, 98);
+    } finally {
+      await limiter.close();
+      if (server) await server.stop();
+    }
   });
 
   it('reports an unreachable Redis as backend_unavailable', async () => {

@@ -167,6 +167,14 @@ impl Connection {
         }
     }
 
+    /// The one Redis node of this backend (`None` for a cluster, or once closed).
+    pub(crate) fn redis_node(&self) -> Option<RedisBackend> {
+        match self.get().ok()? {
+            Remote::Redis(r) => Some(r),
+            Remote::Cluster(_) => None,
+        }
+    }
+
     /// Decide `plan` over the network, within the timeout.
     pub async fn eval(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let remote = self.get()?;

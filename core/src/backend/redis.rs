@@ -115,6 +115,13 @@ impl RedisBackend {
         parse_reply(&reply, plan.keys.len(), &ext)
     }
 
+    /// The client (its URL's address and settings), the script's SHA1 and
+    /// the timeout: what a front end that moves the bytes itself needs
+    /// ([`crate::Wire`]).
+    pub(crate) fn parts(&self) -> (&redis::Client, &str, Duration) {
+        (&self.0.client, &self.0.sha, self.0.timeout)
+    }
+
     /// Run one command.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let mut conn = self.conn()?;

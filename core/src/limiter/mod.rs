@@ -12,6 +12,7 @@ mod options;
 mod reload;
 mod settle;
 mod stats;
+mod wire;
 pub(crate) mod overrides;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
@@ -21,6 +22,7 @@ pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
 pub use metrics::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use settle::{acquire_timeout, actual_cost};
 pub use stats::Stats;
+pub use wire::{Wire, WireAddress, WireOutcomes};
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
