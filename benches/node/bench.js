@@ -30,13 +30,12 @@
 // limiter separately.
 'use strict';
 
-const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const { Limiter } = require('throttlegate');
 const { RateLimiterRedis, RateLimiterMemory, RateLimiterUnion } = require('rate-limiter-flexible');
 const Redis = require('ioredis');
-const { startRedis, redisCommand } = require(path.join(__dirname, '..', '..', 'bindings', 'node', 'test', 'helpers.js'));
+const { startRedis, pinToCpus } = require(path.join(__dirname, '..', '..', 'bindings', 'node', 'test', 'helpers.js'));
 
 const CLIENTS = 10_000;
 const LIMIT = 1000;
@@ -165,19 +164,6 @@ function flexibleCall(limiters) {
   return (i) => target.consume(KEYS[i % CLIENTS], 1);
 }
 
-/** Pin the Redis server to CPU 0 and this process to CPU 1, as the issue's setup does. */
-async function pin(redis) {
-  try {
-    const info = await redisCommand(redis.port, ['INFO', 'server']);
-    const pid = /process_id:(\d+)/.exec(info)[1];
-    execFileSync('taskset', ['-pc', '0', pid], { stdio: 'ignore' });
-    execFileSync('taskset', ['-apc', '1', String(process.pid)], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 async function main() {
   let redis = null;
   let url = ARGS.redisUrl;
@@ -185,7 +171,7 @@ async function main() {
   if (!url && ARGS.backends.includes('redis')) {
     redis = await startRedis();
     url = redis.url;
-    pinned = await pin(redis);
+    pinned = await pinToCpus(redis);
   }
   const client = url ? new Redis(url, { enableOfflineQueue: true, lazyConnect: false }) : null;
   const tag = `bench:${process.pid}:${Date.now()}`;

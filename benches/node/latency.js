@@ -47,14 +47,13 @@
 //   rows: [{ load, rate, library, samples, seconds, p50_us, p99_us, p999_us, max_us, achieved, maxInFlight }] }.
 'use strict';
 
-const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const { Worker } = require('node:worker_threads');
 const { Limiter } = require('throttlegate');
 const { RateLimiterRedis } = require('rate-limiter-flexible');
 const Redis = require('ioredis');
-const { startRedis, redisCommand } = require(path.join(__dirname, '..', '..', 'bindings', 'node', 'test', 'helpers.js'));
+const { startRedis, pinToCpus } = require(path.join(__dirname, '..', '..', 'bindings', 'node', 'test', 'helpers.js'));
 
 const CLIENTS = 10_000;
 const LIMIT = 1000;
@@ -201,19 +200,6 @@ function percentile(sorted, q) {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
 }
 
-/** Pin the Redis server to CPU 0 and this process to CPU 1. */
-async function pin(redis) {
-  try {
-    const info = await redisCommand(redis.port, ['INFO', 'server']);
-    const pid = /process_id:(\d+)/.exec(info)[1];
-    execFileSync('taskset', ['-pc', '0', pid], { stdio: 'ignore' });
-    execFileSync('taskset', ['-apc', '1', String(process.pid)], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 async function main() {
   let redis = null;
   let url = ARGS.redisUrl;
@@ -221,7 +207,7 @@ async function main() {
   if (!url) {
     redis = await startRedis();
     url = redis.url;
-    pinned = await pin(redis);
+    pinned = await pinToCpus(redis);
   }
   const client = new Redis(url, { enableOfflineQueue: true, lazyConnect: false });
   const tag = `latency:${process.pid}:${Date.now()}`;

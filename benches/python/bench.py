@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -106,6 +107,24 @@ def start_redis(pin: bool) -> tuple[subprocess.Popen[bytes], str, str]:
             time.sleep(0.05)
     return proc, f"redis://127.0.0.1:{port}/0", workdir
 
+
+@contextlib.contextmanager
+def redis_for(url: str | None, no_pin: bool):
+    """The Redis to measure, as `(url, pinned)`: `url` itself, or else a
+    private redis-server (pinned to one core, this process to another, when
+    it can be and `no_pin` is false), stopped on exit."""
+    pinned = url is None and not no_pin and can_pin()
+    proc = workdir = None
+    if url is None:
+        proc, url, workdir = start_redis(pinned)
+    try:
+        yield url, pinned
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 def client_attrs(rules: int) -> list[dict[str, str]]:
     """One attribute dict per client, each rule's attribute distinct per client."""
@@ -328,21 +347,9 @@ def main() -> None:
     rule_counts = [int(x) for x in args.rules.split(",")]
     if not rule_counts or any(x not in (1, 4) for x in rule_counts):
         parser.error(f"--rules: expected a comma-separated list of 1 and 4, got {args.rules!r}")
-    proc = None
-    workdir = None
-    url = args.url
-    pinned = url is None and not args.no_pin and can_pin()
     load_at_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if url is None:
-        proc, url, workdir = start_redis(pinned)
-    try:
+    with redis_for(args.url, args.no_pin) as (url, pinned):
         rows = redis_rows(url, args.calls, args.repeat, rule_counts)
-    finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
     embedded = [] if args.no_embedded else embedded_rows(args.embedded_checks, args.repeat)
 
     hiredis = "with hiredis" if redis.utils.HIREDIS_AVAILABLE else "WITHOUT hiredis"

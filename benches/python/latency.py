@@ -75,7 +75,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -91,7 +90,7 @@ import redis.utils
 
 import throttlegate
 # bench.py, beside this file (the script's folder comes first on sys.path): the same scenario and server.
-from bench import KEYS, LIMIT, can_pin, client_attrs, start_redis
+from bench import KEYS, LIMIT, client_attrs, redis_for
 
 OURS = "throttlegate"
 THEIRS = "limits"
@@ -316,20 +315,8 @@ def main() -> None:
         parser.error(f"--samples: expected at least 1000, got {args.samples}")
     if not args.seconds > 0:
         parser.error(f"--seconds: expected a positive number, got {args.seconds}")
-    proc = None
-    workdir = None
-    url = args.url
-    pinned = url is None and not args.no_pin and can_pin()
-    if url is None:
-        proc, url, workdir = start_redis(pinned)
-    try:
+    with redis_for(args.url, args.no_pin) as (url, pinned):
         saturation, rows = asyncio.run(measure(url, args.seconds, args.samples, loads, args.max_in_flight))
-    finally:
-        if proc is not None:
-            proc.kill()
-            proc.wait()
-        if workdir is not None:
-            shutil.rmtree(workdir, ignore_errors=True)
     base = min(saturation.values())
     hiredis = "with hiredis" if redis.utils.HIREDIS_AVAILABLE else "WITHOUT hiredis"
     print(f"throttlegate {throttlegate.__version__} (check_async) vs limits {limits.__version__} (asyncio "

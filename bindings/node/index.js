@@ -403,6 +403,14 @@ function answerNow(limiter, calls, attributes, options, peek) {
     calls.inProcess = false;
     return queue(limiter, calls, attributes, options, peek);
   }
+  return answered(limiter, calls, status);
+}
+
+/**
+ * The decision the native side wrote in place (to the scratch buffer, or
+ * for `OVERFLOW` one too long for it, which also grows the buffer).
+ */
+function answered(limiter, calls, status) {
   if (status === OVERFLOW) {
     const record = overflowOf.call(limiter);
     calls.scratch = new Float64Array(record.length);
@@ -427,13 +435,7 @@ function send(limiter, calls, attributes, options, peek) {
   if (status === SENT) {
     return new Promise((resolve, reject) => link.add(resolve, reject, id >>> 0));
   }
-  if (status === OVERFLOW) {
-    const record = overflowOf.call(limiter);
-    calls.scratch = new Float64Array(record.length);
-    setScratch(calls.handle, calls.scratch);
-    return Promise.resolve(new Decision(limiter, record, 0, calls));
-  }
-  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls));
+  return answered(limiter, calls, status);
 }
 
 function queue(limiter, calls, attributes, options, peek) {

@@ -236,7 +236,24 @@ function freshPrefix(tag = 't') {
   return `tgnode:${process.pid}:${tag}:${prefixes}:`;
 }
 
+/**
+ * Pin a Redis server started here to CPU 0 and this process to CPU 1 (the
+ * benchmarks' setup); false when `taskset` cannot.
+ */
+async function pinToCpus(redis) {
+  try {
+    const info = await redisCommand(redis.port, ['INFO', 'server']);
+    const pid = /process_id:(\d+)/.exec(info)[1];
+    execFileSync('taskset', ['-pc', '0', pid], { stdio: 'ignore' });
+    execFileSync('taskset', ['-apc', '1', String(process.pid)], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 module.exports = {
+  pinToCpus,
   startRedisAt,
   freePort,
   startRedis,

@@ -108,7 +108,7 @@ struct Flight {
     g: Arc<Generation>,
     keys: SmallVec<[String; 4]>,
     rules: SmallVec<[(usize, Option<usize>); 4]>,
-    ext: SmallVec<[PlanExt<String>; 2]>,
+    ext: Vec<PlanExt<String>>,
     cost: u64,
     call_id: Option<String>,
     /// The call id sent: the caller's, or a random one.
