@@ -214,14 +214,17 @@ for d in "${path_dirs[@]}"; do
   if [ -z "$d" ] || [ -e "$d/cargo" ] || [ -e "$d/rustc" ] || [ -e "$d/rustup" ]; then continue; fi
   NOPATH=${NOPATH:+$NOPATH:}$d
 done
+NOTOOL=(env -u CARGO -u CARGO_HOME -u RUSTUP_HOME -u RUSTUP_TOOLCHAIN -u RUSTC -u CARGO_TARGET_DIR
+  -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u MATURIN_PEP517_ARGS
+  HOME="$NOHOME" PATH="$NOPATH"
+  PIP_CACHE_DIR="${PIP_CACHE_DIR:-$HOME/.cache/pip}" npm_config_cache="${npm_config_cache:-$HOME/.npm}"
+  npm_config_update_notifier=false)
 notool() {
-  env -u CARGO -u CARGO_HOME -u RUSTUP_HOME -u RUSTUP_TOOLCHAIN -u RUSTC -u CARGO_TARGET_DIR \
-    -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH -u MATURIN_PEP517_ARGS \
-    HOME="$NOHOME" PATH="$NOPATH" \
-    PIP_CACHE_DIR="${PIP_CACHE_DIR:-$HOME/.cache/pip}" npm_config_cache="${npm_config_cache:-$HOME/.npm}" \
-    npm_config_update_notifier=false \
-    "$@"
+  "${NOTOOL[@]}" "$@"
 }
+# A server in the background runs as `( exec "${NOTOOL[@]}" ... ) &`: the
+# server itself then has the pid in PIDS, and cleanup stops it (a function
+# in the background would leave it a child of a subshell that is stopped).
 for tool in cargo rustc rustup; do
   if notool bash -c "command -v $tool" >/dev/null 2>&1; then
     fail "$tool is reachable without the toolchain: $(notool bash -c "command -v $tool")"
@@ -253,7 +256,7 @@ EOF
 
 step "Python: examples/flask_app.py over HTTP"
 FLASK_PORT=$(free_port)
-notool "$WPY" examples/flask_app.py --port "$FLASK_PORT" --url "$REDIS_URL" --prefix "pkgtest:flask:" \
+(exec "${NOTOOL[@]}" "$WPY" examples/flask_app.py --port "$FLASK_PORT" --url "$REDIS_URL" --prefix "pkgtest:flask:") \
   >"$WORK/flask.log" 2>&1 &
 PIDS+=($!)
 wait_http "$FLASK_PORT" "${PIDS[-1]}" "$WORK/flask.log"
@@ -309,7 +312,7 @@ EOF
 
 step "Node: examples/express_app.js over HTTP"
 EXPRESS_PORT=$(free_port)
-(cd "$APP" && notool env REDIS_URL="$REDIS_URL" PORT="$EXPRESS_PORT" node express_app.js) >"$WORK/express.log" 2>&1 &
+(cd "$APP" && exec "${NOTOOL[@]}" REDIS_URL="$REDIS_URL" PORT="$EXPRESS_PORT" node express_app.js) >"$WORK/express.log" 2>&1 &
 PIDS+=($!)
 wait_http "$EXPRESS_PORT" "${PIDS[-1]}" "$WORK/express.log"
 notool node - "$EXPRESS_PORT" <<'EOF'
