@@ -160,14 +160,7 @@ impl ClusterBackend {
     /// Decide the plan slot by slot; give back on a denial.
     pub async fn eval(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let conn = self.conn().await?;
-        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, key) in plan.keys.iter().enumerate() {
-            let s = slot(key);
-            match groups.iter_mut().find(|(g, _)| *g == s) {
-                Some((_, v)) => v.push(i),
-                None => groups.push((s, vec![i])),
-            }
-        }
+        let groups = slot_groups(&plan.keys);
         // Every cluster check may be re-sent after a redirection or a
         // failover, so its call id is always looked up first ("C").
         let m = if mode == Mode::Check { "C" } else { "p" };
@@ -248,14 +241,7 @@ impl ClusterBackend {
         now: Option<i64>,
     ) -> Result<SmallVec<[bool; 4]>> {
         let conn = self.conn().await?;
-        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, key) in plan.keys.iter().enumerate() {
-            let s = slot(key);
-            match groups.iter_mut().find(|(g, _)| *g == s) {
-                Some((_, v)) => v.push(i),
-                None => groups.push((s, vec![i])),
-            }
-        }
+        let groups = slot_groups(&plan.keys);
         let results = join_all(groups.iter().map(|(_, idx)| {
             let mut conn = conn.clone();
             async move {
@@ -301,6 +287,20 @@ impl ClusterBackend {
         redis::cmd("PING").query_async::<String>(&mut conn).await?;
         Ok(())
     }
+}
+
+/// The plan's keys by Cluster slot, in order of first appearance: each
+/// slot and the positions of its keys.
+fn slot_groups(keys: &[String]) -> Vec<(u16, Vec<usize>)> {
+    let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let s = slot(key);
+        match groups.iter_mut().find(|(g, _)| *g == s) {
+            Some((_, v)) => v.push(i),
+            None => groups.push((s, vec![i])),
+        }
+    }
+    groups
 }
 
 #[cfg(test)]
