@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use crate::duration::{format_duration, parse_duration};
 use crate::key::validate_name;
-use crate::policy::{Algorithm, Rule, MAX_LIMIT, MAX_QUOTA_LIMIT, MAX_REFILL_RATE, MAX_WINDOW, MIN_REFILL_RATE};
+use crate::policy::{type_name, Algorithm, Rule, MAX_LIMIT, MAX_QUOTA_LIMIT, MAX_REFILL_RATE, MAX_WINDOW, MIN_REFILL_RATE};
 
 /// Largest `block_factor` accepted.
 pub const MAX_BLOCK_FACTOR: f64 = 1000.0;
@@ -212,18 +212,6 @@ pub(crate) fn validate(rule: &Rule) -> Result<(), String> {
 }
 
 // ---- the file format ---------------------------------------------------------
-
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
 
 fn count(v: &Value, at: &str) -> Result<u64, String> {
     match v {
