@@ -73,8 +73,24 @@ class _ViewLimit:
 def default_attributes(req: Request, limiter: Limiter, client_ip: Optional[ClientIp] = None) -> dict[str, str]:
     """The request model of a request (see :func:`throttlegate.wsgi.default_attributes`),
     its route Flask's matched ``url_rule``."""
-    rule = req.url_rule.rule if req.url_rule is not None else None
-    return wsgi.default_attributes(req.environ, limiter, client_ip, rule)
+    return wsgi.default_attributes(req.environ, limiter, client_ip, _rule(req))
+
+
+def _rule(req: Request) -> Optional[str]:
+    """Flask's matched rule; for a method Flask refuses only for its case
+    (``post``), the rule it would match once upper-cased."""
+    if req.url_rule is not None:
+        return req.url_rule.rule
+    if req.method == req.method.upper():
+        return None
+    try:
+        adapter = current_app.create_url_adapter(req)
+        if adapter is None:
+            return None
+        rule, _ = adapter.match(method=req.method.upper(), return_rule=True)
+    except Exception:
+        return None
+    return str(rule.rule)
 
 
 class Throttle:
