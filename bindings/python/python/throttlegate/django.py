@@ -250,7 +250,7 @@ def _view_mark(request: HttpRequest) -> Any:
 def _compile_routes(config: _Config) -> None:
     """Add every ``@ratelimit("...")`` view's limit to the policy, for its
     URL pattern's full route (``include()`` prefixes included)."""
-    from django.urls import URLPattern, URLResolver, get_resolver  # type: ignore[import-untyped]
+    from django.urls import URLPattern, URLResolver, get_resolver
 
     def walk(patterns: Any, prefix: str) -> None:
         for p in patterns:

@@ -101,7 +101,7 @@ class RateLimitMiddleware(asgi.RateLimitMiddleware):
     def __init__(self, app: asgi.ASGIApp, *, limiter: Limiter, **options: Unpack[HttpOptionArgs[Request]]) -> None:
         super().__init__(app, limiter=limiter)
         # The options with functions of a Starlette Request (see user_request).
-        self.options = HttpOptions(limiter, **options)  # type: ignore[assignment]
+        self.options = HttpOptions(limiter, **options)
         self._mine: dict[int, list[RateLimit]] = {}
 
     def user_request(self, scope: asgi.Scope) -> Request:
