@@ -54,6 +54,11 @@ def default_attributes(req: Request, limiter: Limiter, client_ip: Optional[Clien
     return asgi.default_attributes(req.scope, limiter, client_ip, found[0] if found else None)
 
 
+def _model_of(scope: asgi.Scope, options: HttpOptions[Any], route: Optional[str]) -> dict[str, str]:
+    """The request model of a scope with ``options``' limiter and client address rules."""
+    return asgi.default_attributes(scope, options.limiter, options.client_ip, route)
+
+
 def rate_limit_exceeded(request: Request, exc: Exception) -> Response:
     """The exception handler answering a :class:`RateLimitExceeded`: the
     shared 429 (or the raiser's ``on_denied`` response). :class:`RateLimit`
@@ -130,10 +135,16 @@ class RateLimitMiddleware(asgi.RateLimitMiddleware):
 
     async def route_parts(self, scope: asgi.Scope, matched: Any, attrs: AttributeMap, cost: int) -> tuple[AttributeMap, int]:
         """The matched route's ``RateLimit`` attributes and cost, in this check."""
-        if matched is None:
+        deps = self._limits(matched) if matched is not None else []
+        if not deps:
             return attrs, cost
-        for dep in self._limits(matched):
-            request = self.user_request(scope)
+        if self.options.attributes is not None:
+            # A route with a RateLimit is checked with the request model
+            # too, whatever the middleware's own attributes function gives.
+            route, _ = self.resolve(scope)
+            attrs = merged(_model_of(scope, self.options, route), attrs)
+        request = self.user_request(scope)
+        for dep in deps:
             if dep.attributes is not None:
                 attrs = merged(attrs, await dep.options.attributes_of_async(request, dict))
             if dep.cost is not None:
@@ -177,6 +188,7 @@ class RateLimit:
         self.limit = RouteLimit(rate, key=key, name=name, methods=methods) if rate is not None else None
         self.attributes = options.get("attributes")
         self.cost = options.get("cost")
+        self._compiled: set[str] = set()
         self.options: HttpOptions[Request] = HttpOptions(limiter, **options) if limiter is not None else _Unbound(options)
 
     async def __call__(self, request: Request, response: Response) -> Decision:
@@ -197,8 +209,9 @@ class RateLimit:
         if route is not None:
             root = str(scope.get("root_path", ""))[len(str(scope.get("app_root_path", ""))):]
             template = root + str(getattr(route, "path", ""))
-            if self.limit is not None:
+            if self.limit is not None and template not in self._compiled:
                 self.limit.compile(options.limiter, template, getattr(route, "methods", None) or ())
+                self._compiled.add(template)
         attrs = await options.attributes_of_async(
             request, lambda: asgi.default_attributes(scope, options.limiter, options.client_ip, template)
         )
