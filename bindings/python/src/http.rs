@@ -24,11 +24,11 @@ fn pairs(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<(String, St
         .map_err(|_| invalid_type(py, format!("{what}: expected (name, value) pairs, got {}", type_name(obj))))?;
     for item in iter {
         let item = item?;
-        let pair = item
-            .cast::<PyTuple>()
-            .ok()
-            .filter(|t| t.len() == 2)
-            .ok_or_else(|| invalid_type(py, format!("{what}: expected (name, value) pairs, got an item of type {}", type_name(&item))))?;
+        let pair = match item.cast::<PyTuple>() {
+            Ok(t) if t.len() == 2 => t,
+            Ok(t) => return Err(invalid_type(py, format!("{what}: expected (name, value) pairs, got a tuple of {} items", t.len()))),
+            Err(_) => return Err(invalid_type(py, format!("{what}: expected (name, value) pairs, got an item of type {}", type_name(&item)))),
+        };
         out.push((convert::text(&pair.get_item(0)?, what)?, convert::text(&pair.get_item(1)?, what)?));
     }
     Ok(out)

@@ -597,3 +597,39 @@ def _with_options(framework: str, limiter: throttlegate.Limiter, options: dict[s
     star = Starlette(routes=[Route("/", lambda r: PlainTextResponse("ok"))],
                      middleware=[Middleware(asgi.RateLimitMiddleware, limiter=limiter, **options)])
     return uvicorn_server(star)  # type: ignore[arg-type]
+
+
+# ---- Bad input: typed errors naming what is wrong ----------------------------------------------------
+
+def test_route_limits_and_the_request_model_refuse_bad_input() -> None:
+    limiter = throttlegate.Limiter(STACKED)
+    bad: list[tuple[Callable[[], Any], type[Exception], str]] = [
+        (lambda: limiter.add_route_limit("5/fortnight", "/login"), throttlegate.InvalidArgumentError,
+         'rate "5/fortnight": unknown unit "fortnight"'),
+        (lambda: limiter.add_route_limit("5/minute", "/login", methods=["GET /"]), throttlegate.InvalidArgumentError,
+         '"GET /" is not an HTTP method'),
+        (lambda: limiter.add_route_limit("5/minute", "/login", methods="POST"), throttlegate.InvalidArgumentTypeError,
+         "methods: expected a list of str, got a str"),
+        (lambda: limiter.add_route_limit("5/minute", "/login", name="per-ip"), throttlegate.InvalidArgumentError,
+         '"per-ip" is used by another rule'),
+        (lambda: limiter.request_attributes(method="GET", path="/", headers=[("x-api-key",)]),
+         throttlegate.InvalidArgumentTypeError, "headers: expected (name, value) pairs, got a tuple of 1 items"),
+        (lambda: limiter.request_attributes(method=1, path="/"), throttlegate.InvalidArgumentTypeError,  # type: ignore[arg-type]
+         "method: expected str, got int"),
+        (lambda: throttlegate.parse_rate("5 per fortnight"), throttlegate.InvalidArgumentError, "unknown unit"),
+        # Each idiom validates its rate where it is written.
+        (lambda: Throttle(Flask(__name__), limiter=limiter).limit("5/fortnight"), throttlegate.InvalidArgumentError,
+         "fortnight"),
+        (lambda: RateLimit("five/minute"), throttlegate.InvalidArgumentError, "five/minute"),
+        (lambda: ratelimit("5/fortnight"), throttlegate.InvalidArgumentError, "fortnight"),
+        (lambda: asgi.RateLimitMiddleware(_bare_asgi, limiter="redis://"), throttlegate.InvalidArgumentTypeError,  # type: ignore[arg-type]
+         "limiter: expected a throttlegate.Limiter, got str"),
+        (lambda: wsgi.RateLimitMiddleware(_bare_wsgi, limiter=limiter, on_denied="429"),  # type: ignore[arg-type]
+         throttlegate.InvalidArgumentTypeError, "on_denied: expected a function, got str"),
+    ]
+    for call, kind, message in bad:
+        with pytest.raises(kind) as e:
+            call()
+        assert message in str(e.value)
+    # Nothing was added by the refused limits.
+    assert limiter.policy.rule_names == ["per-ip"]

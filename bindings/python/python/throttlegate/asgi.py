@@ -36,6 +36,7 @@ trusting 127.0.0.1); start it with ``--no-proxy-headers`` (or
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -79,6 +80,14 @@ def _header(raw: Iterable[tuple[bytes, bytes]], name: bytes) -> Optional[str]:
     return ",".join(values) if values else None
 
 
+@functools.lru_cache(maxsize=None)
+def _starlette_routing() -> tuple[Any, Any, Any, Any]:
+    # Imported on first use: this module needs no framework.
+    from starlette.routing import BaseRoute, Host, Match, Mount
+
+    return BaseRoute, Host, Match, Mount
+
+
 def starlette_route(app: Any, scope: Scope) -> Optional[tuple[str, Any]]:
     """The template (``Mount`` prefixes included) and the route object of
     the route a Starlette app (FastAPI included) will dispatch ``scope`` to,
@@ -87,7 +96,7 @@ def starlette_route(app: Any, scope: Scope) -> Optional[tuple[str, Any]]:
     routes = getattr(app, "routes", None)
     if not routes:
         return None
-    from starlette.routing import BaseRoute, Host, Match, Mount
+    BaseRoute, Host, Match, Mount = _starlette_routing()
 
     def resolve(routes: Iterable[Any], scope: Scope, prefix: str) -> Optional[tuple[str, Any]]:
         partial = None
