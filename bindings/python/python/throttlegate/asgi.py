@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from throttlegate._http import HttpOptionArgs
 
-__all__ = ["ASGIApp", "RateLimitMiddleware", "default_attributes", "starlette_route"]
+__all__ = ["ASGIApp", "RateLimitMiddleware", "default_attributes", "is_starlette", "starlette_route"]
 
 #: An ASGI connection scope.
 Scope = MutableMapping[str, Any]
@@ -81,28 +81,35 @@ def _header(raw: Iterable[tuple[bytes, bytes]], name: bytes) -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _starlette_routing() -> tuple[Any, Any, Any, Any]:
+def _starlette() -> Optional[tuple[Any, ...]]:
     # Imported on first use: this module needs no framework.
-    from starlette.routing import BaseRoute, Host, Match, Mount
+    try:
+        from starlette.applications import Starlette
+        from starlette.routing import Host, Match, Mount, Router
+    except ImportError:
+        return None
+    return Starlette, Router, Host, Match, Mount
 
-    return BaseRoute, Host, Match, Mount
+
+def is_starlette(app: Any) -> bool:
+    """Whether ``app`` is a Starlette app or router (FastAPI included),
+    whose routes :func:`starlette_route` can resolve."""
+    found = _starlette()
+    return found is not None and isinstance(app, (found[0], found[1]))
 
 
 def starlette_route(app: Any, scope: Scope) -> Optional[tuple[str, Any]]:
     """The template (``Mount`` prefixes included) and the route object of
     the route a Starlette app (FastAPI included) will dispatch ``scope`` to,
     found with the routes' own ``matches`` as Starlette's router does; None
-    when none matches or ``app`` has no Starlette routes."""
-    routes = getattr(app, "routes", None)
-    if not routes:
+    when none matches or ``app`` is not a Starlette app or router."""
+    if not is_starlette(app):
         return None
-    BaseRoute, Host, Match, Mount = _starlette_routing()
+    _, _, Host, Match, Mount = _starlette()  # type: ignore[misc]
 
     def resolve(routes: Iterable[Any], scope: Scope, prefix: str) -> Optional[tuple[str, Any]]:
         partial = None
         for route in routes:
-            if not isinstance(route, BaseRoute):
-                return None
             match, child = route.matches(scope)
             if match is Match.NONE:
                 continue
@@ -118,7 +125,7 @@ def starlette_route(app: Any, scope: Scope) -> Optional[tuple[str, Any]]:
             return prefix + str(getattr(partial, "path", "")), partial
         return None
 
-    return resolve(routes, scope, "")
+    return resolve(app.routes, scope, "")
 
 
 def default_attributes(scope: Scope, limiter: Limiter, client_ip: Optional[ClientIp] = None,
@@ -169,9 +176,9 @@ class RateLimitMiddleware:
 
     def router(self, scope: Scope) -> Any:
         """The Starlette app whose routes resolve ``route``: the scope's
-        ``app`` or the wrapped app, when either has routes; else None."""
+        ``app`` or the wrapped app, when either is one; else None."""
         for app in (scope.get("app"), self.app):
-            if getattr(app, "routes", None) is not None:
+            if is_starlette(app):
                 return app
         return None
 
