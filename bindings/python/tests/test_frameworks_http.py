@@ -388,6 +388,17 @@ def test_a_route_limit_is_checked_once_with_the_file_rules(framework: str) -> No
             assert r.status_code == 200 and r.headers["RateLimit-Remaining"] == remaining
         r = http.get("/")
         assert r.status_code == 429 and r.json()["violated_rules"] == ["per-ip"]
+    # The other way round: a login denied by per-ip takes nothing from the route limit.
+    limiter = throttlegate.Limiter(STACKED, clock=throttlegate.ManualClock(START_US))
+    with idiom_server(framework, limiter) as base, httpx.Client(base_url=base) as http:
+        for _ in range(4):
+            assert http.get("/").status_code == 200
+        r = http.post("/login")
+        assert r.status_code == 200 and r.headers["RateLimit"].endswith(";r=1;t=60")
+        r = http.post("/login")
+        assert r.status_code == 429 and r.json()["violated_rules"] == ["per-ip"]
+        route_rule = r.headers["RateLimit"].split(", ")[1]
+        assert route_rule.startswith('"route.') and route_rule.endswith(";r=1;t=60"), r.headers["RateLimit"]
 
 
 def test_flask_keeps_the_attributes_and_cost_form_and_checks_once() -> None:
@@ -633,3 +644,22 @@ def test_route_limits_and_the_request_model_refuse_bad_input() -> None:
         assert message in str(e.value)
     # Nothing was added by the refused limits.
     assert limiter.policy.rule_names == ["per-ip"]
+
+
+def test_fastapi_dependency_on_another_limiter_checks_by_itself() -> None:
+    outer = throttlegate.Limiter(STACKED, clock=throttlegate.ManualClock(START_US))
+    own = throttlegate.Limiter([{"name": "all", "key": "all", "limit": 100, "window": "1m"}],
+                               clock=throttlegate.ManualClock(START_US))
+    fast = FastAPI()
+    fast.add_middleware(FastAPIMiddleware, limiter=outer)
+    fast.add_api_route("/login", lambda: "ok", methods=["POST"],
+                       dependencies=[Depends(RateLimit("1/minute", limiter=own, name="login-own"))])
+    with uvicorn_server(fast) as base, httpx.Client(base_url=base) as http:
+        r = http.post("/login")
+        assert r.status_code == 200 and own.policy.rule_names == ["all", "login-own"]
+        r = http.post("/login")
+        # Answered by the middleware with the shared 429 of the dependency's decision.
+        assert r.status_code == 429 and r.headers["content-type"] == "application/problem+json"
+        assert r.json()["violated_rules"] == ["login-own"]
+        # The middleware's own check counted both requests.
+        assert http.get("/").headers["RateLimit-Remaining"] == "2"
