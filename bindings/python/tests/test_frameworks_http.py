@@ -14,6 +14,7 @@ its real server (werkzeug, uvicorn) on loopback, driven over raw sockets:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -637,6 +638,9 @@ def test_route_limits_and_the_request_model_refuse_bad_input() -> None:
          "limiter: expected a throttlegate.Limiter, got str"),
         (lambda: wsgi.RateLimitMiddleware(_bare_wsgi, limiter=limiter, on_denied="429"),  # type: ignore[arg-type]
          throttlegate.InvalidArgumentTypeError, "on_denied: expected a function, got str"),
+        # A route limit with neither the middleware nor a limiter of its own.
+        (lambda: asyncio.run(RateLimit("5/minute")(Request({"type": "http", "headers": []}), Response())),
+         throttlegate.InvalidArgumentError, "RateLimit: no limiter: add throttlegate.fastapi.RateLimitMiddleware"),
     ]
     for call, kind, message in bad:
         with pytest.raises(kind) as e:

@@ -36,6 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from throttlegate import asgi
+from throttlegate._errors import InvalidArgumentError
 from throttlegate._http import AttributeMap, HttpOptions, RateLimitExceeded, RouteLimit, denial, merged
 from throttlegate._native import ClientIp, Decision, Limiter
 
@@ -199,7 +200,7 @@ class RateLimit:
             decision: Decision = state["ratelimit"]
             return decision
         if self.limiter is None:
-            raise RuntimeError(
+            raise InvalidArgumentError(
                 "RateLimit: no limiter: add throttlegate.fastapi.RateLimitMiddleware to the app, or give limiter="
             )
         options = self.options
