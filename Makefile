@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all demo test deps test-rust test-python test-node test-c test-packaging test-soak bench compare fuzz clean \
+.PHONY: all demo test deps docs test-docs test-rust test-python test-node test-c test-packaging test-soak bench compare fuzz clean \
 	dist install version
 
 all: test
@@ -20,7 +20,7 @@ deps:
 ## Build the core, the Python and Node packages and the C library; run every suite.
 ## Each suite starts its own redis-server(s) on free loopback ports and stops them.
 ## Each suite's time is printed at the end, so that a slow one shows.
-TEST_SUITES := test-rust test-python test-node test-c test-packaging test-soak
+TEST_SUITES := test-rust test-python test-node test-c test-docs test-packaging test-soak
 test: deps
 	@start=$$SECONDS; times=""; \
 	for suite in $(TEST_SUITES); do \
@@ -42,6 +42,15 @@ test-node:
 
 test-c:
 	scripts/test-c.sh
+
+## The documentation site (docs/, MkDocs from PyPI at pinned versions) into target/site; strict.
+docs:
+	scripts/docs.sh
+
+## The site built, every example of docs/ and README.md run (Python, Node, C, Rust, policies,
+## commands), the site opened in headless Chromium. Reuses test-python's, test-node's, test-c's builds.
+test-docs:
+	scripts/test-docs.sh
 
 ## The release artifacts, installed where no Rust toolchain can be found: the wheel in a fresh
 ## venv (Redis, the Flask example), the two npm tarballs in an empty folder (the Express example),
