@@ -31,8 +31,8 @@ CC = os.environ.get("CC", "cc")
 SHOWN_ONLY = {"text"}
 FENCE = re.compile(r"^```([\w,+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
-PY_PREAMBLE = "import throttlegate\nlimiter = throttlegate.Limiter('rules.toml')\n"
-JS_PREAMBLE = "const { Limiter } = require('throttlegate');\nconst limiter = new Limiter('rules.toml');\n"
+PY_PREAMBLE = "import throttlegate\nlimiter = throttlegate.Limiter('rules.toml')\nrequest_id, used_tokens = 'req-1', 812\n"
+JS_PREAMBLE = "const { Limiter } = require('throttlegate');\nconst limiter = new Limiter('rules.toml');\nconst requestId = 'req-1', usedTokens = 812;\n"
 C_PREAMBLE = """#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,7 +54,11 @@ import ast, asyncio, sys
 path = sys.argv[1]
 src = open(path).read()
 code = compile(src, path, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-g = {"__name__": "__docs__", "__file__": path}
+import types
+module = types.ModuleType("__docs__")          # importable: Django's ROOT_URLCONF = __name__
+module.__file__ = path
+sys.modules["__docs__"] = module
+g = module.__dict__
 result = eval(code, g)
 if asyncio.iscoroutine(result):
     asyncio.run(result)
@@ -66,20 +70,20 @@ if app is not None:
     else:
         try:
             from starlette.testclient import TestClient
-            with TestClient(app) as client:
+            with TestClient(app, client=("203.0.113.7", 50000)) as client:
                 r = client.get("/")
             status, headers = r.status_code, r.headers
         except Exception as e:  # a WSGI app
             if "ASGI" in repr(e) or not callable(app):
                 raise
             from wsgiref.util import setup_testing_defaults
-            env = {}; setup_testing_defaults(env); env["REMOTE_ADDR"] = "127.0.0.1"
+            env = {}; setup_testing_defaults(env); env["REMOTE_ADDR"] = "203.0.113.7"
             seen = {}
             def start_response(s, h, exc_info=None):
                 seen["status"], seen["headers"] = s, dict(h)
             b"".join(app(env, start_response))
             status, headers = int(seen["status"].split()[0]), seen["headers"]
-    if status != 200 or not any(k.lower() == "ratelimit-limit" for k in headers):
+    if status != 200 or "ratelimit-limit" not in {k.lower() for k in dict(headers)}:
         sys.exit(f"GET / answered {status} with headers {dict(headers)}: expected 200 with RateLimit-Limit")
 '''
 
@@ -97,7 +101,7 @@ def free_port() -> int:
 def run(cmd, cwd, ok=(0,), timeout=120, env=None, stdin=None):
     p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, input=stdin)
     if p.returncode not in ok:
-        raise Failure(f"{' '.join(map(str, cmd))} exited with {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
+        raise Failure(f"{' '.join(str(c) for c in cmd if chr(10) not in str(c))} exited with {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
     return p
 
 
@@ -109,7 +113,7 @@ class Runner:
         self.env = dict(os.environ, NODE_PATH=str(ROOT / "node_modules"))
 
     def prepare(self, src: str) -> str:
-        return src.replace("redis://127.0.0.1:6379", self.redis_url.rsplit("/", 1)[0] if False else self.redis_url)
+        return src.replace("redis://127.0.0.1:6379", self.redis_url)
 
     def file(self, name: str, text: str) -> Path:
         self.n += 1
@@ -158,9 +162,13 @@ class Runner:
             src = C_PREAMBLE + src + C_END
         p = self.file("example.c", self.prepare(src))
         exe = p.with_suffix("")
-        lib = ROOT / "target" / "debug"
+        lib = self.work / "lib"          # the library under the name it is installed as
+        if not lib.exists():
+            lib.mkdir()
+            (lib / "libthrottlegate.so.0").symlink_to(ROOT / "target" / "debug" / "libthrottlegate_c.so")
+            (lib / "libthrottlegate.so").symlink_to("libthrottlegate.so.0")
         run([CC, "-std=c11", "-Wall", "-I", str(ROOT / "bindings" / "c" / "include"), str(p), "-o", str(exe),
-             "-L", str(lib), "-lthrottlegate_c", f"-Wl,-rpath,{lib}"], self.work)
+             "-L", str(lib), "-lthrottlegate", f"-Wl,-rpath,{lib}"], self.work)
         run([str(exe)], self.work)
 
     def policy(self, src: str, ext: str) -> None:
