@@ -26,5 +26,5 @@ fi
 "$CARGO" build -q -p throttlegate-cli
 "$CARGO" doc -q -p throttlegate --no-deps
 rm -rf target/site
-NO_MKDOCS_2_WARNING=1 THROTTLEGATE_CLI="$ROOT/target/debug/throttlegate" "$VENV/bin/mkdocs" build --strict --quiet
+NO_MKDOCS_2_WARNING=1 THROTTLEGATE_CLI="$ROOT/target/debug/throttlegate" "$VENV/bin/mkdocs" build --strict
 echo "make docs: the site is in target/site (open target/site/index.html)"

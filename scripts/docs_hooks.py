@@ -225,7 +225,8 @@ def on_files(files, config):  # noqa: ANN001
     if not (rustdoc / "throttlegate" / "index.html").exists():
         raise DocsError("target/doc/throttlegate is missing: run `cargo doc -p throttlegate --no-deps` (scripts/docs.sh does)")
     for path in rustdoc.rglob("*"):
-        if path.is_file() and not path.name.startswith(".lock"):
+        # (Markdown files there are font licences, not pages: left out.)
+        if path.is_file() and not path.name.startswith(".lock") and path.suffix != ".md":
             rel = path.relative_to(rustdoc).as_posix()
             files.append(File.generated(config, f"api/rust/{rel}", abs_src_path=str(path)))
     return files
