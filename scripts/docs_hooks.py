@@ -5,7 +5,7 @@ What the site shows that is made at build time, from the project itself:
 - `<!-- simulate: NAME -->`: a chart of `throttlegate simulate --json` run on
   docs/concepts/boundary/NAME.toml with the boundary-burst scenario (the CLI is
   built by scripts/docs.sh; its path comes in THROTTLEGATE_CLI).
-- `<!-- chart: label=COLUMN values=COLUMN,COLUMN unit=TEXT -->` right before a
+- `<!-- chart: label=COLUMN values="COLUMN;COLUMN" unit="TEXT" -->` right before a
   Markdown table: a bar chart of those columns, drawn from the table itself.
 - `<!-- signatures: PATH -->`: the Python stub or the TypeScript declarations,
   one section per class, function or type, read from the committed file.
@@ -119,8 +119,8 @@ def table_chart(spec: str, table: list[str]) -> str:
     cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in table]
     head, rows = cells[0], cells[2:]
     try:
-        label_cols = [head.index(c) for c in opts["label"].split(",")]
-        value_cols = [head.index(c) for c in opts["values"].split(",")]
+        label_cols = [head.index(c) for c in opts["label"].split(";")]
+        value_cols = [head.index(c) for c in opts["values"].split(";")]
     except ValueError as e:
         raise DocsError(f"chart: {e} in table header {head}") from None
     colours = ["#3b7dbf", "#e08a2c", "#6aa84f", "#9b59b6"]
