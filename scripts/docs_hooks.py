@@ -68,7 +68,7 @@ def boundary_chart(name: str) -> str:
     most = max(sum(allowed[i:i + per_window]) for i in range(len(allowed)))
     w, h, left, bottom, top = 640, 220, 44, 34, 26
     peak = max(a + d for a, d in zip(allowed, denied)) or 1
-    bw = (w - left - 10) / len(ivs)
+    bw = (w - left - 30) / len(ivs)
     sy = (h - top - bottom) / peak
     parts = [
         f'<svg class="tg-chart" role="img" viewBox="0 0 {w} {h}" width="100%" xmlns="http://www.w3.org/2000/svg">',
@@ -91,7 +91,7 @@ def boundary_chart(name: str) -> str:
         x = left + t / step_ms * bw
         parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{base}" stroke="#444" stroke-dasharray="4 3"/>')
         parts.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="11" text-anchor="middle">{t // 1000} s</text>')
-    parts.append(f'<line x1="{left}" y1="{base}" x2="{w - 10}" y2="{base}" stroke="#444"/>')
+    parts.append(f'<line x1="{left}" y1="{base}" x2="{w - 30}" y2="{base}" stroke="#444"/>')
     parts.append(f'<text x="{left - 4}" y="{base - peak * sy + 4:.1f}" font-size="11" text-anchor="end">{peak}</text>')
     parts.append(f'<text x="{left - 4}" y="{base + 4}" font-size="11" text-anchor="end">0</text>')
     parts.append(
@@ -127,13 +127,14 @@ def table_chart(spec: str, table: list[str]) -> str:
     bar, gap, left, w = 14, 10, 300, 720
     series = len(value_cols)
     vmax = max(_number(r[c]) for r in rows for c in value_cols) or 1
-    h = 30 + len(rows) * (series * bar + gap) + 20
+    top = 14 + 16 * series
+    h = top + len(rows) * (series * bar + gap) + 20
     parts = [f'<svg class="tg-chart" role="img" viewBox="0 0 {w} {h}" width="100%" xmlns="http://www.w3.org/2000/svg">']
     parts.append(f"<title>{html.escape(opts.get('title', 'chart'))}</title>")
     for j, c in enumerate(value_cols):
-        parts.append(f'<rect x="{left + j * 200}" y="6" width="12" height="12" fill="{colours[j]}"/>')
-        parts.append(f'<text x="{left + j * 200 + 16}" y="16" font-size="12">{html.escape(head[c])}</text>')
-    y = 30
+        parts.append(f'<rect x="{left}" y="{6 + 16 * j}" width="12" height="12" fill="{colours[j]}"/>')
+        parts.append(f'<text x="{left + 16}" y="{16 + 16 * j}" font-size="12">{html.escape(head[c])}</text>')
+    y = top
     for r in rows:
         label = " · ".join(r[c].replace("**", "").replace("`", "") for c in label_cols)
         parts.append(
