@@ -11,17 +11,37 @@ declare module 'fastify' {
      * checked, undefined outside the contexts the plugin is registered in.
      */
     rateLimit?: Decision | null;
+    /** The attributes the request was checked with (null when it was not checked). */
+    rateLimitAttributes?: Record<string, string | null | undefined> | null;
   }
   interface FastifyContextConfig {
-    /** `false`: this route is not checked; an object: its own attributes, cost or skip. */
-    rateLimit?: false | throttlegate.RouteRateLimitOptions;
+    /**
+     * `false`: this route is not checked; a rate string (`'5/minute'`): a
+     * route limit; an object: a route limit's `rate`, `key` and `name`, and
+     * the route's own attributes, cost or skip.
+     */
+    rateLimit?: false | string | throttlegate.RouteRateLimitOptions;
   }
 }
 
 declare namespace throttlegate {
   /** What a route may set in `config.rateLimit`, replacing the plugin's option of the same name. */
   export interface RouteRateLimitOptions {
-    /** The attributes of the route's requests. */
+    /**
+     * A route limit (`'5/minute'`, `'100 per hour'`, `'10/30s'`) on this
+     * route and its methods: it joins the limiter's policy when the route
+     * is declared, and is checked with the policy's rules, in one round trip.
+     */
+    rate?: string;
+    /** The route limit's key template (default `'{ip}'`). */
+    key?: string;
+    /** The route limit's rule name (default derived from the route and methods). */
+    name?: string;
+    /**
+     * The attributes of the route's requests (default: the request model,
+     * `Limiter.requestAttributes`: `ip`, `method`, `route`, `path`, `host`
+     * and the headers the policy's `[attributes]` reads).
+     */
     attributes?: (request: FastifyRequest, clientIp: string | null) => Attributes | Promise<Attributes>;
     /** Units a request to the route costs. */
     cost?: number | ((request: FastifyRequest) => number | Promise<number>);

@@ -77,14 +77,21 @@ async function throttlegatePlugin(fastify, options) {
   startupWarnings(WHERE, o.limiter, o.attributes);
   const rules = routerRules(fastify);
 
+  // The route limits in the limiter's policy, by `METHOD,... url`.
+  const added = new Set();
+  function addLimit(limit, url, method) {
+    const methods = Array.isArray(method) ? method : [method];
+    const id = `${methods.join(',')} ${url}`;
+    if (added.has(id)) return;
+    addRouteLimit(WHERE, o.limiter, limit, url, methods);
+    added.add(id);
+  }
+
   // A route's settings are checked, and its limit joins the limiter's
   // policy, when it is declared, not on its first request.
   fastify.addHook('onRoute', (route) => {
     const own = routeSettings(route.config, route.url);
-    if (own && own.limit !== null) {
-      const methods = Array.isArray(route.method) ? route.method : [route.method];
-      addRouteLimit(WHERE, o.limiter, own.limit, route.url, methods);
-    }
+    if (own && own.limit !== null) addLimit(own.limit, route.url, route.method);
   });
 
   fastify.addHook('onRequest', async function onRequest(request, reply) {
@@ -96,6 +103,11 @@ async function throttlegatePlugin(fastify, options) {
     const cost = route.cost === undefined ? o.cost : route.cost;
     const skip = route.skip || o.skip;
     try {
+      if ((typeof own === 'string' || route.rate !== undefined) && !added.has(`${routeOptions.method} ${routeOptions.url}`)) {
+        // A route declared before the plugin loaded (`register` not awaited)
+        // was not seen by `onRoute`: its limit joins on its first request.
+        addLimit(routeSettings(routeOptions.config, routeOptions.url).limit, routeOptions.url, routeOptions.method);
+      }
       if (skip !== undefined && (await skip(request))) return;
       const ip = clientAddress(o.clientIp, request.raw);
       const raw = request.raw;

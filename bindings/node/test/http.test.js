@@ -450,7 +450,8 @@ describe('route limits', () => {
 
   it('Fastify: the string form, and the object form keyed on another attribute', async () => {
     const app = Fastify();
-    await app.register(throttlegate, { policy: STACKED, limiterOptions: { clock: new ManualClock(START_US) } });
+    // Not awaited: the routes below are declared before the plugin loads.
+    app.register(throttlegate, { policy: STACKED, limiterOptions: { clock: new ManualClock(START_US) } });
     app.post('/a', { config: { rateLimit: '1/minute' } }, async () => 'a');
     app.post('/b', { config: { rateLimit: { rate: '1/minute', key: 'host:{host}' } } }, async () => 'b');
     const srv = await serveFastify(app);
@@ -474,7 +475,9 @@ describe('route limits', () => {
     ]) {
       const app = Fastify();
       app.register(throttlegate, { policy: STACKED });
-      app.post('/x', { config: { rateLimit: rateLimitConfig } }, async () => 'x');
+      app.register(async (child) => {
+        child.post('/x', { config: { rateLimit: rateLimitConfig } }, async () => 'x');
+      });
       await assert.rejects(app.ready(), message);
       await app.close();
     }
