@@ -193,14 +193,19 @@ function register(state, own, route, methods) {
 
 /**
  * Put the route limits declared since the last look into the limiter's
- * policy (once per new `limit(...)`: a look walks the app's routers).
+ * policy (once per new `limit(...)` and app: a look walks the routers of
+ * the app the request entered, and of the mounted app it is in, if any).
  */
-function registerLimits(state, app) {
-  if (state.made === state.seen) return;
-  const router = routerOf(app);
-  if (router === null) return;
-  state.seen = state.made;
-  for (const [own, route, methods] of findLimits(state, router, '', 0, [])) register(state, own, route, methods);
+function registerLimits(state, req) {
+  const root = rootApp(req);
+  for (const app of req.app && req.app !== root ? [root, req.app] : [root]) {
+    if (app === null || state.seen.get(app) === state.made) continue;
+    const router = routerOf(app);
+    if (router === null) continue;
+    state.seen.set(app, state.made);
+    const mount = app !== root && typeof app.path === 'function' ? app.path() : '';
+    for (const [own, route, methods] of findLimits(state, router, mount, 0, [])) register(state, own, route, methods);
+  }
 }
 
 /**
@@ -211,15 +216,25 @@ function rateLimit(options) {
   const o = resolveOptions(WHERE, options, { onDenied: defaultOnDenied, onError: defaultOnError });
   const { limiter, clientIp, cost, skip, headers: sendHeaders, onDenied, onError } = o;
   startupWarnings(WHERE, limiter, o.attributes);
-  // `made`: route limits made; `seen`: of them, those the last look at the routers saw.
-  const state = { limiter, made: 0, seen: 0 };
+  // `made`: route limits made; `seen`: per app, `made` when its routers were last looked at.
+  const state = { limiter, made: 0, seen: new WeakMap() };
 
-  /** The request model of `req`: the route Express dispatches it to, per its own matcher. */
+  /**
+   * The request model of `req`: the route Express dispatches it to, per its
+   * own matcher, from the app the request entered (and, in a mounted app,
+   * whose routes the parent's router cannot see into, from that app under
+   * its mount path).
+   */
   function modelOf(req, ip) {
     const app = rootApp(req);
     const router = routerOf(app);
     const url = req.originalUrl || req.url;
-    const route = router === null ? null : resolveRoute(router, req.method, pathname(url));
+    let route = router === null ? null : resolveRoute(router, req.method, pathname(url));
+    if (route === null && req.app && req.app !== app) {
+      const own = routerOf(req.app);
+      const mount = typeof req.app.path === 'function' ? req.app.path() : '';
+      if (own !== null) route = resolveRoute(own, req.method, pathname(req.url), mount);
+    }
     return requestModel(limiter, req, ip, route, url, routerRules(app));
   }
 
@@ -227,7 +242,7 @@ function rateLimit(options) {
     req[kChecked] = state;
     try {
       if (skip !== undefined && (await skip(req))) return next();
-      registerLimits(state, rootApp(req));
+      registerLimits(state, req);
       const ip = clientAddress(clientIp, req);
       const attrs = o.attributes === null ? modelOf(req, ip) : await o.attributes(req, ip);
       const units = typeof cost === 'function' ? await cost(req) : cost;
@@ -266,13 +281,20 @@ function rateLimit(options) {
     state.made += 1;
     function routeLimit(req, res, next) {
       try {
-        registerLimits(state, rootApp(req));
+        registerLimits(state, req);
         if (own.routes.size === 0) {
           // A route the app's routers do not show (a mounted app, Express 4's mounts):
           // registered from where it ran, for the requests after this one.
           if (!req.route) throw invalid(`${WHERE}: limit`, 'give it to a route: app.post(path, limit(rate), handler)');
           const methods = Object.keys(req.route.methods || {}).filter((m) => m !== '_all').map((m) => m.toUpperCase());
           register(state, own, join(req.baseUrl || '', req.route.path), methods);
+        }
+        if (req[kChecked] === state && o.attributes === null && req.rateLimitAttributes
+          && req.rateLimitAttributes.route === undefined) {
+          // Checked before Express reached this route, without it: the limit was not in that check.
+          throw invalid(`${WHERE}: limit`, `the middleware checked ${req.method} ${req.originalUrl} before it ` +
+            'could see its route (a route of a mounted app): mount an express.Router instead, or give the ' +
+            'mounted app a rateLimit of its own');
         }
       } catch (err) {
         return onError(err, req, res, next);

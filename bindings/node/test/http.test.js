@@ -115,7 +115,17 @@ async function modelFastifyApp() {
   return app;
 }
 
-async function replayModel(port) {
+/**
+ * Where a framework's own router dispatches a case elsewhere than the table
+ * says, what it does instead: Express matches the path before decoding it,
+ * so `/%6Cogin` is a 404 there (no route; the core still decodes the path).
+ */
+const DISPATCHED = {
+  express: { 'percent-encoding is decoded': { route: null } },
+  fastify: {},
+};
+
+async function replayModel(port, framework) {
   let replayed = 0;
   for (const c of MODEL.cases) {
     if ((c.skip || []).some((s) => s.startsWith('node:'))) continue;
@@ -123,7 +133,8 @@ async function replayModel(port) {
     const res = await raw(port, c.request.method, c.request.target, headers);
     const got = echoed(res);
     const want = { ip: '127.0.0.1' };
-    for (const [name, value] of Object.entries(c.expect)) if (value !== null) want[name] = value;
+    const expect = { ...c.expect, ...DISPATCHED[framework][c.name] };
+    for (const [name, value] of Object.entries(expect)) if (value !== null) want[name] = value;
     if (want.host === undefined) want.host = '127.0.0.1';
     assert.deepEqual(got, want, c.name);
     replayed += 1;
@@ -136,7 +147,7 @@ describe('the request model (tests/http/request-model.json)', () => {
     const { app, limiter } = modelExpressApp();
     const srv = await serveExpress(app);
     try {
-      await replayModel(srv.port);
+      await replayModel(srv.port, 'express');
     } finally {
       await srv.close();
       await limiter.close();
@@ -146,7 +157,7 @@ describe('the request model (tests/http/request-model.json)', () => {
   it('Fastify gives each case its attributes', async () => {
     const app = await modelFastifyApp();
     const srv = await serveFastify(app);
-    await replayModel(srv.port).finally(() => srv.close());
+    await replayModel(srv.port, 'fastify').finally(() => srv.close());
   });
 
   it('Express resolves routes in mounted routers, with their prefix', async () => {
@@ -425,6 +436,54 @@ describe('route limits', () => {
       assert.deepEqual(statuses, [200, 200, 429, 429]);
       assert.equal(runs, 2);
       assert.equal(mw.limiter.stats().calls, 4);
+    } finally {
+      await srv.close();
+      await mw.limiter.close();
+    }
+  });
+
+  it('Express: a route limit in a mounted app, with a middleware of its own', async () => {
+    const app = express();
+    const sub = express();
+    const mw = rateLimit({ policy: STACKED, limiterOptions: { clock: new ManualClock(START_US) } });
+    sub.use(mw);
+    sub.post('/login', mw.limit({ rate: '2/minute', name: 'login' }), (req, res) => {
+      res.setHeader('x-attributes', JSON.stringify(req.rateLimitAttributes));
+      res.end('in');
+    });
+    app.use('/sub', sub);
+    const srv = await serveExpress(app);
+    try {
+      const first = await raw(srv.port, 'POST', '/sub/login');
+      assert.equal(first.status, 200);
+      assert.equal(echoed(first).route, '/sub/login');
+      const statuses = [];
+      for (let i = 0; i < 3; i++) statuses.push((await raw(srv.port, 'POST', '/SUB/Login/')).status);
+      assert.deepEqual(statuses, [200, 429, 429]);
+    } finally {
+      await srv.close();
+      await mw.limiter.close();
+    }
+  });
+
+  it('Express: a route limit the app-level middleware cannot see is an error, not a bypass', async () => {
+    const app = express();
+    const sub = express();
+    const mw = rateLimit({ policy: STACKED });
+    app.use(mw);
+    sub.post('/login', mw.limit('2/minute'), (req, res) => res.end('in'));
+    app.use('/sub', sub);
+    let seen = null;
+    app.use((err, req, res, next) => {
+      seen = err;
+      res.statusCode = 500;
+      res.end();
+    });
+    const srv = await serveExpress(app);
+    try {
+      assert.equal((await raw(srv.port, 'POST', '/sub/login')).status, 500);
+      assert.equal(seen.code, 'invalid_argument');
+      assert.match(seen.message, /before it could see its route .*express\.Router/);
     } finally {
       await srv.close();
       await mw.limiter.close();
