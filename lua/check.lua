@@ -6,7 +6,8 @@
 -- returns { now, 0 }; mode "C" answers a call already recorded as a peek at
 -- cost 0 with replayed = 1. Otherwise it decides every rule given in KEYS
 -- first, records the request only if all of them (shadow rules excepted)
--- admit and a peek records nothing; returns { now, replayed, then allowed,
+-- admit and a peek records nothing (the remaining of a rule that admitted a
+-- request that does not go through is without the cost); returns { now, replayed, then allowed,
 -- remaining, retry_after_us, reset_after_us per key }, or an error reply for
 -- an unknown algorithm code.
 
@@ -85,6 +86,16 @@ end
 -- Overrides and blocks (extensions.lua), for the rules that have them.
 if ext then
   all_pass = ext_apply(out, all_pass)
+end
+
+-- A request that does not go through consumes nothing: a rule that would
+-- have admitted it still has what it had (its remaining without the cost).
+if not all_pass and cost > 0 then
+  for i = 1, n do
+    if out[4 * i - 1] == 1 then
+      out[4 * i] = out[4 * i] + cost
+    end
+  end
 end
 
 if mode ~= 'p' and all_pass then

@@ -47,6 +47,8 @@ mod deny_cache;
 mod limiter;
 pub mod diff;
 pub mod lint;
+pub mod http;
+pub mod rate;
 
 pub use backend::script::CHECK_SCRIPT;
 pub use attributes::AttributeBuf;
@@ -61,6 +63,9 @@ pub use limiter::{
     METRICS_CONTENT_TYPE, RELOAD_POLL_INTERVAL,
 };
 pub use limiter::{Wire, WireAddress, WireOutcomes};
+pub use http::{HttpRequest, RouterRules, REQUEST_MODEL};
+pub use rate::{parse_rate, Rate};
+pub use limiter::{RouteLimit, ROUTE_LIMIT_KEY};
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use policy::tiers::{Block, Override, TierLimit, Tiers, MAX_BLOCK_FACTOR};

@@ -441,6 +441,8 @@ pub struct Policy {
     pub(crate) on_backend_error: FailureMode,
     pub(crate) rules: Vec<Rule>,
     pub(crate) templates: Vec<KeyTemplate>,
+    /// The `[attributes]` table: attribute name -> lower-case header name.
+    pub(crate) attributes: Vec<(String, String)>,
     /// The file the policy was read from ([`Policy::from_file`]), for `reload_on_change`.
     pub(crate) source: Option<PathBuf>,
 }
@@ -451,6 +453,7 @@ impl PartialEq for Policy {
             && self.timeout == other.timeout
             && self.on_backend_error == other.on_backend_error
             && self.rules == other.rules
+            && self.attributes == other.attributes
     }
 }
 
@@ -503,8 +506,59 @@ impl Policy {
             on_backend_error,
             rules,
             templates,
+            attributes: Vec::new(),
             source: None,
         })
+    }
+
+    /// The same policy with attributes read from request headers (the
+    /// `[attributes]` table: `api_key = "header:x-api-key"`): pairs of an
+    /// attribute name and a source, `"header:<name>"`. The HTTP
+    /// integrations give each as an attribute when the request has the
+    /// header ([`crate::Limiter::request_attributes`]). An attribute of the
+    /// request model (`ip`, `method`, `route`, `path`, `host`) cannot be
+    /// redefined.
+    pub fn with_attribute_sources<N: AsRef<str>, S: AsRef<str>>(mut self, sources: &[(N, S)]) -> Result<Policy> {
+        let mut out: Vec<(String, String)> = Vec::with_capacity(sources.len());
+        for (name, source) in sources {
+            let (name, source) = (name.as_ref(), source.as_ref());
+            let header = parse_attribute_source(name, source).map_err(Error::invalid_policy)?;
+            if out.iter().any(|(n, _)| n == name) {
+                return Err(Error::invalid_policy(format!("attributes.{name}: given twice")));
+            }
+            out.push((name.to_string(), header));
+        }
+        self.attributes = out;
+        Ok(self)
+    }
+
+    /// The same policy with `rules` after its own (validated as a whole:
+    /// a name used twice is an error naming it).
+    pub(crate) fn with_rules_added(self, rules: &[Rule]) -> Result<Policy> {
+        if rules.is_empty() {
+            return Ok(self);
+        }
+        let mut all = self.rules.clone();
+        all.extend(rules.iter().cloned());
+        let mut p = Policy::with_settings(all, self.prefix, self.timeout, self.on_backend_error)?;
+        p.attributes = self.attributes;
+        p.source = self.source;
+        Ok(p)
+    }
+
+    /// The same policy without the rules `drop` picks (at least one rule is kept by the caller).
+    pub(crate) fn without_rules(mut self, drop: impl Fn(&Rule) -> bool) -> Policy {
+        let keep: Vec<bool> = self.rules.iter().map(|r| !drop(r)).collect();
+        let mut i = 0;
+        self.rules.retain(|_| (keep[i], i += 1).0);
+        let mut i = 0;
+        self.templates.retain(|_| (keep[i], i += 1).0);
+        self
+    }
+
+    /// The `[attributes]` table: (attribute, lower-case header name) pairs.
+    pub fn attribute_sources(&self) -> &[(String, String)] {
+        &self.attributes
     }
 
     /// Parse a policy from TOML text.
@@ -636,6 +690,13 @@ impl Policy {
             })
             .collect();
         top.insert("rules".into(), Value::Array(rules));
+        if !self.attributes.is_empty() {
+            let mut a = Map::new();
+            for (name, header) in &self.attributes {
+                a.insert(name.clone(), Value::from(format!("header:{header}")));
+            }
+            top.insert("attributes".into(), Value::Object(a));
+        }
         Value::Object(top)
     }
 
@@ -805,13 +866,33 @@ fn validate_rule(rule: &Rule) -> Result<(), String> {
 
 // ---- parsing from a JSON value tree ---------------------------------------
 
-const TOP_FIELDS: &[&str] = &["prefix", "timeout", "on_backend_error", "rules"];
+const TOP_FIELDS: &[&str] = &["prefix", "timeout", "on_backend_error", "attributes", "rules"];
+
+/// The header an `[attributes]` entry reads, checked: `header:<name>`.
+fn parse_attribute_source(name: &str, source: &str) -> Result<String, String> {
+    let at = format!("attributes.{name}");
+    validate_name(name).map_err(|m| format!("{at}: attribute name {m}"))?;
+    if crate::http::REQUEST_MODEL.contains(&name) {
+        return Err(format!(
+            "{at}: {name:?} is part of the request model every integration provides (ip, method, route, path, host); give the attribute another name"
+        ));
+    }
+    let header = source.strip_prefix("header:").ok_or_else(|| {
+        format!("{at}: {source:?} is not a source; write \"header:<name>\" (e.g. \"header:x-api-key\")")
+    })?;
+    let header = header.trim();
+    if header.is_empty() || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+        return Err(format!("{at}: {header:?} is not a header name"));
+    }
+    Ok(header.to_ascii_lowercase())
+}
 const RULE_FIELDS: &[&str] = &[
     "name",
     "key",
     "algorithm",
     "limit",
     "window",
+    "rate",
     "capacity",
     "refill_rate",
     "precision",
@@ -938,7 +1019,18 @@ fn parse_policy(value: &Value) -> Result<Policy, String> {
     for (i, rv) in rules_a.iter().enumerate() {
         rules.push(parse_rule(i, rv)?);
     }
-    Policy::with_settings(rules, prefix, timeout, on_backend_error).map_err(|e| e.message().to_string())
+    let mut sources: Vec<(String, String)> = Vec::new();
+    if let Some(a) = obj.get("attributes") {
+        let table = a
+            .as_object()
+            .ok_or_else(|| format!("attributes: expected a table of attribute = \"header:<name>\", got {}", type_name(a)))?;
+        for (name, v) in table {
+            sources.push((name.clone(), get_string(v, &format!("attributes.{name}"))?.to_string()));
+        }
+    }
+    Policy::with_settings(rules, prefix, timeout, on_backend_error)
+        .and_then(|p| p.with_attribute_sources(&sources))
+        .map_err(|e| e.message().to_string())
 }
 
 fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
@@ -991,7 +1083,35 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
             None => {}
         }
     }
-    let obj = if tiers.is_some() { &stand_in } else { obj };
+    // `rate = "5/minute"` gives the limit and the window in one string.
+    let rated = match obj.get("rate") {
+        Some(r) => {
+            let text = get_string(r, &format!("{at}: rate"))?;
+            if !matches!(algo, "sliding_window_log" | "sliding_window" | "fixed_window") {
+                return Err(format!("{at}: rate: does not apply to {algo} (it has no window)"));
+            }
+            for f in ["limit", "window", "tiers"] {
+                if obj.contains_key(f) {
+                    return Err(format!("{at}: {f}: does not apply with rate (the rate gives the limit and the window)"));
+                }
+            }
+            let rates = crate::rate::parse_rate(text).map_err(|e| format!("{at}: {}", e.message()))?;
+            if rates.len() != 1 {
+                return Err(format!("{at}: rate: {text:?} gives {} limits; a rule has one (write a rule per limit)", rates.len()));
+            }
+            let mut with = obj.clone();
+            with.insert("limit".into(), Value::from(rates[0].limit));
+            with.insert("window".into(), Value::from(rates[0].window.as_millis() as u64));
+            with.remove("rate");
+            Some(with)
+        }
+        None => None,
+    };
+    let obj = match (&rated, tiers.is_some()) {
+        (Some(r), _) => r,
+        (None, true) => &stand_in,
+        (None, false) => obj,
+    };
     let field = |f: &str| obj.get(f);
     let required = |f: &str| {
         field(f).ok_or_else(|| format!("{at}: {f}: missing (required by {algo})"))

@@ -9,7 +9,8 @@ lua/period_counter.lua, not from running the implementation. It models:
 - sliding_window_log: a member with score s is inside the window while
   now < s + window; admit when count + cost <= limit; on denial retry_after is
   the time until the `need` oldest members leave, reset_after the time until
-  the newest one does; remaining is limit - count (- cost when admitted);
+  the newest one does; remaining is limit - count (- cost when the request
+  is admitted: a rule that admits a request another rule denies keeps it all);
 - token_bucket in micro-tokens (1 token = 1,000,000): refill
   floor(elapsed_us * rate), capped at the capacity; remaining is
   floor(tokens / 1e6); waits are the smallest whole number of microseconds w
@@ -65,6 +66,7 @@ import copy
 import datetime
 import json
 import math
+import re
 import os
 import sys
 
@@ -125,9 +127,24 @@ def template_attrs(template):
     return names
 
 
+RATE_UNITS = {"ms": 1, "millisecond": 1, "s": 1000, "sec": 1000, "second": 1000, "m": 60_000, "min": 60_000,
+              "minute": 60_000, "h": 3_600_000, "hr": 3_600_000, "hour": 3_600_000, "d": 86_400_000,
+              "day": 86_400_000, "month": 30 * 86_400_000, "year": 365 * 86_400_000}
+
+
+def parse_rate(text):
+    """One rate string (`5/minute`, `100 per hour`, `10/30s`): (limit, window_ms)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:/|per)\s*(\d*)\s*([A-Za-z]+)\s*", text, re.IGNORECASE)
+    word = m.group(3).lower()
+    unit = RATE_UNITS.get(word) or RATE_UNITS[word[:-1]]
+    return int(m.group(1)), int(m.group(2) or 1) * unit
+
+
 class Rule:
     def __init__(self, spec):
         spec = dict(spec)
+        if "rate" in spec:
+            spec["limit"], spec["window"] = parse_rate(spec.pop("rate"))
         # Tiers: the default (or first, in value order) tier stands in for
         # the rule's own limit; `variant` picks the tier of a request.
         self.tiers = spec.get("tiers")
@@ -642,6 +659,12 @@ class Model:
                     raise CaseError(f"rule {r.name}: block record TTL below {MIN_TTL_MS} ms of real time")
                 res.update(remaining=0, retry=max(res["retry"], d), reset=max(res["reset"], d))
         all_pass = all(res["allowed"] or res["shadow"] for res in results)
+        if not all_pass:
+            # The request does not go through: a rule that would have admitted
+            # it still has what it had.
+            for res in results:
+                if res["allowed"]:
+                    res["remaining"] += cost
         if mode == "check" and all_pass:
             for r, o in zip(rules, raw):
                 if not o["allowed"]:
@@ -928,6 +951,16 @@ case("swl-exact-limit", "Three requests fit a limit of 3; the fourth is denied u
       chk(IP, allowed=False, retry_after_ms=60_000, reset_after_ms=60_000),
       chk(IP, adv=59_999, allowed=False, retry_after_ms=1),
       chk(IP, adv=1, allowed=True, remaining=2)])
+
+case("rate-string", "A rule's `rate` gives its limit and window in one string (`3 per minute`, `2/10s`), as route limits do; the "
+     "policy's [attributes] table (headers the HTTP integrations read) changes no decision.",
+     [{"name": "per-ip", "key": "ip:{ip}", "rate": "3 per minute"},
+      {"name": "burst", "key": "b:{ip}", "algorithm": "fixed_window", "rate": "2/10s"}],
+     [chk(IP, remaining=1), chk(IP, remaining=0),
+      chk(IP, allowed=False, retry_after_ms=10_000),
+      chk(IP, adv=10_000, allowed=True, remaining=0),
+      chk(IP, allowed=False, retry_after_ms=50_000)],
+     attributes={"api_key": "header:x-api-key"})
 
 case("swl-window-boundary", "A member scored s counts while now < s + window: denied 1 ms before, admitted exactly at the boundary.",
      [swl("per-ip", "ip:{ip}", 2, "10s")],

@@ -220,6 +220,15 @@ impl ClusterBackend {
         if let Some(e) = first_err {
             return Err(e);
         }
+        if !all_pass {
+            // The slots that admitted gave back (or, peeking, took nothing):
+            // their rules have what they had, without the cost.
+            for &i in committed.iter().flat_map(|idx| idx.iter()) {
+                if let Some(o) = outcomes[i].as_mut().filter(|o| o.allowed) {
+                    o.remaining += plan.cost;
+                }
+            }
+        }
         Ok(outcomes.into_iter().map(|o| o.expect("every group answered")).collect())
     }
 

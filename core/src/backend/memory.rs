@@ -253,6 +253,12 @@ impl MemoryBackend {
             }
         }
 
+        if !all_pass {
+            // Nothing is recorded: a rule that would have admitted still has what it had.
+            for o in outcomes.iter_mut().filter(|o| o.allowed) {
+                o.remaining += cost;
+            }
+        }
         if mode == Mode::Check && all_pass {
             for i in 0..n {
                 let o = outcomes[i];

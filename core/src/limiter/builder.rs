@@ -236,6 +236,7 @@ impl LimiterBuilder {
                     on_backend_error: o.on_backend_error,
                     key_secret: o.key_secret,
                     watching: watching.clone(),
+                    added: Default::default(),
                 },
                 reloads: ReloadCounters::default(),
                 clock: o.clock,

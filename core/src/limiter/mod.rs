@@ -7,6 +7,7 @@
 //! shells around that path.
 
 mod builder;
+mod http;
 mod metrics;
 mod options;
 mod reload;
@@ -16,6 +17,7 @@ mod wire;
 pub(crate) mod overrides;
 
 pub use builder::{LimiterBuilder, LimiterOptions};
+pub use http::{RouteLimit, ROUTE_LIMIT_KEY};
 pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
 pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};

@@ -30,6 +30,9 @@ pub(super) struct Overrides {
     pub key_secret: Option<Vec<u8>>,
     /// The watched file, with `reload_on_change`.
     pub watching: Option<PathBuf>,
+    /// Rules added from code ([`Limiter::add_route_limit`]): every policy
+    /// put in force gets them after its own.
+    pub added: Mutex<Vec<crate::policy::Rule>>,
 }
 
 /// Reloads applied and refused, and the last refusal.
@@ -39,7 +42,7 @@ pub(super) struct ReloadCounters {
     refused: AtomicU64,
     last_error: Mutex<Option<Error>>,
     /// One reload at a time (a call and the watcher may race).
-    serial: Mutex<()>,
+    pub(super) serial: Mutex<()>,
 }
 
 /// How reloads went: see [`Limiter::reload_status`].
@@ -117,6 +120,12 @@ impl Limiter {
     fn apply(&self, policy: Policy) -> Result<PolicyDiff> {
         self.ensure_open()?;
         let _one = self.inner.reloads.serial.lock().unwrap_or_else(|p| p.into_inner());
+        let added = self.inner.overrides.added.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.put_in_force(policy.with_rules_added(&added)?)
+    }
+
+    /// Put `policy` (rules added included) in force; the caller holds the reload lock.
+    pub(super) fn put_in_force(&self, policy: Policy) -> Result<PolicyDiff> {
         let old = self.inner.current.load_full();
         let o = &self.inner.overrides;
         let mut policy = policy.with_timeout(old.policy.timeout)?;
