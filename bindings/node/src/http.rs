@@ -37,17 +37,20 @@ pub struct RouterRules {
 #[allow(dead_code)]
 pub struct HttpRequest {
     /// The client address (a `ClientIp` result); null for a non-IP peer.
+    #[napi(ts_type = "string | null")]
     pub ip: Option<String>,
     /// The method as received.
     pub method: String,
     /// The framework's template of the route it dispatches the request to,
     /// in its own syntax with any mount prefix (`/api/users/:id`); null when
     /// no route matches.
+    #[napi(ts_type = "string | null")]
     pub route: Option<String>,
     /// The request target's path as received (it may carry the query,
     /// percent-encoding, `//`).
     pub path: String,
     /// The `Host` header as received.
+    #[napi(ts_type = "string | null")]
     pub host: Option<String>,
     /// The request headers (`req.headers`; values a string or an array of strings).
     #[napi(ts_type = "Record<string, string | string[] | undefined>")]
@@ -87,7 +90,7 @@ pub struct Rate {
 /// rule's `rate` read it. Throws (`code` `invalid_argument`) naming what is
 /// wrong.
 #[napi(catch_unwind)]
-pub fn parse_rate(text: String) -> Result<Vec<Rate>, Code> {
+pub fn parse_rate(text: String) -> napi::Result<Vec<Rate>, Code> {
     guard(|| {
         Ok(throttlegate::parse_rate(&text)?
             .into_iter()
@@ -167,7 +170,7 @@ impl Limiter {
     /// `headers` (a Node `req.headers` object; only the names
     /// `requestHeaders()` lists are read). Pass the result to `check`.
     #[napi(ts_args_type = "request: HttpRequest", ts_return_type = "Record<string, string>")]
-    pub fn request_attributes(&self, env: &Env, request: Unknown<'_>) -> Result<IndexMap<String, String>, Code> {
+    pub fn request_attributes(&self, env: &Env, request: Unknown<'_>) -> napi::Result<IndexMap<String, String>, Code> {
         guard(|| {
             let what = "request";
             expect_object(&request, what)?;
@@ -229,7 +232,7 @@ impl Limiter {
     /// `provided` defaults to the request model the HTTP integrations give
     /// (`ip`, `method`, `route`, `path`, `host`).
     #[napi(ts_args_type = "provided?: string[]")]
-    pub fn attribute_warnings(&self, env: &Env, provided: Option<Unknown<'_>>) -> Result<Vec<String>, Code> {
+    pub fn attribute_warnings(&self, env: &Env, provided: Option<Unknown<'_>>) -> napi::Result<Vec<String>, Code> {
         guard(|| {
             let given = match provided {
                 Some(v) => opt_strings(env, &v, "provided")?,
@@ -255,7 +258,7 @@ impl Limiter {
     /// the rules added; adding the same limit again returns the same names.
     /// Throws (`code` `invalid_argument`) naming what is wrong.
     #[napi(ts_args_type = "limit: RouteLimit")]
-    pub fn add_route_limit(&self, env: &Env, limit: Unknown<'_>) -> Result<Vec<String>, Code> {
+    pub fn add_route_limit(&self, env: &Env, limit: Unknown<'_>) -> napi::Result<Vec<String>, Code> {
         guard(|| {
             let what = "limit";
             expect_object(&limit, what)?;
