@@ -79,6 +79,88 @@ function echoed(res) {
   return JSON.parse(value);
 }
 
+// --- the native API the integrations use ------------------------------------
+
+describe('Limiter: requestAttributes, requestHeaders, attributeWarnings, addRouteLimit', () => {
+  const POLICY = {
+    attributes: { api_key: 'header:X-Api-Key' },
+    rules: [
+      { name: 'per-ip', key: '{ip}', limit: 5, window: '1m' },
+      { name: 'per-tenant', key: '{tenant}', limit: 5, window: '1m' },
+    ],
+  };
+
+  it('makes the request model from raw parts, under the router\'s rules', async () => {
+    const limiter = new Limiter(POLICY);
+    try {
+      assert.deepEqual(limiter.requestHeaders(), ['x-api-key']);
+      assert.deepEqual(limiter.requestAttributes({
+        ip: '203.0.113.7', method: 'head', route: '/users/:id', path: '/Users//7/?page=2', host: 'API.example:8080',
+        headers: { 'x-api-key': ['k1', 'k2'], 'x-other': 'no' }, router: { caseInsensitive: true, ignoreTrailingSlash: true },
+      }), { ip: '203.0.113.7', method: 'GET', route: '/users/{id}', path: '/users/7', host: 'api.example', api_key: 'k1,k2' });
+      assert.deepEqual(limiter.requestAttributes({ ip: null, method: 'GET', route: null, path: '/A/' }), { method: 'GET', path: '/A/' });
+      for (const [request, message] of [
+        [null, /^request: expected an object/],
+        [{ method: 5, path: '/' }, /^request\.method: expected a string, got a number/],
+        [{ method: 'GET' }, /^request\.path: expected a string/],
+        [{ method: 'GET', path: '/', router: { caseInsensitive: 'yes' } }, /^request\.router\.caseInsensitive: expected a boolean/],
+        [{ method: 'GET', path: '/', headers: { 'x-api-key': 5 } }, /^request\.headers\["x-api-key"\]: expected a string/],
+      ]) {
+        assert.throws(() => limiter.requestAttributes(request), (err) => err.code === 'invalid_argument' && message.test(err.message));
+      }
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('names the rules a set of attributes can never feed', async () => {
+    const limiter = new Limiter(POLICY);
+    try {
+      const [warning, ...more] = limiter.attributeWarnings();
+      assert.deepEqual(more, []);
+      assert.match(warning, /"per-tenant".*"tenant"/);
+      assert.deepEqual(limiter.attributeWarnings(['ip', 'tenant']), []);
+      assert.equal(limiter.attributeWarnings(['tenant']).length, 1);
+      assert.throws(() => limiter.attributeWarnings('ip'), /^Error: provided: expected an array of strings/);
+    } finally {
+      await limiter.close();
+    }
+  });
+
+  it('adds route limits to the policy in force, once, across reloads', async () => {
+    const limiter = new Limiter(POLICY, { clock: new ManualClock(START_US) });
+    try {
+      const names = limiter.addRouteLimit({ rate: '1/minute', route: '/login', methods: ['post', 'POST'] });
+      assert.deepEqual(names, ['route.POST.login']);
+      assert.deepEqual(limiter.addRouteLimit({ rate: '1/minute', route: '/login', methods: ['POST'] }), names);
+      assert.deepEqual(limiter.addRouteLimit({ rate: '5/minute;100/hour', route: '/users/:id' }),
+        ['route.users.id.1m', 'route.users.id.1h']);
+      limiter.reload({ rules: [{ name: 'other', key: '{ip}', limit: 9, window: '1m' }] });
+      assert.deepEqual(limiter.policy.toJSON().rules.map((r) => r.name),
+        ['other', 'route.POST.login', 'route.users.id.1m', 'route.users.id.1h']);
+      const attrs = limiter.requestAttributes({ ip: '203.0.113.7', method: 'POST', route: '/login', path: '/login' });
+      assert.equal((await limiter.check(attrs)).allowed, true);
+      const denied = await limiter.check(attrs);
+      assert.equal(denied.allowed, false);
+      assert.equal(denied.rule, 'route.POST.login');
+      for (const [limit, message] of [
+        [{ rate: 'often', route: '/x' }, /^rate "often": /],
+        [{ rate: '5/minute', route: '/x', key: '{' }, /^route limit "5\/minute" on "\/x": .*key/],
+        [{ rate: '5/minute', route: '/x', name: 'other' }, /"other" is used by another rule/],
+        [{ route: '/x' }, /^limit\.rate: expected a string/],
+        [{ rate: '5/minute', route: '/x', methods: 'GET' }, /^limit\.methods: expected an array of strings/],
+        [{ rate: '5/minute', route: '/x', methods: ['G T'] }, /is not an HTTP method/],
+      ]) {
+        assert.throws(() => limiter.addRouteLimit(limit), (err) => err.code === 'invalid_argument' && message.test(err.message));
+      }
+      assert.deepEqual(parseRate('5 per 2 hours;1/s'), [{ limit: 5, windowMs: 7_200_000 }, { limit: 1, windowMs: 1000 }]);
+      assert.throws(() => parseRate(''), (err) => err.code === 'invalid_argument' && /empty rate/.test(err.message));
+    } finally {
+      await limiter.close();
+    }
+  });
+});
+
 // --- the request model: tests/http/request-model.json -----------------------
 
 function modelExpressApp() {
