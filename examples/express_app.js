@@ -43,7 +43,7 @@ const ESTIMATE = 100;
 
 /**
  * Build the app. `options.url` picks the backend (embedded when absent);
- * the other options are the Limiter's (`keyPrefix`, `clock`, ...).
+ * the other options are the Limiter's (`prefix`, `clock`, ...).
  */
 function createApp({ url, trustedProxies = [], ...limiterOptions } = {}) {
   const limiter = new Limiter(POLICY, { url, ...limiterOptions });

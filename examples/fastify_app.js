@@ -34,7 +34,7 @@ const ADMIN_POLICY = { rules: [{ name: 'admin', key: 'admin:{ip}', limit: 2, win
 
 /**
  * Build the app. `options.url` picks the backend (embedded when absent);
- * the other options are the Limiter's (`keyPrefix`, `clock`, `onBackendError`, ...).
+ * the other options are the Limiter's (`prefix`, `clock`, `onBackendError`, ...).
  */
 function createApp({ url, trustedProxies = [], ...limiterOptions } = {}) {
   const limiter = new Limiter(POLICY, { url, ...limiterOptions });
@@ -48,7 +48,7 @@ function createApp({ url, trustedProxies = [], ...limiterOptions } = {}) {
   app.register(async (admin) => {
     admin.register(require('throttlegate/fastify'), {
       policy: ADMIN_POLICY,
-      limiterOptions: { url, keyPrefix: limiterOptions.keyPrefix, clock: limiterOptions.clock },
+      limiterOptions: { url, prefix: limiterOptions.prefix, clock: limiterOptions.clock },
       trustedProxies,
     });
     admin.get('/admin/stats', async () => ({ stats: true }));
@@ -63,7 +63,7 @@ if (require.main === module) {
   const trustedProxies = (process.env.TRUSTED_PROXIES || '').split(',').filter(Boolean);
   const options = { url: process.env.REDIS_URL, trustedProxies };
   if (process.env.ON_BACKEND_ERROR) options.onBackendError = process.env.ON_BACKEND_ERROR;
-  if (process.env.KEY_PREFIX) options.keyPrefix = process.env.KEY_PREFIX;
+  if (process.env.KEY_PREFIX) options.prefix = process.env.KEY_PREFIX;
   const { app, limiter } = createApp(options);
   app.listen({ port: Number(process.env.PORT || 3000), host: '127.0.0.1' }).then((address) => {
     console.log(`listening on ${address} (${limiter.backend} backend)`);

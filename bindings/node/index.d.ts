@@ -361,6 +361,11 @@ export interface LimiterOptions {
    */
   onBackendError?: 'allow' | 'deny' | 'error'
   /** Prefix of every key (default `throttlegate:`). */
+  prefix?: string
+  /**
+   * The old name of `prefix` (still accepted; give one of them).
+   * @deprecated use `prefix`
+   */
   keyPrefix?: string
   /**
    * Where "now" comes from: the backend's clock (default), this host's

@@ -277,10 +277,12 @@ fn option_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<OptionValue, E
 }
 
 /// This package's names of the limiter options.
-const LIMITER_OPTIONS: [(&str, LimiterOption); 11] = [
+/// `keyPrefix` is the old name of `prefix` (the name in every other language).
+const LIMITER_OPTIONS: [(&str, LimiterOption); 12] = [
     ("url", LimiterOption::Url),
     ("timeout", LimiterOption::Timeout),
     ("onBackendError", LimiterOption::OnBackendError),
+    ("prefix", LimiterOption::Prefix),
     ("keyPrefix", LimiterOption::Prefix),
     ("clock", LimiterOption::Clock),
     ("keySecret", LimiterOption::KeySecret),
@@ -317,7 +319,16 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
     let mut opts = LimiterOptions::default();
     match v {
         Some(v) if !matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) => {
+            let mut prefix_given = false;
             for (option, what, value) in named(env, v, &LIMITER_OPTIONS)? {
+                if matches!(option, LimiterOption::Prefix) {
+                    if prefix_given {
+                        return Err(invalid_argument(
+                            "options: give `prefix` only (`keyPrefix` is its old name)".to_string(),
+                        ));
+                    }
+                    prefix_given = true;
+                }
                 opts.set(option, &what, value, DurationUnit::Millis)?;
             }
         }

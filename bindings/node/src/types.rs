@@ -58,6 +58,9 @@ pub struct LimiterOptions {
     #[napi(ts_type = "'allow' | 'deny' | 'error'")]
     pub on_backend_error: Option<String>,
     /// Prefix of every key (default `throttlegate:`).
+    pub prefix: Option<String>,
+    /// The old name of `prefix` (still accepted; give one of them).
+    /// @deprecated use `prefix`
     pub key_prefix: Option<String>,
     /// Where "now" comes from: the backend's clock (default), this host's
     /// clock (for Redis services that refuse `TIME` in scripts), or a `ManualClock`.

@@ -113,6 +113,17 @@ describe('Limiter: requestAttributes, requestHeaders, attributeWarnings, addRout
     }
   });
 
+  it('takes `prefix` (one name in every language), and `keyPrefix`, its old name', async () => {
+    const rules = { rules: [{ name: 'r', key: '{ip}', limit: 1, window: '1m' }] };
+    for (const options of [{ prefix: 'app:' }, { keyPrefix: 'app:' }]) {
+      const limiter = new Limiter(rules, options);
+      assert.deepEqual(limiter.keys({ ip: '1.2.3.4' }), ['app:r:1.2.3.4']);
+      await limiter.close();
+    }
+    assert.throws(() => new Limiter(rules, { prefix: 'a:', keyPrefix: 'b:' }),
+      (err) => err.code === 'invalid_argument' && /give `prefix` only/.test(err.message));
+  });
+
   it('names the rules a set of attributes can never feed', async () => {
     const limiter = new Limiter(POLICY);
     try {
