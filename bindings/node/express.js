@@ -20,6 +20,7 @@
 
 const {
   invalid, resolveOptions, clientAddress, requestModel, startupWarnings, denial, routeLimitSpec, addRouteLimit,
+  targetPath,
 } = require('./middleware.js');
 const { parseRate } = require('./index.js');
 
@@ -77,10 +78,11 @@ function routerRules(app) {
   };
 }
 
-/** The path part of a request target (what Express's router matches). */
+/** The path of a request target, without query or fragment (what Express's router matches). */
 function pathname(url) {
-  const end = url.search(/[?#]/);
-  return end === -1 ? url : url.slice(0, end);
+  const path = targetPath(url);
+  const end = path.search(/[?#]/);
+  return end === -1 ? path : path.slice(0, end);
 }
 
 /** A layer's match of `path`: `{ path, pattern }`, or null. */

@@ -94,11 +94,26 @@ function requestModel(limiter, req, ip, route, path, router) {
     ip,
     method: req.method,
     route,
-    path,
+    path: targetPath(path),
     host: req.headers.host,
     headers: req.headers,
     router,
   });
+}
+
+const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;
+
+/**
+ * The path part of a request target as received (query and all): an
+ * absolute-form target (`POST http://host/login`, which Node's server
+ * accepts and both routers dispatch by its path) without its scheme and
+ * authority.
+ */
+function targetPath(url) {
+  const m = ABSOLUTE_FORM.exec(url);
+  if (m === null) return url;
+  const rest = url.slice(m[0].length);
+  return rest === '' || rest[0] !== '/' ? `/${rest}` : rest;
 }
 
 // The warnings already given, per limiter: each is given once per process.
@@ -134,8 +149,8 @@ const PROBLEM_JSON = 'application/problem+json';
  */
 function denial(decision) {
   const body = Buffer.from(decision.problemJson || '');
-  const headers = [['content-type', PROBLEM_JSON], ['content-length', String(body.length)]];
-  for (const [name, value] of Object.entries(decision.headers)) headers.push([name.toLowerCase(), value]);
+  const headers = [['Content-Type', PROBLEM_JSON], ['Content-Length', String(body.length)]];
+  for (const [name, value] of Object.entries(decision.headers)) headers.push([name, value]);
   return { status: 429, headers, body };
 }
 
@@ -174,5 +189,5 @@ function addRouteLimit(where, limiter, spec, route, methods) {
 
 module.exports = {
   invalid, resolveOptions, checkFunctions, clientAddress, requestModel, startupWarnings, denial,
-  routeLimitSpec, addRouteLimit,
+  routeLimitSpec, addRouteLimit, targetPath,
 };
