@@ -189,7 +189,7 @@ function findLimits(state, router, prefix, depth, out) {
 function register(state, own, route, methods) {
   const id = `${methods.join(',')} ${route}`;
   if (own.routes.has(id)) return;
-  addRouteLimit(WHERE, state.limiter, own.spec, route, methods);
+  addRouteLimit(WHERE, state.limiter, own.spec, route, methods, state.attributes);
   own.routes.add(id);
 }
 
@@ -219,7 +219,7 @@ function rateLimit(options) {
   const { limiter, clientIp, cost, skip, headers: sendHeaders, onDenied, onError } = o;
   startupWarnings(WHERE, limiter, o.attributes);
   // `made`: route limits made; `seen`: per app, `made` when its routers were last looked at.
-  const state = { limiter, made: 0, seen: new WeakMap() };
+  const state = { limiter, attributes: o.attributes, made: 0, seen: new WeakMap() };
 
   /**
    * The request model of `req`: the route Express dispatches it to, per its

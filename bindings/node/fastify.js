@@ -83,7 +83,7 @@ async function throttlegatePlugin(fastify, options) {
     const methods = Array.isArray(method) ? method : [method];
     const id = `${methods.join(',')} ${url}`;
     if (added.has(id)) return;
-    addRouteLimit(WHERE, o.limiter, limit, url, methods);
+    addRouteLimit(WHERE, o.limiter, limit, url, methods, o.attributes);
     added.add(id);
   }
 

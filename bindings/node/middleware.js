@@ -177,14 +177,22 @@ function routeLimitSpec(where, value, extra = []) {
   return spec;
 }
 
-/** Add a route limit to the limiter's policy; errors name the route. */
-function addRouteLimit(where, limiter, spec, route, methods) {
+/**
+ * Add a route limit to the limiter's policy (errors name the route), then
+ * warn about it, as at start-up, if its key needs an attribute the request
+ * model never gives (`attributes`: the integration's option, see
+ * `startupWarnings`).
+ */
+function addRouteLimit(where, limiter, spec, route, methods, attributes) {
+  let names;
   try {
-    return limiter.addRouteLimit({ ...spec, route, methods });
+    names = limiter.addRouteLimit({ ...spec, route, methods });
   } catch (err) {
     err.message = `${where}: route ${route}: ${err.message}`;
     throw err;
   }
+  startupWarnings(where, limiter, attributes);
+  return names;
 }
 
 module.exports = {

@@ -761,4 +761,33 @@ describe('start-up warnings', () => {
     });
     assert.deepEqual(none, []);
   });
+
+  it('a route limit keyed on an attribute the model never gives warns too', async () => {
+    const rules = { rules: [{ name: 'per-ip', key: '{ip}', limit: 10, window: '1m' }] };
+    const fastifyWarnings = await warningsOf(async () => {
+      const app = Fastify();
+      await app.register(throttlegate, { policy: rules });
+      app.post('/t', { config: { rateLimit: { rate: '1/minute', key: '{tenant}', name: 'per-tenant' } } }, async () => 't');
+      await app.ready();
+      await app.close();
+    });
+    assert.equal(fastifyWarnings.length, 1);
+    assert.match(fastifyWarnings[0].message, /^throttlegate\/fastify: .*"per-tenant".*"tenant"/);
+    const app = express();
+    const mw = rateLimit({ policy: rules });
+    app.use(mw);
+    app.post('/t', mw.limit({ rate: '1/minute', key: '{tenant}', name: 'per-tenant' }), (req, res) => res.end());
+    const srv = await serveExpress(app);
+    try {
+      const expressWarnings = await warningsOf(async () => {
+        // Found on the first request (Express has no start-up hook).
+        for (let i = 0; i < 2; i++) assert.equal((await raw(srv.port, 'POST', '/t')).status, 200);
+      });
+      assert.equal(expressWarnings.length, 1);
+      assert.match(expressWarnings[0].message, /^throttlegate\/express: .*"per-tenant".*"tenant"/);
+    } finally {
+      await srv.close();
+      await mw.limiter.close();
+    }
+  });
 });
