@@ -152,7 +152,9 @@ function resolveRoute(router, method, path, prefix = '', depth = 0) {
     }
     let rest = path.slice(matched.length);
     if (rest[0] !== '/') rest = `/${rest}`;
-    const mount = typeof m.pattern === 'string' ? m.pattern : matched;
+    // The mount's pattern (a RegExp as its source), so every spelling gives one route;
+    // Express 4 keeps none: the text it matched.
+    const mount = m.pattern !== null && m.pattern !== undefined ? m.pattern : matched;
     const found = resolveRoute(inner, method, rest, join(prefix, mount), depth + 1);
     if (found !== null) return found;
   }
@@ -178,8 +180,9 @@ function findLimits(state, router, prefix, depth, out) {
     }
     const inner = mountedRouter(layer);
     // Express 4 keeps no mount pattern: its mounted routes register on their first request.
-    if (inner !== null && depth < MAX_DEPTH && typeof layer.rawPath === 'string') {
-      findLimits(state, inner, join(prefix, layer.rawPath), depth + 1, out);
+    if (inner === null || depth >= MAX_DEPTH || layer.rawPath === undefined) continue;
+    for (const mount of Array.isArray(layer.rawPath) ? layer.rawPath : [layer.rawPath]) {
+      if (typeof mount === 'string' || mount instanceof RegExp) findLimits(state, inner, join(prefix, mount), depth + 1, out);
     }
   }
   return out;
@@ -211,6 +214,24 @@ function registerLimits(state, req) {
 }
 
 /**
+ * The template of the route Express dispatches `req` to, per its own
+ * matcher, from the app the request entered (and, in a mounted app, whose
+ * routes the parent's router cannot see into, from that app under its
+ * mount path); null when none.
+ */
+function routeOf(req) {
+  const app = rootApp(req);
+  const router = routerOf(app);
+  let route = router === null ? null : resolveRoute(router, req.method, pathname(req.originalUrl || req.url));
+  if (route === null && req.app && req.app !== app) {
+    const own = routerOf(req.app);
+    const mount = typeof req.app.path === 'function' ? req.app.path() : '';
+    if (own !== null) route = resolveRoute(own, req.method, pathname(req.url), mount);
+  }
+  return route;
+}
+
+/**
  * Make a middleware that checks every request against a limiter.
  * See express.d.ts for the options.
  */
@@ -229,15 +250,8 @@ function rateLimit(options) {
    */
   function modelOf(req, ip) {
     const app = rootApp(req);
-    const router = routerOf(app);
     const url = req.originalUrl || req.url;
-    let route = router === null ? null : resolveRoute(router, req.method, pathname(url));
-    if (route === null && req.app && req.app !== app) {
-      const own = routerOf(req.app);
-      const mount = typeof req.app.path === 'function' ? req.app.path() : '';
-      if (own !== null) route = resolveRoute(own, req.method, pathname(req.url), mount);
-    }
-    return requestModel(limiter, req, ip, route, url, routerRules(app));
+    return requestModel(limiter, req, ip, routeOf(req), url, routerRules(app));
   }
 
   async function checkRequest(req, res, next) {
@@ -285,11 +299,16 @@ function rateLimit(options) {
       try {
         registerLimits(state, req);
         if (own.routes.size === 0) {
-          // A route the app's routers do not show (a mounted app, Express 4's mounts):
-          // registered from where it ran, for the requests after this one.
+          // A route the walk of the routers did not find (Express 4's mounts keep no
+          // pattern): registered as the request model resolves it, from this request on.
           if (!req.route) throw invalid(`${WHERE}: limit`, 'give it to a route: app.post(path, limit(rate), handler)');
+          const route = routeOf(req);
+          if (route === null) {
+            throw invalid(`${WHERE}: limit`, `cannot resolve the route of ${req.method} ${req.originalUrl} ` +
+              'from the app\'s routers, so its limit would never apply');
+          }
           const methods = Object.keys(req.route.methods || {}).filter((m) => m !== '_all').map((m) => m.toUpperCase());
-          register(state, own, join(req.baseUrl || '', req.route.path), methods);
+          register(state, own, route, methods);
         }
         if (req[kChecked] === state && o.attributes === null && req.rateLimitAttributes
           && req.rateLimitAttributes.route === undefined) {

@@ -538,6 +538,30 @@ describe('route limits', () => {
     }
   });
 
+  it('Express: a route limit under a router mounted at several paths, or at a RegExp', async () => {
+    const app = express();
+    const mw = rateLimit({ policy: STACKED, limiterOptions: { clock: new ManualClock(START_US) } });
+    app.use(mw);
+    const router = express.Router();
+    router.post('/login', mw.limit('1/minute'), (req, res) => {
+      res.setHeader('x-attributes', JSON.stringify(req.rateLimitAttributes));
+      res.end('in');
+    });
+    app.use(['/a', '/b'], router);
+    app.use(/^\/re(?=\/)/i, router);
+    const srv = await serveExpress(app);
+    try {
+      for (const [target, again] of [['/a/login', '/A/login/'], ['/b/login', '/b/LOGIN'], ['/re/login', '/RE/login']]) {
+        const first = await raw(srv.port, 'POST', target);
+        assert.equal(first.status, 200, target);
+        assert.equal((await raw(srv.port, 'POST', again)).status, 429, again);
+      }
+    } finally {
+      await srv.close();
+      await mw.limiter.close();
+    }
+  });
+
   it('Express: a route limit in a mounted app, with a middleware of its own', async () => {
     const app = express();
     const sub = express();
