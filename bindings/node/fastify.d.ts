@@ -25,8 +25,12 @@ declare module 'fastify' {
 }
 
 declare namespace throttlegate {
-  /** What a route may set in `config.rateLimit`, replacing the plugin's option of the same name. */
-  export interface RouteRateLimitOptions {
+  /**
+   * What a route may set in `config.rateLimit`: a route limit (`rate`,
+   * `key`, `name`), and its own `attributes`, `cost` and `skip`, replacing
+   * the plugin's options of the same name.
+   */
+  export interface RouteRateLimitOptions extends RequestOptions {
     /**
      * A route limit (`'5/minute'`, `'100 per hour'`, `'10/30s'`) on this
      * route and its methods: it joins the limiter's policy when the route
@@ -37,6 +41,10 @@ declare namespace throttlegate {
     key?: string;
     /** The route limit's rule name (default derived from the route and methods). */
     name?: string;
+  }
+
+  /** How requests are checked: set on the plugin, or per route in `config.rateLimit`. */
+  export interface RequestOptions {
     /**
      * The attributes of the route's requests (default: the request model,
      * `Limiter.requestAttributes`: `ip`, `method`, `route`, `path`, `host`
@@ -50,7 +58,7 @@ declare namespace throttlegate {
   }
 
   /** Options of the plugin: give a `limiter`, or a `policy` to build one (closed with the app). */
-  export interface FastifyRateLimitOptions extends RouteRateLimitOptions {
+  export interface FastifyRateLimitOptions extends RequestOptions {
     /** The limiter to check with (it carries its own `onBackendError`). */
     limiter?: Limiter;
     /** A policy to build a limiter from (a `Policy`, a file path or a plain object). */

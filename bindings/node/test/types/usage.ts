@@ -114,6 +114,9 @@ async function main(): Promise<void> {
     onError: (err, request, reply) => reply.code(503).send({ code: err.code }),
   };
   await fastify.register(throttlegateFastify, fastifyOptions);
+  // @ts-expect-error a route limit is written on a route, not on the plugin
+  const misplaced: FastifyRateLimitOptions = { limiter: fromFile, rate: '5/minute' };
+  console.log(misplaced);
   await fastify.register(throttlegateFastify, { policy, limiterOptions: { url: 'redis://127.0.0.1:6379' }, onBackendError: 'deny' });
   fastify.get('/export', { config: { rateLimit: { cost: 5, skip: (request) => request.ip === '127.0.0.1' } } },
     async (request) => ({ remaining: request.rateLimit?.remaining ?? null }));
