@@ -25,6 +25,9 @@ pub const LINT_AFTER_HELP: &str = "\
 Checks:
   invalid_policy         error    the file does not parse or validate
   never_applies          error    the rule needs an attribute not in --attributes
+  not_in_request_model   warning  (no --attributes) the rule needs an attribute beyond the HTTP
+                                  request model (ip, method, route, path, host) and [attributes]
+  bare_duration          warning  a duration under a second written as a bare number (60 is 60 ms)
   cost_never_passes      error    --cost is above the rule's limit: such checks are refused
   shadowed               warning  another rule applies to every request this one does, counts them
                                   under a key at least as coarse and is at least as strict
@@ -59,8 +62,13 @@ pub struct LintArgs {
     pub cost: Option<u64>,
     /// Every attribute the application sends, comma-separated: rules needing
     /// another one never apply.
-    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    /// Without it, the request model of the HTTP integrations (ip, method,
+    /// route, path, host) and the policy's [attributes] are assumed.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', conflicts_with = "any_attributes")]
     pub attributes: Option<Vec<String>>,
+    /// Assume nothing about the attributes the application sends.
+    #[arg(long)]
+    pub any_attributes: bool,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -85,7 +93,7 @@ fn plural(n: usize, word: &str) -> String {
 }
 
 pub fn lint(a: LintArgs) -> CliResult<u8> {
-    let options = LintOptions { cost: a.cost, attributes: a.attributes };
+    let options = LintOptions { cost: a.cost, attributes: a.attributes, any_attributes: a.any_attributes };
     let findings = lint::lint_file(&a.file, &options);
     let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
     let warnings = findings.len() - errors;

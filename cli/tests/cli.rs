@@ -928,6 +928,8 @@ fn lint_and_diff_print_their_golden_outputs_and_exit_codes() {
         ("lint-mistakes.txt", &["lint", "lint-mistakes.toml", "--cost", "10", "--attributes", "ip,route,method"], 2),
         ("lint-mistakes.json", &["lint", "lint-mistakes.toml", "--cost=10", "--attributes=ip,route,method", "--format", "json"], 2),
         ("lint-broken.json", &["lint", "lint-broken.toml", "--format=json"], 2),
+        ("lint-model.txt", &["lint", "lint-model.toml"], 1),
+        ("lint-any.txt", &["lint", "lint-model.toml", "--any-attributes"], 1),
         ("diff-same.txt", &["diff", "diff-old.toml", "diff-old.toml"], 0),
         ("diff-new.txt", &["diff", "diff-old.toml", "diff-new.toml"], 1),
         ("diff-new.json", &["diff", "diff-old.toml", "diff-new.toml", "--format", "json"], 1),

@@ -10,6 +10,8 @@
 //! | --- | --- | --- |
 //! | `invalid_policy` | error | the policy does not parse or validate |
 //! | `never_applies` | error | the rule needs an attribute the application never sends ([`LintOptions::attributes`]) |
+//! | `not_in_request_model` | warning | without [`LintOptions::attributes`]: the rule needs an attribute that no HTTP integration provides by itself (the request model, [`crate::REQUEST_MODEL`], and the policy's `[attributes]`), so it applies only where the application passes it |
+//! | `bare_duration` | warning | a duration under a second written as a bare number (`window = 60` is 60 ms): write it with a unit |
 //! | `cost_never_passes` | error | the largest cost the application sends ([`LintOptions::cost`]) is above the rule's limit, so such checks are refused |
 //! | `shadowed` | warning | another rule applies to every request this one does, counts them under a key at least as coarse, and is at least as strict: this rule never denies on its own |
 //! | `one_slot` | warning | the key's `{{hash tag}}` holds no attribute, so every key of the rule is in one Redis Cluster slot |
@@ -84,7 +86,14 @@ pub struct LintOptions {
     /// The largest cost the application sends (checks `cost_never_passes`).
     pub cost: Option<u64>,
     /// Every attribute the application sends (checks `never_applies`).
+    /// When `None`, the request model of the HTTP integrations
+    /// ([`crate::REQUEST_MODEL`]) and the policy's `[attributes]` are
+    /// assumed, and a rule needing another attribute is a warning
+    /// (`not_in_request_model`), unless `any_attributes`.
     pub attributes: Option<Vec<String>>,
+    /// Make no assumption about the attributes sent (no `never_applies`
+    /// or `not_in_request_model` findings without `attributes`).
+    pub any_attributes: bool,
 }
 
 /// 0 when there is nothing to report, 1 for warnings only, 2 when there is
@@ -99,8 +108,12 @@ pub fn exit_code(findings: &[Finding]) -> i32 {
 
 /// Lint a policy file; one `invalid_policy` error when it does not parse.
 pub fn lint_file(path: impl AsRef<Path>, options: &LintOptions) -> Vec<Finding> {
+    let path = path.as_ref();
     match Policy::from_file(path) {
-        Ok(p) => lint(&p, options),
+        Ok(p) => {
+            let raw = std::fs::read_to_string(path).ok().and_then(|t| raw_value(&t, path.extension().and_then(|e| e.to_str())));
+            with_durations(lint(&p, options), raw.as_ref())
+        }
         Err(e) => vec![Finding::new(Severity::Error, "invalid_policy", None, e.message().to_string())],
     }
 }
@@ -108,9 +121,51 @@ pub fn lint_file(path: impl AsRef<Path>, options: &LintOptions) -> Vec<Finding> 
 /// Lint policy text (TOML or JSON, as [`Policy::from_str_any`] reads it).
 pub fn lint_text(text: &str, options: &LintOptions) -> Vec<Finding> {
     match Policy::from_str_any(text) {
-        Ok(p) => lint(&p, options),
+        Ok(p) => with_durations(lint(&p, options), raw_value(text, None).as_ref()),
         Err(e) => vec![Finding::new(Severity::Error, "invalid_policy", None, e.message().to_string())],
     }
+}
+
+/// The policy text as a value tree, read as its parser reads it.
+fn raw_value(text: &str, ext: Option<&str>) -> Option<Value> {
+    let json = match ext.map(str::to_ascii_lowercase).as_deref() {
+        Some("json") => true,
+        Some("toml") => false,
+        _ => text.trim_start().starts_with('{'),
+    };
+    if json {
+        serde_json::from_str(text).ok()
+    } else {
+        toml::from_str::<toml::Value>(text).ok().and_then(|v| serde_json::to_value(v).ok())
+    }
+}
+
+/// The duration fields of a policy, top level and per rule.
+const DURATION_FIELDS: &[&str] = &["window", "precision", "block", "block_max", "block_period"];
+
+/// `findings` with a `bare_duration` warning for each duration under a
+/// second written as a bare number (milliseconds), errors kept first.
+fn with_durations(mut findings: Vec<Finding>, raw: Option<&Value>) -> Vec<Finding> {
+    let Some(raw) = raw else { return findings };
+    let bare = |field: &str, v: &Value| -> Option<String> {
+        let n = v.as_u64().filter(|&n| n < 1000)?;
+        Some(format!(
+            "{field} = {n} is {n} milliseconds; write it with a unit: \"{n}ms\", or \"{n}s\" if seconds were meant"
+        ))
+    };
+    if let Some(m) = raw.get("timeout").and_then(|v| bare("timeout", v)) {
+        findings.push(Finding::new(Severity::Warning, "bare_duration", None, m));
+    }
+    for rule in raw.get("rules").and_then(Value::as_array).into_iter().flatten() {
+        let name = rule.get("name").and_then(Value::as_str);
+        for field in DURATION_FIELDS {
+            if let Some(m) = rule.get(*field).and_then(|v| bare(field, v)) {
+                findings.push(Finding::new(Severity::Warning, "bare_duration", name, m));
+            }
+        }
+    }
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    findings
 }
 
 /// Every finding of `policy`, errors first, then in rule order.
@@ -119,21 +174,41 @@ pub fn lint(policy: &Policy, options: &LintOptions) -> Vec<Finding> {
     let attrs_of = |i: usize| -> BTreeSet<&str> { policy.templates[i].attributes().collect() };
     for (i, rule) in policy.rules.iter().enumerate() {
         let name = Some(rule.name.as_str());
-        if let Some(known) = &options.attributes {
+        let model: Vec<String> = crate::http::REQUEST_MODEL
+            .iter()
+            .map(|a| a.to_string())
+            .chain(policy.attribute_sources().iter().map(|(n, _)| n.clone()))
+            .collect();
+        let known = match (&options.attributes, options.any_attributes) {
+            (Some(known), _) => Some(known),
+            (None, false) => Some(&model),
+            (None, true) => None,
+        };
+        if let Some(known) = known {
             let mut needed: Vec<&str> = attrs_of(i).into_iter().collect();
             needed.extend(rule.matches.keys().map(String::as_str));
             needed.sort_unstable();
             needed.dedup();
             let missing: Vec<&str> = needed.into_iter().filter(|a| !known.iter().any(|k| k == a)).collect();
-            if !missing.is_empty() {
+            let listed = missing.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+            let s = if missing.len() == 1 { "" } else { "s" };
+            if missing.is_empty() {
+            } else if options.attributes.is_some() {
                 out.push(Finding::new(
                     Severity::Error,
                     "never_applies",
                     name,
+                    format!("needs the attribute{s} {listed} which the application never sends, so it never applies"),
+                ));
+            } else {
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "not_in_request_model",
+                    name,
                     format!(
-                        "needs the attribute{} {} which the application never sends, so it never applies",
-                        if missing.len() == 1 { "" } else { "s" },
-                        missing.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ")
+                        "needs the attribute{s} {listed}, which no HTTP integration provides by itself (they give ip, method, route, path, host and the policy's [attributes]), \
+                         so it applies only where the application passes it (an attributes function, or a header in [attributes]); \
+                         --attributes lists what the application sends, --any-attributes assumes nothing"
                     ),
                 ));
             }
@@ -281,14 +356,17 @@ mod tests {
     fn each_check_fires_and_a_clean_policy_is_clean() {
         let clean = r#"{"rules":[{"name":"ip","key":"ip:{ip}","limit":10,"window":"1m"},
             {"name":"key","key":"{{t:{tenant}}}:k:{key}","algorithm":"token_bucket","capacity":5,"refill_rate":1}]}"#;
-        assert_eq!(codes(clean, &LintOptions::default()), []);
-        assert_eq!(exit_code(&lint_text(clean, &LintOptions::default())), 0);
+        let anything = LintOptions { any_attributes: true, ..Default::default() };
+        assert_eq!(codes(clean, &anything), []);
+        assert_eq!(exit_code(&lint_text(clean, &anything)), 0);
+        // By default the request model is assumed: tenant and key are not in it.
+        assert_eq!(codes(clean, &LintOptions::default()), [("key".into(), "not_in_request_model")]);
         let text = r#"{"rules":[
             {"name":"wide","key":"ip:{ip}","limit":10,"window":"1m"},
             {"name":"narrow","key":"ip:{ip}:route:{route}","limit":20,"window":"1m","match":{"method":["POST","POST"]}},
             {"name":"hot","key":"{{all}}:{ip}","limit":5,"window":"1s"},
             {"name":"login","key":"ip:{ip}","limit":5,"window":"1s","match":{"route":"/login"},"shadow":true}]}"#;
-        let o = LintOptions { cost: Some(8), attributes: Some(vec!["ip".into(), "method".into()]) };
+        let o = LintOptions { cost: Some(8), attributes: Some(vec!["ip".into(), "method".into()]), any_attributes: false };
         assert_eq!(
             codes(text, &o),
             [
@@ -308,6 +386,35 @@ mod tests {
         assert_eq!(exit_code(&lint_text(twins, &LintOptions::default())), 1);
         let bad = lint_text("{", &LintOptions::default());
         assert_eq!((bad[0].code, exit_code(&bad)), ("invalid_policy", 2));
+    }
+
+    #[test]
+    fn the_request_model_and_the_policy_attributes_are_assumed() {
+        let text = r#"{"attributes":{"api_key":"header:x-api-key"},"rules":[
+            {"name":"login","key":"ip:{ip}","limit":5,"window":"1m","match":{"route":"/login","method":"POST"}},
+            {"name":"key","key":"k:{api_key}:{host}:{path}","limit":5,"window":"1m"}]}"#;
+        assert_eq!(codes(text, &LintOptions::default()), []);
+        let f = lint_text(r#"{"rules":[{"name":"t","key":"t:{tenant}","limit":5,"window":"1m"}]}"#, &LintOptions::default());
+        assert_eq!((f[0].code, f[0].severity, exit_code(&f)), ("not_in_request_model", Severity::Warning, 1));
+        assert!(f[0].message.starts_with("needs the attribute \"tenant\", which no HTTP integration provides"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn bare_durations_under_a_second() {
+        let text = "timeout = 50\n[[rules]]\nname = \"a\"\nkey = \"ip:{ip}\"\nlimit = 5\nwindow = 60\nblock = 900\n\
+                    [[rules]]\nname = \"b\"\nkey = \"b:{ip}\"\nlimit = 5\nwindow = 60000\n";
+        let f = lint_text(text, &LintOptions::default());
+        let got: Vec<_> = f.iter().map(|f| (f.rule.clone().unwrap_or_default(), f.code, f.message.clone())).collect();
+        assert_eq!(
+            got,
+            [
+                ("a".to_string(), "shadowed", got[0].2.clone()),
+                (String::new(), "bare_duration", "timeout = 50 is 50 milliseconds; write it with a unit: \"50ms\", or \"50s\" if seconds were meant".into()),
+                ("a".into(), "bare_duration", "window = 60 is 60 milliseconds; write it with a unit: \"60ms\", or \"60s\" if seconds were meant".into()),
+                ("a".into(), "bare_duration", "block = 900 is 900 milliseconds; write it with a unit: \"900ms\", or \"900s\" if seconds were meant".into()),
+            ]
+        );
+        assert_eq!(exit_code(&f), 1);
     }
 
     #[test]
