@@ -619,12 +619,19 @@ describe('route limits', () => {
   });
 
   it('Fastify: config.rateLimit stacks with the file\'s rules in one check, all or nothing', async () => {
+    const limiter = new Limiter(STACKED, { clock: new ManualClock(START_US) });
     const app = Fastify();
-    await app.register(throttlegate, { policy: STACKED, limiterOptions: { clock: new ManualClock(START_US) } });
+    await app.register(throttlegate, { limiter });
     app.get('/', async () => 'home');
     app.post('/login', { config: { rateLimit: { rate: '2/minute', name: 'login' } } }, async () => 'in');
     const srv = await serveFastify(app);
-    await proveStacked(srv.port, 'login').finally(() => srv.close());
+    try {
+      await proveStacked(srv.port, 'login');
+      assert.equal(limiter.stats().calls, 7);
+    } finally {
+      await srv.close();
+      await limiter.close();
+    }
   });
 
   it('Fastify: the string form, and the object form keyed on another attribute', async () => {
