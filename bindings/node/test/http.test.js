@@ -610,6 +610,27 @@ describe('route limits', () => {
     }
   });
 
+  it('Express: skip and a custom attributes function apply to route limits too', async () => {
+    const app = express();
+    const mw = rateLimit({
+      policy: STACKED,
+      skip: (req) => req.headers['x-internal'] === 'yes',
+      attributes: (req, ip) => ({ ip, route: req.headers['x-route'], method: req.method }),
+    });
+    app.post('/login', mw.limit('1/minute'), (req, res) => res.end('in'));
+    const srv = await serveExpress(app);
+    try {
+      for (let i = 0; i < 3; i++) assert.equal((await raw(srv.port, 'POST', '/login', { 'X-Internal': 'yes' })).status, 200);
+      // The app's attributes decide which route a request is: here, a header.
+      assert.equal((await raw(srv.port, 'POST', '/login', { 'X-Route': '/elsewhere' })).status, 200);
+      assert.equal((await raw(srv.port, 'POST', '/login', { 'X-Route': '/login' })).status, 200);
+      assert.equal((await raw(srv.port, 'POST', '/login', { 'X-Route': '/login' })).status, 429);
+    } finally {
+      await srv.close();
+      await mw.limiter.close();
+    }
+  });
+
   it('Express: a bad rate is refused where the limit is written', () => {
     const mw = rateLimit({ policy: STACKED });
     assert.throws(() => mw.limit('5 a minute'), (err) => err.code === 'invalid_argument' && /limit: .*5 a minute/.test(err.message));
