@@ -90,15 +90,13 @@ function clientAddress(clientIp, req) {
  * received, `router` the router's comparison rules.
  */
 function requestModel(limiter, req, ip, route, path, router) {
-  return limiter.requestAttributes({
-    ip,
-    method: req.method,
-    route,
-    path: targetPath(path),
-    host: req.headers.host,
-    headers: req.headers,
-    router,
-  });
+  // `Limiter.requestAttributes` with the parts as arguments and the
+  // attributes as a flat array: the same core function, for less per request.
+  const flags = router === undefined ? 0 : (router.caseInsensitive ? 1 : 0) | (router.ignoreTrailingSlash ? 2 : 0);
+  const flat = limiter._requestModel(ip, req.method, route, targetPath(path), req.headers.host, req.headers, flags);
+  const attributes = {};
+  for (let i = 0; i < flat.length; i += 2) attributes[flat[i]] = flat[i + 1];
+  return attributes;
 }
 
 const ABSOLUTE_FORM = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#]*/;

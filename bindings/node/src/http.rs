@@ -158,6 +158,11 @@ fn opt_strings(env: &Env, v: &Unknown<'_>, what: &str) -> Result<Option<Vec<Stri
     Ok(Some(out))
 }
 
+/// What `_requestModel` reads from `flags`: the router ignores case.
+const CASE_INSENSITIVE: u32 = 1;
+/// What `_requestModel` reads from `flags`: the router ignores a trailing slash.
+const IGNORE_TRAILING_SLASH: u32 = 2;
+
 #[napi]
 impl Limiter {
     /// The attributes of an HTTP request per the core's request model: `ip`
@@ -269,6 +274,59 @@ impl Limiter {
             let name = convert::opt_string(env, &prop(env, &limit, "name", what)?, "limit.name")?;
             self.names.reloaded();
             self.inner.add_route_limit(&throttlegate::RouteLimit { rate, route, methods, key, name })
+        })
+    }
+
+    /// `requestAttributes` for the Express middleware and the Fastify
+    /// plugin, per request: the raw parts as arguments (the router's rules
+    /// as `flags`), the attributes as a flat array of names and values (a
+    /// JavaScript object made here costs more than one made from it).
+    #[napi(js_name = "_requestModel", skip_typescript, enumerable = false)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn request_model(
+        &self,
+        env: &Env,
+        ip: Option<String>,
+        method: String,
+        route: Option<String>,
+        path: String,
+        host: Option<String>,
+        headers: Option<Unknown<'_>>,
+        flags: u32,
+    ) -> napi::Result<Vec<String>, Code> {
+        guard(|| {
+            let mut given: Vec<(String, String)> = Vec::new();
+            if let Some(h) = headers.as_ref() {
+                if matches!(type_of(h)?, ValueType::Object) {
+                    for name in self.inner.request_headers() {
+                        let value = prop(env, h, &name, "headers")?;
+                        let label = format!("headers[{name:?}]");
+                        if let Some(value) = convert::header(env, Some(&value), &label)? {
+                            given.push((name, value));
+                        }
+                    }
+                }
+            }
+            let pairs: Vec<(&str, &str)> = given.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let req = throttlegate::HttpRequest {
+                ip: ip.as_deref(),
+                method: &method,
+                route: route.as_deref(),
+                path: &path,
+                host: host.as_deref(),
+                headers: &pairs,
+                router: throttlegate::RouterRules {
+                    case_insensitive: flags & CASE_INSENSITIVE != 0,
+                    ignore_trailing_slash: flags & IGNORE_TRAILING_SLASH != 0,
+                },
+            };
+            let attrs = self.inner.request_attributes(&req);
+            let mut flat = Vec::with_capacity(attrs.len() * 2);
+            for (name, value) in attrs {
+                flat.push(name);
+                flat.push(value);
+            }
+            Ok(flat)
         })
     }
 }
