@@ -631,6 +631,28 @@ describe('route limits', () => {
     }
   });
 
+  it('Express: a bad key template is an error on the first request, naming the route', async () => {
+    const app = express();
+    const mw = rateLimit({ policy: STACKED });
+    app.use(mw);
+    app.post('/login', mw.limit({ rate: '1/minute', key: '{' }), (req, res) => res.end('in'));
+    let seen = null;
+    app.use((err, req, res, next) => {
+      seen = err;
+      res.statusCode = 500;
+      res.end();
+    });
+    const srv = await serveExpress(app);
+    try {
+      assert.equal((await raw(srv.port, 'POST', '/login')).status, 500);
+      assert.equal(seen.code, 'invalid_argument');
+      assert.match(seen.message, /^throttlegate\/express: route \/login: .*key/);
+    } finally {
+      await srv.close();
+      await mw.limiter.close();
+    }
+  });
+
   it('Express: a bad rate is refused where the limit is written', () => {
     const mw = rateLimit({ policy: STACKED });
     assert.throws(() => mw.limit('5 a minute'), (err) => err.code === 'invalid_argument' && /limit: .*5 a minute/.test(err.message));
