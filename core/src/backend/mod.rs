@@ -28,6 +28,64 @@ pub(crate) type Outcomes = SmallVec<[Outcome; 4]>;
 /// A settle's answer: per rule of the plan, whether it was settled there.
 pub(crate) type Settled = SmallVec<[bool; 4]>;
 
+/// How much earlier than the caller's own deadline a check's deadline on
+/// the server is set (at most a quarter of the timeout): the time its reply
+/// needs to come back. A script that starts before it is answered in time.
+pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
+
+/// How long an estimate of the server's clock is kept before a lower one
+/// replaces it (a server clock stepped back is learned within this).
+const OFFSET_KEPT_US: i64 = 10_000_000;
+
+/// What a backend knows of the server's clock: the offset between Redis
+/// `TIME` and this host's clock, learned from the server time every check
+/// reply carries (the script's `now`, read at its start). Each reply gives a
+/// lower bound of the offset (the script started before the reply was
+/// read); the highest recent one is kept, so a deadline made from it is
+/// never later on the server than the caller's own. Until a reply is read,
+/// the clocks are taken as equal (the first reply corrects it: at worst one
+/// call of a server whose clock is ahead by more than the timeout is
+/// refused as late).
+#[derive(Debug, Default)]
+pub(crate) struct ServerTime {
+    offset_us: std::sync::atomic::AtomicI64,
+    learned_at_us: std::sync::atomic::AtomicI64,
+}
+
+impl ServerTime {
+    /// The deadline, on the server's clock, of a call that starts now with
+    /// `timeout`.
+    pub fn deadline(&self, timeout: Duration) -> i64 {
+        let margin = DEADLINE_MARGIN.min(timeout / 4);
+        let offset = self.offset_us.load(std::sync::atomic::Ordering::Relaxed);
+        crate::clock::system_now_us() + (timeout - margin).as_micros() as i64 + offset
+    }
+
+    /// A reply read now says the server's clock read `server_us` when the
+    /// script started.
+    pub fn observe(&self, server_us: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let local = crate::clock::system_now_us();
+        let estimate = server_us - local;
+        let kept = self.offset_us.load(Relaxed);
+        if estimate > kept || local - self.learned_at_us.load(Relaxed) > OFFSET_KEPT_US {
+            self.offset_us.store(estimate, Relaxed);
+            self.learned_at_us.store(local, Relaxed);
+        }
+    }
+
+    /// Learn from a check's reply when it carries the server's time: every
+    /// reply of a call on the server's clock (`now` not sent), and an
+    /// expired one.
+    pub fn observe_reply(&self, reply: &[i64], now_sent: Option<i64>) {
+        if let Some(&t) = reply.first() {
+            if now_sent.is_none() || script::is_expired(reply) {
+                self.observe(t);
+            }
+        }
+    }
+}
+
 /// A network backend: one Redis node or a Redis Cluster. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Remote {
