@@ -45,6 +45,7 @@ pub mod runtime;
 mod backend;
 mod deny_cache;
 mod limiter;
+pub mod health;
 pub mod diff;
 pub mod lint;
 
@@ -61,6 +62,7 @@ pub use limiter::{
     METRICS_CONTENT_TYPE, RELOAD_POLL_INTERVAL,
 };
 pub use limiter::{Wire, WireAddress, WireOutcomes};
+pub use health::{HealthEvent, HealthSink, OutageCause};
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use policy::tiers::{Block, Override, TierLimit, Tiers, MAX_BLOCK_FACTOR};

@@ -162,6 +162,38 @@ impl Remote {
         }
     }
 
+    /// `PING`, then the check script once on no key (a peek), loading it
+    /// if needed: what a check needs of the server, short of its keys.
+    async fn probe(&self) -> Result<()> {
+        let step = |what: &'static str| move |e: Error| Error::new(e.kind(), format!("{what}: {e}")).set_temporary(e.is_temporary());
+        self.ping().await.map_err(step("PING"))?;
+        let sha = ::redis::Script::new(script::CHECK_SCRIPT).get_hash().to_string();
+        let run = |sha: Option<&str>| {
+            let mut cmd = match sha {
+                Some(sha) => {
+                    let mut c = ::redis::cmd("EVALSHA");
+                    c.arg(sha);
+                    c
+                }
+                None => {
+                    let mut c = ::redis::cmd("EVAL");
+                    c.arg(script::CHECK_SCRIPT);
+                    c
+                }
+            };
+            cmd.arg(0).arg("p").arg("").arg("strict-probe").arg(1);
+            cmd
+        };
+        let first: Result<Vec<i64>> = self.query(&run(Some(&sha))).await;
+        match first {
+            Ok(_) => Ok(()),
+            Err(e) if std::error::Error::source(&e).and_then(|s| s.downcast_ref::<::redis::RedisError>()).is_some_and(script::is_noscript) => {
+                self.query::<Vec<i64>>(&run(None)).await.map(|_| ()).map_err(step("running the check script (EVAL)"))
+            }
+            Err(e) => Err(step("running the check script (EVALSHA)")(e)),
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Remote::Redis(_) => "redis",
@@ -261,6 +293,13 @@ impl Connection {
     pub async fn ping(&self) -> Result<()> {
         let remote = self.get()?;
         self.bounded(remote.ping()).await
+    }
+
+    /// The strict start-up check: `PING` and the check script run once on
+    /// no key, within the timeout.
+    pub async fn probe(&self) -> Result<()> {
+        let remote = self.get()?;
+        self.bounded(remote.probe()).await
     }
 
     /// [`Connection::eval`] for a caller without an event loop, on its own

@@ -25,6 +25,12 @@ pub(crate) struct RedisBackend(std::sync::Arc<RedisInner>);
 
 pub(crate) struct RedisInner {
     client: redis::Client,
+    /// The client of the blocking path: the same server and settings,
+    /// without the client's own `CLIENT SETINFO` on connecting.
+    blocking: redis::Client,
+    /// How many replies the blocking client reads when it connects (`AUTH`
+    /// or `HELLO`, `SELECT`).
+    setup_replies: u32,
     timeout: Duration,
     conn: OnceLock<ConnectionManager>,
     /// Idle connections of the blocking path; a connection is taken out for
@@ -50,8 +56,21 @@ impl RedisBackend {
             }
             None => redis::Client::open(url).map_err(bad_url)?,
         };
+        // The client reads every reply of its connection setup, each within
+        // the timeout it was given, even after one timed out: on a server
+        // that does not answer, connecting would take that timeout once per
+        // command. Without the (informational) `CLIENT SETINFO`, the setup
+        // is at most `AUTH` or `HELLO` and `SELECT`, and each gets its
+        // share of the time left.
+        let info = client.get_connection_info().clone();
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let setup_replies = u32::from(settings.protocol().supports_resp3() || settings.password().is_some())
+            + u32::from(settings.db() != 0);
+        let blocking = redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
         Ok(RedisBackend(std::sync::Arc::new(RedisInner {
             client,
+            blocking,
+            setup_replies,
             timeout,
             conn: OnceLock::new(),
             idle: Mutex::new(Vec::new()),
@@ -196,7 +215,8 @@ impl RedisBackend {
             return Ok((c, false));
         }
         let left = self.left(deadline)?;
-        let conn = self.0.client.get_connection_with_timeout(left).map_err(|e| self.error(e))?;
+        let share = left / self.0.setup_replies.max(1);
+        let conn = self.0.blocking.get_connection_with_timeout(share).map_err(|e| self.error(e))?;
         self.bound(&conn, deadline).map_err(|e| self.error(e))?;
         Ok((conn, true))
     }

@@ -112,6 +112,8 @@ struct Inner {
     counters: Counters,
     /// The queues of `acquire`.
     waiters: settle::Waiters,
+    /// The backend's outage in progress, if any (reported to the health sink).
+    outage: crate::health::Outage,
 }
 
 /// A rate limiter: a policy bound to a backend (Redis or in-memory).
@@ -234,6 +236,26 @@ impl Limiter {
             Some(remote) => remote.ping().await,
             None => Ok(()),
         }
+    }
+
+    /// True while the backend is in an outage: from a call that failed
+    /// (unreachable, too slow, or answering with an error) until the next
+    /// call that succeeds. Always false on the embedded backend.
+    pub fn is_backend_down(&self) -> bool {
+        self.inner.outage.is_down()
+    }
+
+    /// The strict start-up check ([`LimiterBuilder::strict`]): connect,
+    /// `PING`, and run the check script once on no key, within the timeout,
+    /// on a thread of its own.
+    fn probe(&self) -> Result<()> {
+        let Some(remote) = &self.inner.remote else { return Ok(()) };
+        let r = std::thread::scope(|s| {
+            s.spawn(|| runtime::block_on(remote.probe())).join().unwrap_or_else(|p| Err(Error::from_panic(p.as_ref())))
+        });
+        r.and_then(|r| r).map_err(|e| {
+            Error::new(e.kind(), format!("strict: the backend failed the start-up check: {e}")).set_temporary(e.is_temporary())
+        })
     }
 
     /// [`Limiter::check_with`] for callers without an event loop: answered
@@ -506,6 +528,10 @@ impl Limiter {
     fn after_send(&self, g: &Generation, plan: &Plan<'_, String>, mode: Mode, sent: Sent<'_>, answer: Result<Outcomes>) -> Result<Decision> {
         if let (Some(m), Some(started)) = (&g.metrics, sent.started) {
             m.observe(started.elapsed());
+        }
+        match &answer {
+            Ok(_) => self.inner.outage.succeeded(),
+            Err(e) => self.inner.outage.failed(e),
         }
         match answer {
             Ok(outcomes) => {
