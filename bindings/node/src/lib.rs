@@ -14,6 +14,7 @@
 mod convert;
 mod errors;
 mod fast;
+mod health;
 mod types;
 
 use std::ptr;
