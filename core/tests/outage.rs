@@ -129,10 +129,16 @@ fn fixed_count(server: &RedisServer, key: &str) -> u64 {
     v.split(':').nth(1).map_or(0, |n| n.parse().unwrap())
 }
 
+/// Callers in flight at once in [`a_check_that_timed_out_never_counts`].
+const IN_FLIGHT: u64 = 4;
+
 /// Checks under load while Redis is paused, then resumed: the counts in
 /// Redis equal the admissions the callers saw, on the async and the
 /// blocking paths, for the short forms (one log rule; one fixed window) and
-/// the general one (both rules).
+/// the general one (both rules), but for the documented window: a check
+/// whose script ran just before Redis stopped, its reply held until Redis
+/// resumed (at most one per caller in flight). Without the deadline, every
+/// check that timed out during the pause would count.
 #[test]
 fn a_check_that_timed_out_never_counts() {
     let server = RedisServer::start();
@@ -160,7 +166,7 @@ fn a_check_that_timed_out_never_counts() {
         let degraded = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::new();
-        for t in 0..4 {
+        for t in 0..IN_FLIGHT {
             let (l, admitted, degraded, stop) = (l.clone(), admitted.clone(), degraded.clone(), stop.clone());
             if t % 2 == 0 {
                 workers.push(std::thread::spawn(move || {
@@ -196,15 +202,25 @@ fn a_check_that_timed_out_never_counts() {
         // round trip makes sure.
         rt.block_on(l.ping()).unwrap();
         let (admitted, degraded) = (admitted.load(Ordering::Relaxed), degraded.load(Ordering::Relaxed));
-        assert!(degraded >= 4, "{name}: the pause timed calls out ({degraded})");
+        // Each caller timed out about 4 times during the pause.
+        assert!(degraded >= 2 * IN_FLIGHT, "{name}: the pause timed calls out ({degraded})");
         let log = zcard(&server, &format!("t-{name}:log:l:x"));
         let fixed = fixed_count(&server, &format!("t-{name}:fixed:f:x"));
-        match name {
-            "log" => assert_eq!(log, admitted, "{name}: {degraded} degraded"),
-            "fixed" => assert_eq!(fixed, admitted, "{name}: {degraded} degraded"),
-            _ => assert_eq!((log, fixed), (admitted, admitted), "{name}: {degraded} degraded"),
+        let counts: &[u64] = match name {
+            "log" => &[log],
+            "fixed" => &[fixed],
+            _ => &[log, fixed],
+        };
+        for &counted in counts {
+            // Every admission counts; a timed-out check counts only when its
+            // script ran before the stop and its reply was held by it (the
+            // remaining window: at most one per caller in flight).
+            assert!(
+                (admitted..=admitted + IN_FLIGHT).contains(&counted),
+                "{name}: {counted} counted, {admitted} admitted, {degraded} degraded"
+            );
         }
-        eprintln!("{name}: {admitted} admitted, {degraded} degraded, counts equal");
+        eprintln!("{name}: {admitted} admitted, {degraded} degraded, counted {counts:?}");
     }
 }
 

@@ -7,7 +7,7 @@
 //! (the core reports from whichever thread made the call) that never hold
 //! the event loop open.
 
-use napi::bindgen_prelude::{FromNapiValue, Function, Object};
+use napi::bindgen_prelude::{FnArgs, FromNapiValue, Function, Object};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::bindgen_prelude::JsObjectValue;
 use napi::{Env, JsValue, Status, Unknown, ValueType};
@@ -58,12 +58,13 @@ pub(crate) fn sink(env: &Env, logger: Option<&Unknown<'_>>) -> Result<Option<Hea
 fn default_sink(env: &Env) -> Result<HealthSink, Error> {
     let failed = |_| invalid_argument("options.logger: process.emitWarning is not available; give a logger");
     let process: Object<'_> = env.get_global().and_then(|g| g.get_named_property("process")).map_err(failed)?;
-    let emit: Function<'_, (String, String), Unknown<'static>> = process.get_named_property("emitWarning").map_err(failed)?;
+    let emit: Function<'_, FnArgs<(String, String)>, Unknown<'static>> =
+        process.get_named_property("emitWarning").map_err(failed)?;
     let emit = emit.bind(process).map_err(failed)?;
     let warn = emit
         .build_threadsafe_function::<String>()
         .weak::<true>()
-        .build_callback(|ctx| Ok((ctx.value, "ThrottlegateWarning".to_string())))
+        .build_callback(|ctx| Ok(FnArgs::from((ctx.value, "ThrottlegateWarning".to_string()))))
         .map_err(failed)?;
     Ok(HealthSink::new(move |event| {
         warn.call(event.message(), ThreadsafeFunctionCallMode::NonBlocking);

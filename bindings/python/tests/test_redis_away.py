@@ -129,7 +129,9 @@ def zcard(server: RedisServer, key: str) -> int:
 
 def test_a_timed_out_check_never_counts(own_redis: RedisServer) -> None:
     """Checks from threads and an event loop while Redis is paused, then
-    resumed: the count in Redis equals the admissions the callers saw."""
+    resumed: the count in Redis equals the admissions the callers saw, but
+    for the documented window (without the deadline, every check that timed
+    out during the pause would count)."""
     l = limiter(own_redis.url, 0.1, prefix="away:")
     seen = {"admitted": 0, "degraded": 0}
     lock = threading.Lock()
@@ -165,8 +167,13 @@ def test_a_timed_out_check_never_counts(own_redis: RedisServer) -> None:
     for w in workers:
         w.join()
     l.ping()
-    assert seen["degraded"] >= 4, seen
-    assert zcard(own_redis, "away:big:ip:x") == seen["admitted"], seen
+    in_flight = 2 + 4  # two threads, four tasks
+    assert seen["degraded"] >= 2 * in_flight, seen
+    # Every admission counts; a timed-out check counts only when its script
+    # ran just before Redis stopped and its reply was held (the remaining
+    # window: at most one per caller in flight).
+    counted = zcard(own_redis, "away:big:ip:x")
+    assert seen["admitted"] <= counted <= seen["admitted"] + in_flight, (counted, seen)
 
 
 def test_degraded_decisions_claim_no_count() -> None:
