@@ -1,4 +1,4 @@
--- Second in the script, reached by every mode but "s" (single_rule.lua has
+-- Third in the script, reached by every mode but "s" (single_rule.lua has
 -- returned for that one). Reads the arguments of the general form and leaves,
 -- as locals for the files after it: mode, now, monotonic (true when now came
 -- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it),

@@ -1,4 +1,4 @@
--- First in the script: the short forms of single-rule checks, modes "s" and
+-- Right after deadline.lua: the short forms of single-rule checks, modes "s" and
 -- "f" (below). Mode "s", the most common call, answered in
 -- straight-line code before anything else is set up: a check of cost 1, with
 -- no call id of the caller's, against one sliding-window rule that is not in
