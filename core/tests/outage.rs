@@ -289,6 +289,12 @@ fn strict_fails_fast_on_a_wrong_url_password_or_acl() {
     setuser(&["limiter", "on", ">s3cret", "~*", "+@all"]);
     let good = format!("redis://limiter:s3cret@127.0.0.1:{}", server.port());
     builder(&good, ms(500)).strict(true).build().unwrap();
+    // Inside an async runtime too (the check runs on a thread of its own).
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async { builder(&good, ms(500)).strict(true).build() }).unwrap();
+    let refused_url = format!("redis://127.0.0.1:{}", free_port());
+    let inside = rt.block_on(async { builder(&refused_url, ms(500)).strict(true).build() }).unwrap_err();
+    assert_eq!(inside.kind(), ErrorKind::BackendUnavailable, "{inside}");
     // Off by default: a limiter is made whatever the URL.
     builder(&format!("redis://127.0.0.1:{}", free_port()), ms(500)).build().unwrap();
     let err = |url: &str| builder(url, ms(500)).strict(true).build().unwrap_err();

@@ -623,8 +623,13 @@ static void test_backend_failures(void) {
 /* ---- Redis away: the timeout bounds every call, a timed-out check never
  * counts, degraded decisions claim no count, outages are logged once ---- */
 
-/* What a call may take beyond its timeout on a shared, noisy machine. */
-#define SLACK_MS 80.0
+/* What a call may take beyond its timeout on a shared, noisy machine:
+ * 80 ms, or $TG_TIMING_SLACK_MS (scripts/test-c.sh loosens it under
+ * valgrind, which slows every instruction). */
+static double slack_ms(void) {
+    const char *env = getenv("TG_TIMING_SLACK_MS");
+    return env != NULL ? atof(env) : 80.0;
+}
 
 static double now_ms(void) {
     struct timespec t;
@@ -675,6 +680,15 @@ static tg_limiter *away_limiter(const tg_policy *policy, const char *url, uint64
     return l;
 }
 
+/* Check until Redis answers (connecting and loading the script may take
+ * longer than a short timeout under valgrind); false if it never does. */
+static int answered_by_redis(const tg_limiter *l, const tg_attribute *attrs) {
+    for (int i = 0; i < 100; i++) {
+        if (!check_info(l, attrs, 1, 1).degraded) return 1;
+    }
+    return 0;
+}
+
 static const char *AWAY_TOML =
     "[[rules]]\n"
     "name = \"big\"\n"
@@ -693,7 +707,7 @@ static void expect_bounded(const tg_limiter *l, const char *what, double timeout
         if (took > worst) worst = took;
         CHECK(info.allowed && info.degraded, "%s: allowed %d degraded %d", what, info.allowed, info.degraded);
     }
-    CHECK(worst <= timeout_ms + SLACK_MS, "%s: a call took %.1f ms with a timeout of %.0f ms", what, worst, timeout_ms);
+    CHECK(worst <= timeout_ms + slack_ms(), "%s: a call took %.1f ms with a timeout of %.0f ms", what, worst, timeout_ms);
     printf("  %s: timeout %.0f ms, longest call %.1f ms\n", what, timeout_ms, worst);
 }
 
@@ -716,7 +730,7 @@ static void test_timeout_bounds_every_call(void) {
         tg_limiter_free(l);
         l = away_limiter(policy, redis_url, timeout, "tgc-away-bounds:", NULL, NULL);
         tg_attribute attrs[] = {{"ip", "192.0.2.7"}};
-        CHECK(!check_info(l, attrs, 1, 1).degraded, "connected before the pause");
+        CHECK(answered_by_redis(l, attrs), "connected before the pause");
         kill(pid, SIGSTOP);
         expect_bounded(l, "paused", (double)timeout);
         kill(pid, SIGCONT);
@@ -769,7 +783,10 @@ static void test_timed_out_checks_never_count(void) {
     sleep_ms(150);
     load.stop = 1;
     for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
-    OK(tg_limiter_ping(l));
+    /* Every late script has run once a round trip is answered. */
+    tg_result pinged = TG_TIMEOUT;
+    for (int i = 0; i < 100 && pinged != TG_OK; i++) pinged = tg_limiter_ping(l);
+    CHECK(pinged == TG_OK, "ping after the pause: %s", tg_result_name(pinged));
     char key[128];
     snprintf(key, sizeof key, "%sbig:ip:x", prefix);
     const char *zcard[] = {"ZCARD", key};
@@ -841,7 +858,11 @@ static void test_outages_logged_once(void) {
     pid_t pid = redis_pid();
     struct log_lines paused = {PTHREAD_MUTEX_INITIALIZER, 0, 0, "", ""};
     l = away_limiter(policy, redis_url, 100, "tgc-away-log:", record_log, &paused);
-    CHECK(!check_info(l, attrs, 1, 1).degraded, "connected before the pause");
+    CHECK(answered_by_redis(l, attrs), "connected before the pause");
+    /* Under valgrind, connecting may have timed out first: that outage is over. */
+    pthread_mutex_lock(&paused.lock);
+    paused.warnings = paused.infos = 0;
+    pthread_mutex_unlock(&paused.lock);
     kill(pid, SIGSTOP);
     for (int i = 0; i < 5; i++) CHECK(check_info(l, attrs, 1, 1).degraded, "paused: degraded");
     kill(pid, SIGCONT);

@@ -246,14 +246,24 @@ impl Limiter {
     }
 
     /// The strict start-up check ([`LimiterBuilder::strict`]): connect,
-    /// `PING`, and run the check script once on no key, within the timeout,
-    /// on a thread of its own.
+    /// `PING`, and run the check script once on no key, within the timeout;
+    /// on the calling thread, or on a thread of its own when the caller is
+    /// inside an async runtime (where it may not wait).
     fn probe(&self) -> Result<()> {
-        let Some(remote) = &self.inner.remote else { return Ok(()) };
-        let r = std::thread::scope(|s| {
-            s.spawn(|| runtime::block_on(remote.probe())).join().unwrap_or_else(|p| Err(Error::from_panic(p.as_ref())))
-        });
-        r.and_then(|r| r).map_err(|e| {
+        if self.inner.remote.is_none() {
+            return Ok(());
+        }
+        let probe = |l: &Limiter| match &l.inner.remote {
+            Some(remote) => runtime::block_on(remote.probe()).and_then(|r| r),
+            None => Ok(()),
+        };
+        let r = if tokio::runtime::Handle::try_current().is_err() {
+            probe(self)
+        } else {
+            let l = self.clone();
+            std::thread::spawn(move || probe(&l)).join().unwrap_or_else(|p| Err(Error::from_panic(p.as_ref())))
+        };
+        r.map_err(|e| {
             Error::new(e.kind(), format!("strict: the backend failed the start-up check: {e}")).set_temporary(e.is_temporary())
         })
     }
