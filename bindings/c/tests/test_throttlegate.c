@@ -778,7 +778,7 @@ static void test_timed_out_checks_never_count(void) {
     for (int i = 0; i < 4; i++) pthread_create(&threads[i], NULL, away_worker, &load);
     sleep_ms(150);
     kill(pid, SIGSTOP);
-    sleep_ms(400);
+    sleep_ms(600);
     kill(pid, SIGCONT);
     sleep_ms(150);
     load.stop = 1;
