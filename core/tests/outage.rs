@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use throttlegate::{
     CheckOptions, ErrorKind, HealthEvent, HealthSink, Limiter, LimiterBuilder, OutageCause, Policy, Rule,
 };
-use throttlegate_testkit::{free_port, RedisServer};
+use throttlegate_testkit::{free_port, RedisCluster, RedisServer};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -222,6 +222,63 @@ fn a_check_that_timed_out_never_counts() {
         }
         eprintln!("{name}: {admitted} admitted, {degraded} degraded, counted {counts:?}");
     }
+}
+
+/// The same on a Redis Cluster whose primary for the key is paused: checks
+/// to it time out, and once it resumes the count equals the admissions.
+#[test]
+fn a_timed_out_cluster_check_never_counts() {
+    let cluster = RedisCluster::start(3);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let l = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("log", "l:{ip}", 1_000_000, ms(3_600_000))]).unwrap())
+        .url(cluster.url())
+        .timeout(ms(100))
+        .prefix("t-cluster:")
+        .build()
+        .unwrap();
+    let key = "t-cluster:log:l:x";
+    let slot: u16 = cluster.nodes[0].command(&["CLUSTER", "KEYSLOT", key]).unwrap().parse().unwrap();
+    let primary = cluster.primary_of(slot);
+    let (admitted, degraded, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+    let workers: Vec<_> = (0..IN_FLIGHT)
+        .map(|t| {
+            let (l, admitted, degraded, stop) = (l.clone(), admitted.clone(), degraded.clone(), stop.clone());
+            let handle = rt.handle().clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let d = if t % 2 == 0 {
+                        l.check_blocking(&ip("x"), &CheckOptions::default()).unwrap()
+                    } else {
+                        handle.block_on(l.check(&ip("x"), 1)).unwrap()
+                    };
+                    let counter = if d.degraded { &degraded } else { &admitted };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(ms(150));
+    primary.pause(true);
+    std::thread::sleep(ms(400));
+    primary.pause(false);
+    std::thread::sleep(ms(150));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // A peek of the key, after every late script on its node has run.
+    while rt.block_on(l.peek(&ip("x"), 1)).unwrap().degraded {
+        assert!(Instant::now() < deadline, "the cluster never answered again");
+    }
+    let (admitted, degraded) = (admitted.load(Ordering::Relaxed), degraded.load(Ordering::Relaxed));
+    assert!(degraded >= 2 * IN_FLIGHT, "the pause timed calls out ({degraded})");
+    let counted = zcard(primary, key);
+    assert!(
+        (admitted..=admitted + IN_FLIGHT).contains(&counted),
+        "{counted} counted, {admitted} admitted, {degraded} degraded"
+    );
+    eprintln!("cluster: {admitted} admitted, {degraded} degraded, {counted} counted");
 }
 
 fn recorder() -> (HealthSink, Arc<Mutex<Vec<HealthEvent>>>) {

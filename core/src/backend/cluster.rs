@@ -166,12 +166,13 @@ impl ClusterBackend {
 
     /// Decide the plan slot by slot; give back on a denial.
     pub async fn eval(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
+        // The call's deadline counts from its start, connecting included.
+        let deadline = now.is_none().then(|| self.0.time.deadline(self.0.timeout));
         let conn = self.conn().await?;
         let groups = slot_groups(&plan.keys);
         // Every cluster check may be re-sent after a redirection or a
         // failover, so its call id is always looked up first ("C").
         let m = if mode == Mode::Check { "C" } else { "p" };
-        let deadline = now.is_none().then(|| self.0.time.deadline(self.0.timeout));
         let header = Header { mode: m, now, call_id, cost: plan.cost, deadline: None }.until(deadline);
         let results = join_all(
             groups
