@@ -10,10 +10,13 @@
 --
 -- Past the deadline it returns { server time, -1 } and writes nothing. Else
 -- it drops its two arguments and the call runs exactly as one sent without
--- them. Its locals stay inside its `if` block.
+-- them, and leaves the time it read in `server_now` (nil without a
+-- deadline) for the files after it, which take it as the call's `now` on the
+-- server's clock instead of reading TIME again.
+local server_now
 if ARGV[1] == '!' then
   local t = redis.call('TIME')
-  local server_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  server_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if server_now > tonumber(ARGV[2]) then
     return { server_now, -1 }
   end
