@@ -354,3 +354,33 @@ fn release(old: Option<(u64, Remote)>) {
     let _guard = current_runtime().map(|rt| rt.enter());
     drop(remote);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::system_now_us;
+
+    #[test]
+    fn a_deadline_is_on_the_servers_clock_and_never_late() {
+        let time = ServerTime::default();
+        let timeout = Duration::from_millis(100);
+        // Until a reply is read, the clocks are taken as equal.
+        let before = system_now_us();
+        let d = time.deadline(timeout);
+        assert!((before + 98_000..=system_now_us() + 98_000).contains(&d), "{d} vs {before}");
+        // A server 5 s ahead: its replies move the deadline there.
+        time.observe(system_now_us() + 5_000_000);
+        let d = time.deadline(timeout);
+        assert!(d >= system_now_us() + 5_000_000 + 97_000 && d <= system_now_us() + 5_098_000, "{d}");
+        // A lower estimate (a reply read late) does not move it back...
+        time.observe(system_now_us() + 4_000_000);
+        assert!(time.deadline(timeout) >= system_now_us() + 5_000_000);
+        // ...and an explicit time (a manual clock) teaches nothing, an expired reply does.
+        time.observe_reply(&[1, 0, 1, 0, 0, 0], Some(1));
+        time.observe_reply(&[system_now_us() + 6_000_000, -1], Some(1));
+        assert!(time.deadline(timeout) >= system_now_us() + 6_000_000);
+        // The margin is at most a quarter of a short timeout.
+        let short = time.deadline(Duration::from_millis(4));
+        assert!(short >= system_now_us() + 6_000_000 + 3_000 - 1_000, "{short}");
+    }
+}
