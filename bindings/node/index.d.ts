@@ -406,6 +406,25 @@ export interface LimiterOptions {
    * system's trust store is not enough (a private CA, mutual TLS).
    */
   tls?: TlsOptions
+  /**
+   * Check the backend now (default off): connect, `PING` and run the
+   * check script once on no key, within the timeout, and throw instead of
+   * degrading every call: code `'backend_unavailable'` for a wrong URL,
+   * `'timeout'` for a server that does not answer, `'backend'` for a
+   * wrong password or a user without the script's commands. The
+   * constructor waits for the check.
+   */
+  strict?: boolean
+  /**
+   * Where outages are reported: one line to `warn` when calls start
+   * failing (naming the cause: `refused`, `timeout`, `auth_failed`,
+   * `noscript`, `cluster_down`, `unavailable`, `backend_error`), one line
+   * to `info` (or `warn`) when a call succeeds again; never one per call.
+   * `console`, pino and winston loggers fit. Default: each line is a
+   * process warning (`process.emitWarning(line, 'ThrottlegateWarning')`);
+   * `null` or `false` turns them off.
+   */
+  logger?: { warn(message: string): void; info?(message: string): void } | null | false
 }
 
 /**

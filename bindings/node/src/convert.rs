@@ -278,7 +278,7 @@ fn option_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<OptionValue, E
 
 /// This package's names of the limiter options.
 /// `keyPrefix` is the old name of `prefix` (the name in every other language).
-const LIMITER_OPTIONS: [(&str, LimiterOption); 12] = [
+const LIMITER_OPTIONS: [(&str, LimiterOption); 13] = [
     ("url", LimiterOption::Url),
     ("timeout", LimiterOption::Timeout),
     ("onBackendError", LimiterOption::OnBackendError),
@@ -291,6 +291,7 @@ const LIMITER_OPTIONS: [(&str, LimiterOption); 12] = [
     ("tls", LimiterOption::Tls),
     ("metrics", LimiterOption::Metrics),
     ("reloadOnChange", LimiterOption::ReloadOnChange),
+    ("strict", LimiterOption::Strict),
 ];
 
 /// Each property of an options object, with its option among `known`:
@@ -317,10 +318,21 @@ fn named<O: Copy>(
 /// The options of `new Limiter()`, checked by the core.
 pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<LimiterOptions, Error> {
     let mut opts = LimiterOptions::default();
+    let mut logger = None;
     match v {
         Some(v) if !matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) => {
+            expect_object(env, v, "options")?;
             let mut prefix_given = false;
-            for (option, what, value) in named(env, v, &LIMITER_OPTIONS)? {
+            for (name, value) in entries(env, v, "options")? {
+                if name == "logger" {
+                    logger = Some(value);
+                    continue;
+                }
+                let Some(&(_, option)) = LIMITER_OPTIONS.iter().find(|(n, _)| *n == name) else {
+                    let mut names: Vec<&str> = LIMITER_OPTIONS.iter().map(|(n, _)| *n).collect();
+                    names.push("logger");
+                    return Err(unknown_option("options", &name, &names));
+                };
                 if matches!(option, LimiterOption::Prefix) {
                     if prefix_given {
                         return Err(invalid_argument(
@@ -329,11 +341,14 @@ pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<Limi
                     }
                     prefix_given = true;
                 }
+                let what = format!("options.{name}");
+                let value = option_value(env, &value, &what)?;
                 opts.set(option, &what, value, DurationUnit::Millis)?;
             }
         }
         _ => {}
     }
+    opts.on_health = crate::health::sink(env, logger.as_ref())?;
     Ok(opts)
 }
 

@@ -15,6 +15,7 @@ mod convert;
 mod errors;
 mod fast;
 mod http;
+mod health;
 mod types;
 
 use std::ptr;
