@@ -235,9 +235,21 @@ def check_rust_included(files: list[Path]) -> list[str]:
     return errors
 
 
+def check_readme_links() -> list[str]:
+    """The README's relative links name files of the repository (the site's are checked by make docs)."""
+    text = (ROOT / "README.md").read_text()
+    errors = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://", "#", "mailto:")):
+            continue
+        if not (ROOT / target.split("#")[0]).exists():
+            errors.append(f"README.md: the link {target} names no file of the repository")
+    return errors
+
+
 def main() -> int:
     files = [Path(a).resolve() for a in sys.argv[1:]] or [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    errors = check_policy_reference() + check_rust_included(files)
+    errors = check_policy_reference() + check_rust_included(files) + check_readme_links()
     install = (ROOT / "docs" / "getting-started" / "install.md").read_text()
     m = re.search(r"<!-- rules.toml -->\n```toml\n(.*?)^```", install, re.M | re.S)
     if not m:

@@ -107,7 +107,7 @@ impl Limiter {
     ///
     /// `deny_cache=True` remembers Redis's denials in process: the same keys
     /// are then denied without a round trip for exactly as long as Redis would
-    /// deny them (see the README's "Remembered denials"). `metrics=False`
+    /// deny them (see "Remembered denials" in docs/concepts/failures.md). `metrics=False`
     /// turns the per-rule metrics off (they are on by default).
     ///
     /// `reload_on_change=True` (with a policy read from a file: a path, or
