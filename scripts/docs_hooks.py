@@ -158,26 +158,43 @@ _TS_TOP = re.compile(r"^export (?:declare )?(?:const enum|class|function|interfa
 
 
 def signatures(path: str) -> str:
-    """The stub or declarations file as one section per top-level item."""
+    """The stub or declarations file as one section per top-level item.
+
+    Decorators and comments right above an item belong to it; a stub's
+    module-level names (constants, aliases) make one section of their own.
+    """
     src = (ROOT / path).read_text()
     lang = "python" if path.endswith(".pyi") else "ts"
     pattern = _PY_TOP if lang == "python" else _TS_TOP
-    starts = [m for m in pattern.finditer(src)]
-    if not starts:
+    lines = src.split("\n")
+    items = []  # (first line, name, is a module-level name)
+    for m in pattern.finditer(src):
+        line = src.count("\n", 0, m.start())
+        while line > 0 and lines[line - 1].lstrip().startswith(("@", "#", "/**", "*", "//")):
+            line -= 1
+        name = next(g for g in m.groups() if g and g not in ("class", "def", "async def"))
+        items.append((line, name, lang == "python" and m.group(3) is not None))
+    if not items:
         raise DocsError(f"signatures: nothing found in {path}")
     out = [f"Rendered from [`{path}`](repo:{path}) when the site is built.\n"]
-    preamble = src[: starts[0].start()].strip()
+    preamble = "\n".join(lines[: items[0][0]]).strip()
     if preamble:
         out.append(f"```{lang}\n{preamble}\n```\n")
-    for i, m in enumerate(starts):
-        end = starts[i + 1].start() if i + 1 < len(starts) else len(src)
-        name = next(g for g in m.groups() if g and g not in ("class", "def", "async def"))
-        chunk = src[m.start():end].strip()
-        # A stub's module-level names (constants, aliases) are listed without a heading of their own.
-        if lang == "python" and m.group(3):
-            out.append(f"```python\n{chunk}\n```\n")
+    i = 0
+    while i < len(items):
+        j = i + 1
+        if items[i][2]:
+            while j < len(items) and items[j][2]:
+                j += 1
+        end = items[j][0] if j < len(items) else len(lines)
+        chunk = "\n".join(lines[items[i][0]:end]).strip()
+        if items[i][2]:
+            names = [f"`{n}`" for _, n, _ in items[i:j]]
+            title = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         else:
-            out.append(f"### `{name}`\n\n```{lang}\n{chunk}\n```\n")
+            title = f"`{items[i][1]}`"
+        out.append(f"### {title}\n\n```{lang}\n{chunk}\n```\n")
+        i = j
     return "\n".join(out)
 
 
