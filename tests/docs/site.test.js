@@ -99,6 +99,15 @@ describe('the documentation site', () => {
     assert.ok(s.highlighted > 20, `the code is highlighted (${s.highlighted} spans)`);
   });
 
+  it('the Rust API reference (rustdoc) is part of the site', async () => {
+    const page = await browser.newPage();
+    const response = await page.goto(`${base}/api/rust/throttlegate/index.html`, { waitUntil: 'load' });
+    assert.ok(response.ok());
+    const title = await page.evaluate(() => document.querySelector('h1').textContent);
+    assert.match(title, /throttlegate/);
+    await page.close();
+  });
+
   it('the algorithms page draws a picture per algorithm', async () => {
     const s = await open(browser, 'concepts/algorithms.html', 'algorithms.png');
     assert.equal(s.svgs, 4);
