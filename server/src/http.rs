@@ -57,7 +57,12 @@ fn error_response(e: CheckError) -> Response {
 }
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
-    serde_json::from_slice(body).map_err(|e| problem(StatusCode::BAD_REQUEST, &format!("body: {e}")))
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." { "body".to_string() } else { format!("body: {path}") };
+        problem(StatusCode::BAD_REQUEST, &format!("{at}: {}", e.into_inner()))
+    })
 }
 
 /// A uint64 of proto3 JSON: a number or a decimal string.

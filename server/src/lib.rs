@@ -176,6 +176,8 @@ pub async fn run(config: Config) -> Result<()> {
     let grpc_addr = grpc.local_addr().map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
     let http_addr = http.local_addr().map_err(|e| Error::new(ErrorKind::Io, e.to_string()))?;
     let server = Arc::new(Server::new(state.clone()));
+    // Installed before the start line, so a signal sent once it is read is handled.
+    let signals = Signals::install();
     let rules = state.rules();
     log(
         "info",
@@ -233,7 +235,7 @@ pub async fn run(config: Config) -> Result<()> {
         });
     }
 
-    wait_for_signals(&server).await;
+    signals.wait(&server).await;
     server.stopping.store(true, Ordering::Relaxed);
     log("info", "shutdown", json!({ "grace_seconds": SHUTDOWN_GRACE.as_secs() }));
     let _ = stop_tx.send(true);
@@ -248,26 +250,43 @@ pub async fn run(config: Config) -> Result<()> {
     Ok(())
 }
 
-#[cfg(unix)]
-async fn wait_for_signals(server: &Server) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-    else {
-        log("error", "signals", json!({ "error": "cannot install signal handlers" }));
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
-            _ = hup.recv() => reload(server, "sighup"),
-        }
-    }
+/// SIGTERM, SIGINT and SIGHUP, listened to from the start.
+struct Signals {
+    #[cfg(unix)]
+    streams: Option<[tokio::signal::unix::Signal; 3]>,
 }
 
-#[cfg(not(unix))]
-async fn wait_for_signals(_server: &Server) {
-    let _ = tokio::signal::ctrl_c().await;
+impl Signals {
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let streams = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup())) {
+                (Ok(t), Ok(i), Ok(h)) => Some([t, i, h]),
+                _ => {
+                    log("error", "signals", json!({ "error": "cannot install signal handlers" }));
+                    None
+                }
+            };
+            Signals { streams }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// Until SIGTERM or SIGINT; SIGHUP reloads the rules meanwhile.
+    async fn wait(self, server: &Server) {
+        #[cfg(unix)]
+        if let Some([mut term, mut int, mut hup]) = self.streams {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => return,
+                    _ = int.recv() => return,
+                    _ = hup.recv() => reload(server, "sighup"),
+                }
+            }
+        }
+        let _ = server;
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
