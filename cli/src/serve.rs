@@ -37,6 +37,13 @@ pub struct ServeArgs {
     /// HTTP address (/json, /v1/check, /healthcheck, /metrics, /rules).
     #[arg(long, value_name = "ADDR", env = "THROTTLEGATE_HTTP", default_value = throttlegate_server::DEFAULT_HTTP)]
     pub http: SocketAddr,
+    /// Bound on each backend call (e.g. 100ms); default: the policy's (100ms for YAML rules).
+    #[arg(long, value_name = "DURATION", env = "THROTTLEGATE_TIMEOUT", value_parser = crate::parse_duration_arg)]
+    pub timeout: Option<std::time::Duration>,
+    /// What a backend failure answers: allow (OK), deny (OVER_LIMIT) or error (gRPC UNAVAILABLE);
+    /// default: the policy's on_backend_error (allow for YAML rules).
+    #[arg(long, value_name = "MODE", env = "THROTTLEGATE_ON_BACKEND_ERROR", value_parser = parse_mode)]
+    pub on_backend_error: Option<throttlegate::FailureMode>,
     /// Add RateLimit, RateLimit-Policy and Retry-After to the gRPC answers' response_headers_to_add.
     #[arg(long, env = "THROTTLEGATE_RESPONSE_HEADERS")]
     pub response_headers: bool,
@@ -52,6 +59,8 @@ pub fn run(a: ServeArgs) -> CliResult<u8> {
         grpc: a.grpc,
         http: a.http,
         response_headers: a.response_headers,
+        timeout: a.timeout,
+        on_backend_error: a.on_backend_error,
         watch: !a.no_watch,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -60,4 +69,8 @@ pub fn run(a: ServeArgs) -> CliResult<u8> {
         .map_err(|e| CliError::usage(format!("cannot start the runtime: {e}")))?;
     rt.block_on(throttlegate_server::run(config))?;
     Ok(0)
+}
+
+fn parse_mode(text: &str) -> Result<throttlegate::FailureMode, String> {
+    throttlegate::FailureMode::parse(text).map_err(|e| e.message().to_string())
 }

@@ -55,6 +55,10 @@ pub struct Config {
     pub http: SocketAddr,
     /// Add `RateLimit`, `RateLimit-Policy` and `Retry-After` to the RLS answers' `response_headers_to_add`.
     pub response_headers: bool,
+    /// Bound on each backend call (the policy's `timeout` when `None`; 100 ms for YAML rules).
+    pub timeout: Option<Duration>,
+    /// What a backend failure answers (the policy's `on_backend_error` when `None`; `allow` for YAML rules).
+    pub on_backend_error: Option<throttlegate::FailureMode>,
     /// Reload when the rules file (or a YAML file of the directory) changes, besides SIGHUP.
     pub watch: bool,
 }
@@ -120,6 +124,12 @@ pub fn build(config: &Config) -> Result<Arc<State>> {
     let mut b = Limiter::builder(rules.policy.clone());
     if let Some(url) = &config.url {
         b = b.url(url.clone());
+    }
+    if let Some(t) = config.timeout {
+        b = b.timeout(t);
+    }
+    if let Some(m) = config.on_backend_error {
+        b = b.on_backend_error(m);
     }
     let limiter = b.build()?;
     Ok(Arc::new(State::new(limiter, rules, config.rules.clone(), config.response_headers)))

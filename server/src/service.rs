@@ -345,7 +345,13 @@ impl State {
                 };
                 // A peek reports what a request of its cost would leave; nothing was taken.
                 let peeked_cost = if p.cost == 0 { 1 } else if blocked { cost } else { 0 };
-                status_of(decision, &results, p.name.as_deref(), peeked_cost)
+                // The YAML's limits are named by their `name` only, as envoyproxy/ratelimit's are
+                // (Envoy puts it in X-RateLimit-Limit); a native rule by its own name.
+                let name = match rules.format {
+                    Format::Envoy => Some(p.name.as_deref().unwrap_or("")),
+                    Format::Native => None,
+                };
+                status_of(decision, &results, name, peeked_cost)
             };
             if status.code == code::OVER_LIMIT {
                 resp.overall_code = code::OVER_LIMIT;

@@ -52,7 +52,7 @@ def test_json_endpoint_as_envoyproxy_ratelimit(serve):
     assert status == 200
     assert answer == {
         "overallCode": "OK",
-        "statuses": [{"code": "OK", "currentLimit": {"name": "web.user", "requestsPerUnit": 2, "unit": "MINUTE"},
+        "statuses": [{"code": "OK", "currentLimit": {"requestsPerUnit": 2, "unit": "MINUTE"},
                       "limitRemaining": 1, "durationUntilReset": answer["statuses"][0]["durationUntilReset"]}],
         "responseHeadersToAdd": answer["responseHeadersToAdd"],
     }
