@@ -1,0 +1,32 @@
+"""`throttlegate lint` and `diff` read envoyproxy/ratelimit's YAML as `serve` does."""
+
+from __future__ import annotations
+
+import subprocess
+
+from conftest import REPO, binary
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([binary(), *args], capture_output=True, text=True, timeout=30)
+
+
+def test_lint_and_diff_read_yaml(tmp_path):
+    example = REPO / "examples/serve/ratelimit.yaml"
+    r = run("lint", str(example))
+    assert r.returncode == 0 and "no problems found" in r.stdout
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(example.read_text().replace("requests_per_unit: 10", "requests_per_unit: 20"))
+    r = run("diff", str(example), str(changed))
+    assert r.returncode == 1 and "~ edge.remote_address: limit changed; state kept" in r.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("domain: x\ndescriptors:\n  - key: a\n    burst: 1\n")
+    r = run("lint", str(bad))
+    assert r.returncode == 2 and "descriptors[0].burst: unknown field" in r.stdout
+    # A directory of YAML files, one domain each.
+    d = tmp_path / "config"
+    d.mkdir()
+    (d / "a.yaml").write_text(example.read_text())
+    (d / "b.yml").write_text("domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+    r = run("lint", str(d))
+    assert r.returncode == 0, r.stdout
