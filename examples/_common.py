@@ -22,7 +22,7 @@ POLICY: dict[str, Any] = {
         {
             "name": "login",
             "key": "login:{ip}",
-            "match": {"path": "/login", "method": ["POST"]},
+            "match": {"route": "/login", "method": ["POST"]},
             "limit": 2,
             "window": "15m",
         },

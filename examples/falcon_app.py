@@ -4,20 +4,23 @@ Run it:  python examples/falcon_app.py --port 8000 [--url redis://127.0.0.1:6379
 Every request counts against `per-ip` (5 a minute); POST /login also against
 `login` (2 per 15 minutes). Denials are 429 with the RateLimit headers,
 Retry-After and an application/problem+json body. The same middleware wraps
-any WSGI app (Bottle, Pyramid, a bare callable); served here by the standard
-library's wsgiref, one thread per request.
+any WSGI app (Bottle, Pyramid, a bare callable). A generic WSGI app has no
+router the middleware can ask, so the `route` option gives it Falcon's: the
+URI template the app's own router finds for the path (the `login` rule
+matches the route /login). Served here by the standard library's wsgiref,
+one thread per request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from socketserver import ThreadingMixIn
-from typing import Optional
+from typing import Any, Optional
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import falcon
 
-from throttlegate.wsgi import DECISION_KEY, RateLimitMiddleware, WSGIApp
+from throttlegate.wsgi import DECISION_KEY, RateLimitMiddleware, WSGIApp, path_info
 
 import _common  # examples/_common.py: the policy and the command line
 
@@ -41,10 +44,17 @@ def create_app(
 ) -> WSGIApp:
     """The app, limited by a Limiter on `url` (None: the embedded backend)."""
     limiter = _common.limiter(url, prefix, on_backend_error, timeout)
-    app = falcon.App()
+    router = falcon.routing.CompiledRouter()
+    app = falcon.App(router=router)
     app.add_route("/", Index())
     app.add_route("/login", Login())
-    return RateLimitMiddleware(app, limiter=limiter, client_ip=_common.client_ip(trusted_proxies))
+
+    def route(environ: dict[str, Any]) -> Optional[str]:
+        # Falcon's own matcher: (resource, methods, params, URI template), or None.
+        found = router.find(path_info(environ))
+        return str(found[3]) if found else None
+
+    return RateLimitMiddleware(app, limiter=limiter, client_ip=_common.client_ip(trusted_proxies), route=route)
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):

@@ -1,7 +1,9 @@
 """A FastAPI app rate-limited by throttlegate, without blocking the event loop.
 
 Run it:  python examples/fastapi_app.py --port 8000 [--url redis://127.0.0.1:6379/0]
-The middleware counts every request against `per-ip` (5 a minute); /items
+The middleware counts every request against `per-ip` (5 a minute); POST
+/login also against `login` (2 per 15 minutes, a rule matching the route)
+and its own route limit (`RateLimit("3/hour")`), in the same check; /items
 also depends on `per-key` (a token bucket of 3, refilled at 1 a second) keyed
 on the X-API-Key header. Denials are 429 with the RateLimit headers. /metrics
 serves the limiter's per-rule metrics, for Prometheus, unlimited. POST
@@ -23,12 +25,13 @@ from fastapi.responses import JSONResponse
 from starlette.requests import Request
 
 import throttlegate
-from throttlegate.asgi import Scope, default_attributes
-from throttlegate.fastapi import RateLimit, RateLimitMiddleware
+from throttlegate.fastapi import RateLimit, RateLimitMiddleware, default_attributes
 
 POLICY = {
     "rules": [
         {"name": "per-ip", "key": "ip:{ip}", "limit": 5, "window": "1m"},
+        {"name": "login", "key": "login:{ip}", "match": {"route": "/login", "method": ["POST"]}, "limit": 2,
+         "window": "15m"},
         {"name": "per-key", "key": "key:{api_key}", "algorithm": "token_bucket", "capacity": 3, "refill_rate": 1},
         # Tokens per tenant and day, for /generate (the only caller with a tenant).
         {"name": "tokens", "key": "tokens:{tenant}", "algorithm": "quota", "limit": 200, "period": "day"},
@@ -40,7 +43,7 @@ ESTIMATE = 100
 
 
 def api_key(request: Request) -> dict[str, Optional[str]]:
-    """Only the API key: the dependency applies `per-key` alone."""
+    """The API key, added to /items's check: `per-key` applies there too."""
     return {"api_key": request.headers.get("x-api-key")}
 
 
@@ -49,17 +52,22 @@ def create_app(url: Optional[str] = None, trusted_proxies: Sequence[str] = (), p
     limiter = throttlegate.Limiter(POLICY, url=url, prefix=prefix)
     app = FastAPI()
     client_ip = throttlegate.ClientIp(trusted_proxies=list(trusted_proxies))
-    # /metrics (the limiter's per-rule metrics, for Prometheus) has no
-    # attributes, so no rule applies to it.
-    def attributes(scope: Scope) -> dict[str, Optional[str]]:
-        return {} if scope["path"] in ("/metrics", "/generate") else default_attributes(scope, client_ip)
+    # /metrics (the limiter's per-rule metrics, for Prometheus) and /generate
+    # (checked by itself) have no attributes, so no rule applies to them;
+    # every other request gets the request model (ip, method, route, path, host).
+    def attributes(request: Request) -> dict[str, str]:
+        return {} if request.url.path in ("/metrics", "/generate") else default_attributes(request, limiter, client_ip)
 
     app.add_middleware(RateLimitMiddleware, limiter=limiter, client_ip=client_ip, attributes=attributes)
-    per_key = RateLimit(limiter, attributes=api_key)
+    per_key = RateLimit(attributes=api_key)
 
     @app.get("/")
     async def index() -> dict[str, str]:
         return {"hello": "world"}
+
+    @app.post("/login", dependencies=[Depends(RateLimit("3/hour"))])
+    async def login() -> dict[str, str]:
+        return {"token": "t_123"}
 
     @app.get("/metrics")
     async def metrics() -> Response:

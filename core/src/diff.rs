@@ -112,7 +112,7 @@ impl PolicyDiff {
     /// Compare `old` with `new`.
     pub fn between(old: &Policy, new: &Policy) -> PolicyDiff {
         let (old_v, new_v) = (old.to_value(), new.to_value());
-        let settings = ["prefix", "timeout", "on_backend_error"]
+        let settings = ["prefix", "timeout", "on_backend_error", "attributes"]
             .iter()
             .filter(|f| old_v[**f] != new_v[**f])
             .map(|f| SettingChange { field: f.to_string(), old: old_v[*f].clone(), new: new_v[*f].clone() })

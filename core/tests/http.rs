@@ -194,3 +194,24 @@ fn warnings_for_attributes_no_integration_provides() {
     );
     assert_eq!(l.attribute_warnings(&["ip"]).len(), 2);
 }
+
+#[test]
+fn diff_and_reload_see_the_attributes_table() {
+    let without = Policy::from_toml_str("[[rules]]\nname = \"k\"\nkey = \"k:{api_key}\"\nlimit = 5\nwindow = \"1m\"\n").unwrap();
+    let with = Policy::from_toml_str(
+        "[attributes]\napi_key = \"header:X-Api-Key\"\n[[rules]]\nname = \"k\"\nkey = \"k:{api_key}\"\nlimit = 5\nwindow = \"1m\"\n",
+    )
+    .unwrap();
+    assert_eq!(with.attribute_sources(), [("api_key".to_string(), "x-api-key".to_string())]);
+    let diff = throttlegate::PolicyDiff::between(&without, &with);
+    assert_eq!(diff.settings.len(), 1);
+    assert_eq!(diff.settings[0].field, "attributes");
+    assert!(diff.to_text().starts_with("setting attributes: null -> {\"api_key\":\"header:x-api-key\"}"), "{}", diff.to_text());
+    // A reload puts the new table in force: the header is read from then on.
+    let l = Limiter::in_memory(without);
+    assert!(l.request_headers().is_empty());
+    l.reload(with.clone()).unwrap();
+    assert_eq!(l.request_headers(), ["x-api-key"]);
+    // The table round-trips through the file format.
+    assert_eq!(Policy::from_value(&with.to_value()).unwrap(), with);
+}

@@ -4,6 +4,7 @@
 
 mod convert;
 mod errors;
+mod http;
 mod limiter;
 mod runtime;
 mod types;
@@ -56,6 +57,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("METRICS_CONTENT_TYPE", throttlegate::METRICS_CONTENT_TYPE)?;
     m.add("METRIC_FAMILIES", metric_families(m.py())?)?;
     m.add("OUTCOMES", pyo3::types::PyTuple::new(m.py(), throttlegate::OUTCOMES)?)?;
+    m.add("REQUEST_MODEL", pyo3::types::PyTuple::new(m.py(), throttlegate::REQUEST_MODEL)?)?;
+    m.add_function(wrap_pyfunction!(http::parse_rate, m)?)?;
     m.add_class::<types::Policy>()?;
     m.add_class::<types::ManualClock>()?;
     m.add_class::<types::Decision>()?;

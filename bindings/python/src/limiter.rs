@@ -456,6 +456,69 @@ impl Limiter {
         Policy { inner: self.inner.policy() }
     }
 
+    /// The request model an HTTP integration checks with, made by the core
+    /// from the framework's raw parts: `ip` (already resolved, e.g. by
+    /// `ClientIp`), `method`, `route` (the template of the route the
+    /// framework dispatches to, in its own syntax, mount prefix included;
+    /// None when none matches), `path` (the request target's path as
+    /// received), `host` (the Host header), `headers` (`(name, value)` pairs,
+    /// at least those `request_headers()` names) and the router's rules
+    /// (`case_insensitive`, `ignore_trailing_slash`). Returns the dict to
+    /// pass to `check`: `ip`, `method`, `route` and `host` when present, the
+    /// normalised `path`, and each `[attributes]` source present.
+    #[pyo3(signature = (*, method, path, ip = None, route = None, host = None, headers = None, case_insensitive = false, ignore_trailing_slash = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn request_attributes<'py>(
+        &self,
+        py: Python<'py>,
+        method: &Bound<'py, PyAny>,
+        path: &Bound<'py, PyAny>,
+        ip: Option<&Bound<'py, PyAny>>,
+        route: Option<&Bound<'py, PyAny>>,
+        host: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        case_insensitive: bool,
+        ignore_trailing_slash: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        crate::http::request_attributes(py, &self.inner, ip, method, route, path, host, headers, case_insensitive, ignore_trailing_slash)
+    }
+
+    /// The lower-case names of the request headers the policy's
+    /// `[attributes]` table reads (what `request_attributes` needs in `headers`).
+    fn request_headers(&self) -> Vec<String> {
+        self.inner.request_headers()
+    }
+
+    /// One message per rule that needs an attribute neither in `provided`
+    /// (default: the request model, `REQUEST_MODEL`) nor in the policy's
+    /// `[attributes]`: what an integration logs at start-up.
+    #[pyo3(signature = (provided = None))]
+    fn attribute_warnings(&self, py: Python<'_>, provided: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+        crate::http::attribute_warnings(py, &self.inner, provided)
+    }
+
+    /// Add a limit written on a route to the policy in force (kept across
+    /// `reload`): `rate` in the core's grammar (`"5/minute"`, `"100 per
+    /// hour"`, `"10/30s"`, several joined by `;`) becomes sliding-window
+    /// rules matching `route` (a template in the framework's syntax) and
+    /// `methods` (empty or None: any), keyed on `key` (a template, default
+    /// `"{ip}"`), named `name` (default: derived from the route). They are
+    /// checked in the same single call as the policy's other rules. Returns
+    /// the rule names; adding the same limit again returns the same names.
+    /// Raises `InvalidArgumentError` naming what is wrong.
+    #[pyo3(signature = (rate, route, *, methods = None, key = None, name = None))]
+    fn add_route_limit(
+        &self,
+        py: Python<'_>,
+        rate: &Bound<'_, PyAny>,
+        route: &Bound<'_, PyAny>,
+        methods: Option<&Bound<'_, PyAny>>,
+        key: Option<&Bound<'_, PyAny>>,
+        name: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        crate::http::add_route_limit(py, &self.inner, rate, route, methods, key, name)
+    }
+
     /// `with Limiter(...) as limiter:` yields the limiter itself.
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf

@@ -107,7 +107,13 @@ def test_fastapi_example(mode: str, prefix: str, request: pytest.FixtureRequest)
     proxied = mode != "embedded"
     with serve("fastapi_app.py", url, prefix, proxied) as base, httpx.Client(base_url=base) as http:
         a = {"X-Forwarded-For": "198.51.100.7"}
-        for remaining in (4, 3, 2, 1, 0):
+        # The README's login rule (a route) applies: the third POST /login is denied.
+        for _ in range(2):
+            assert http.post("/login", headers=a).status_code == 200
+        r = http.post("/login", headers=a)
+        check_denial(r.status_code, r.headers, r.text, "login")
+        # The denial consumed nothing: 3 of per-ip's 5 are left.
+        for remaining in (2, 1, 0):
             r = http.get("/", headers=a)
             assert r.status_code == 200 and r.json() == {"hello": "world"}
             assert r.headers["RateLimit-Remaining"] == str(remaining)
@@ -124,6 +130,18 @@ def test_fastapi_example(mode: str, prefix: str, request: pytest.FixtureRequest)
             assert r.status_code == 200 and r.json() == {"remaining": remaining}
             assert r.headers["RateLimit-Limit"] == "3"
         r = http.get("/items", headers=b)
-        assert r.status_code == 429
+        check_denial(r.status_code, r.headers, r.text, "per-key")
         assert r.headers["Retry-After"] == "1"
-        assert r.json()["detail"]["violated_rules"] == ["per-key"]
+        # The route limit written on /login (3 an hour) is checked with the
+        # file's rules: c's third login is denied by `login` (2 per 15 min).
+        c = {"X-Forwarded-For": "198.51.100.9"}
+        for _ in range(2):
+            r = http.post("/login", headers=c)
+            assert r.status_code == 200 and '"route.' in r.headers["RateLimit-Policy"]
+        check_denial_any(http.post("/login", headers=c), "login")
+
+
+def check_denial_any(r: httpx.Response, rule: str) -> None:
+    """A denial naming ``rule`` among the rules it violated."""
+    assert r.status_code == 429 and r.headers["Content-Type"].startswith("application/problem+json")
+    assert rule in r.json()["violated_rules"]

@@ -135,5 +135,7 @@ def test_fastapi_middleware_async_attributes_and_dependency_defaults() -> None:
         assert r.status_code == 200 and r.json() == {"rule": "per-ip"}
         assert r.headers["RateLimit-Policy"] == '"per-ip";q=1;w=60'
         r = http.get("/dep")
-        assert r.status_code == 429 and r.json()["detail"]["violated_rules"] == ["per-ip"]
+        # The same answer as the middleware's: problem+json, not {"detail": ...}.
+        assert r.status_code == 429 and r.headers["content-type"] == "application/problem+json"
+        assert r.json()["violated_rules"] == ["per-ip"]
         assert r.headers["Retry-After"] == "60"

@@ -70,6 +70,22 @@ wrapped_wsgi = WsgiRateLimit(wsgi_app, limiter=web_limiter, legacy_headers=True,
 body_parts: list[bytes] = list(wrapped_wsgi({"REMOTE_ADDR": "203.0.113.9", "PATH_INFO": "/"}, lambda status, headers: lambda b: None))
 assert body_parts == [b"1"], body_parts
 
+# The request model and route limits, as the web integrations use them.
+model: dict[str, str] = web_limiter.request_attributes(method="post", path="/%6Cogin?x=1", ip="203.0.113.9",
+                                                       route="/login", host="API.example.com:8080",
+                                                       headers=[("X-Api-Key", "k_1")])
+assert model == {"ip": "203.0.113.9", "method": "POST", "route": "/login", "path": "/login",
+                 "host": "api.example.com"}, model
+route_rules: list[str] = web_limiter.add_route_limit("5/minute", "/users/<int:id>", methods=["POST"], key="{ip}")
+warnings: list[str] = web_limiter.attribute_warnings(list(throttlegate.REQUEST_MODEL))
+header_names: list[str] = web_limiter.request_headers()
+rates: list[tuple[int, float]] = throttlegate.parse_rate("10/30s; 100 per hour")
+assert route_rules == ["route.POST.users.id"] and warnings == [] and header_names == [], (route_rules, warnings)
+assert rates == [(10, 30.0), (100, 3600.0)], rates
+wrapped_routed = WsgiRateLimit(wsgi_app, limiter=web_limiter, route=lambda environ: "/users/<int:id>",
+                               on_denied=lambda environ, decision: wsgi_app,
+                               on_error=lambda environ, error: wsgi_app)
+
 try:
     Limiter({"rules": []})
 except throttlegate.InvalidPolicyError as e:

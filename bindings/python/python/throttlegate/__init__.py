@@ -30,6 +30,7 @@ from throttlegate._native import (
     METRIC_FAMILIES,
     METRICS_CONTENT_TYPE,
     OUTCOMES,
+    REQUEST_MODEL,
     ClientIp,
     Decision,
     Limiter,
@@ -37,6 +38,7 @@ from throttlegate._native import (
     Policy,
     RuleResult,
     __version__,
+    parse_rate,
 )
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "METRIC_FAMILIES",
     "METRICS_CONTENT_TYPE",
     "OUTCOMES",
+    "REQUEST_MODEL",
     "BackendError",
     "BackendTimeoutError",
     "BackendUnavailableError",
@@ -62,4 +65,5 @@ __all__ = [
     "RuleResult",
     "ThrottlegateError",
     "__version__",
+    "parse_rate",
 ]

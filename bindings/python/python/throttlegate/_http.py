@@ -1,17 +1,25 @@
 """What every HTTP integration shares, with no framework imported: its
-options and their resolution per request (:class:`HttpOptions`), the 429
-answer's parts and the default attributes from the peer, the forwarded
-headers, the method and the path. The client address itself is the core's
-(:class:`throttlegate.ClientIp`)."""
+options (:class:`HttpOptions`, one object every constructor uses), the
+request model handed to the core (:func:`model_attributes`), route limits
+(:class:`RouteLimit`), the start-up lint warnings and the 429 answer's
+parts. The semantics (normalising the method, the route template, the path
+and the host, reading the policy's ``[attributes]`` headers) are the core's:
+an integration passes the framework's raw parts and its router's rules."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Mapping
-from typing import Callable, Generic, Optional, TypeVar, Union
+import logging
+import threading
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar, Union
+from urllib.parse import quote
 
 from throttlegate._errors import InvalidArgumentTypeError
-from throttlegate._native import ClientIp, Decision, Limiter
+from throttlegate._native import REQUEST_MODEL, ClientIp, Decision, Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict
 
 #: Request attributes as the integrations pass them to a check.
 AttributeMap = Mapping[str, Union[str, int, None]]
@@ -19,25 +27,73 @@ AttributeMap = Mapping[str, Union[str, int, None]]
 #: The media type of a denial's body.
 PROBLEM_JSON = "application/problem+json"
 
+#: The logger of the start-up lint warnings.
+logger = logging.getLogger("throttlegate")
 
-def request_attributes(
-    client_ip: ClientIp,
-    peer: Optional[str],
-    forwarded: Optional[str],
-    x_forwarded_for: Optional[str],
+#: What an integration hands the user's functions: an ASGI scope, a WSGI
+#: environ, a Starlette, Flask or Django request.
+Req = TypeVar("Req")
+
+#: The option names every integration takes besides ``limiter`` (Django's
+#: ``THROTTLEGATE`` setting validates its keys against them).
+OPTION_NAMES = ("attributes", "client_ip", "cost", "legacy_headers", "on_denied", "on_error", "route")
+
+if TYPE_CHECKING:
+
+    class HttpOptionArgs(TypedDict, Generic[Req], total=False):
+        """The keyword options of every integration's constructor, typed
+        for its request type ``Req`` (see :class:`HttpOptions`)."""
+
+        attributes: Optional[Callable[[Req], Union[AttributeMap, Awaitable[AttributeMap]]]]
+        client_ip: Optional[ClientIp]
+        cost: Union[int, Callable[[Req], int]]
+        legacy_headers: bool
+        on_denied: Optional[Callable[[Req, Decision], Any]]
+        on_error: Optional[Callable[[Req, Exception], Any]]
+        route: Optional[Callable[[Req], Optional[str]]]
+
+
+def peer_ip(client_ip: ClientIp, peer: Optional[str], forwarded: Optional[str], x_forwarded_for: Optional[str]) -> Optional[str]:
+    """The client address per ``client_ip`` (the core's rules); None when
+    the peer is not an IP address (a Unix socket), so rules keyed on ``ip``
+    do not apply."""
+    return client_ip.client_ip(peer, forwarded, x_forwarded_for) if peer else None
+
+
+def raw_path(decoded: str) -> str:
+    """A request path as sent, for a framework that keeps only its decoded
+    form: percent-encoded again (the core decodes it once)."""
+    return quote(decoded, safe="/:@!$&'()*+,;=-._~")
+
+
+def model_attributes(
+    limiter: Limiter,
+    *,
+    ip: Optional[str],
     method: str,
+    route: Optional[str],
     path: str,
-) -> dict[str, Optional[str]]:
-    """``ip``, ``method`` and ``path``; ``ip`` is None when the peer is not
-    an IP address (a Unix socket), so rules keyed on it do not apply."""
-    ip = client_ip.client_ip(peer, forwarded, x_forwarded_for) if peer else None
-    return {"ip": ip, "method": method, "path": path}
+    host: Optional[str],
+    header: Callable[[str], Optional[str]],
+) -> dict[str, str]:
+    """The request model (``ip``, ``method``, ``route``, ``path``, ``host``
+    and the policy's ``[attributes]`` headers) as the core makes it from the
+    framework's raw parts: ``route`` is the template of the route the
+    framework dispatches to, in its own syntax (None when none matches),
+    ``path`` the request target's path as received, ``header(name)`` the
+    value of a request header (a lower-case name) or None."""
+    headers = []
+    for name in limiter.request_headers():
+        value = header(name)
+        if value is not None:
+            headers.append((name, value))
+    return limiter.request_attributes(ip=ip, method=method, route=route, path=path, host=host, headers=headers)
 
 
 def denial(decision: Decision, legacy: bool) -> tuple[bytes, list[tuple[str, str]]]:
     """The body and headers of the 429 answer to a denied decision: the
     core's problem+json body, its content type and length, and the
-    rate-limit headers."""
+    rate-limit headers. Every integration answers with these bytes."""
     body = (decision.problem_json() or "").encode()
     headers = [("Content-Type", PROBLEM_JSON), ("Content-Length", str(len(body)))]
     headers += list(decision.headers_with(legacy=legacy).items())
@@ -51,40 +107,111 @@ def merge_headers(present: list[tuple[str, str]], extra: Mapping[str, str]) -> l
     return present + [(name, value) for name, value in extra.items() if name.lower() not in names]
 
 
-#: What an integration hands the user's ``attributes`` and ``cost`` functions:
-#: an ASGI scope, a WSGI environ, a Starlette or Flask ``Request``.
-Req = TypeVar("Req")
+class RouteLimit:
+    """A limit written on a route (a decorator, a dependency): ``rate`` in
+    the core's grammar (``"5/minute"``, ``"100 per hour"``, ``"10/30s"``,
+    several joined by ``;``), keyed on ``key`` (a template, default
+    ``"{ip}"``), named ``name`` (default: derived from the route), for the
+    route's ``methods`` (default: those the framework routes to the view).
+    The integration compiles it into the limiter's policy with
+    :meth:`throttlegate.Limiter.add_route_limit` once it knows the route's
+    template, so it is checked in the same single round trip as the file's
+    rules. The rate is validated at once (:func:`throttlegate.parse_rate`)."""
+
+    def __init__(self, rate: str, *, key: Optional[str] = None, name: Optional[str] = None,
+                 methods: Optional[Sequence[str]] = None) -> None:
+        from throttlegate._native import parse_rate
+
+        parse_rate(rate)
+        self.rate = rate
+        self.key = key
+        self.name = name
+        self.methods = list(methods) if methods is not None else None
+
+    def compile(self, limiter: Limiter, route: str, methods: Iterable[str] = ()) -> list[str]:
+        """Add this limit for ``route`` (the framework's template, mount
+        prefix included) to ``limiter``'s policy; returns the rule names.
+        Adding it again is harmless (the core answers the same names)."""
+        chosen = self.methods if self.methods is not None else sorted(set(methods) - {"HEAD", "OPTIONS"})
+        return limiter.add_route_limit(self.rate, route, methods=chosen, key=self.key, name=self.name)
 
 
 class HttpOptions(Generic[Req]):
-    """The options every HTTP integration takes, resolved for one request.
+    """The options every HTTP integration takes (Flask, FastAPI/Starlette,
+    any ASGI app, Django, any WSGI app), resolved for one request. Units are
+    seconds wherever there is a duration (the Limiter's ``timeout``).
 
-    ``limiter`` decides; ``attributes`` (a function of the request, plain or,
-    for the asyncio integrations, ``async``) chooses the attributes, else the
-    integration's defaults (``ip`` per ``client_ip``, ``method``, ``path``);
-    ``cost`` is a number or a function of the request; ``legacy_headers``
-    adds the ``X-RateLimit-*`` headers.
+    - ``limiter``: the :class:`throttlegate.Limiter` that decides.
+    - ``attributes``: a function of the request (plain or, for the asyncio
+      integrations and Django, ``async``) giving the attributes instead of
+      the request model (``ip``, ``method``, ``route``, ``path``, ``host``
+      and the policy's ``[attributes]`` headers); the start-up lint warnings
+      are then skipped.
+    - ``client_ip``: a :class:`throttlegate.ClientIp` (trusted proxies, IPv6
+      grouping); default: the socket peer only.
+    - ``cost``: a number or a function of the request (default 1).
+    - ``legacy_headers``: add the ``X-RateLimit-*`` headers too.
+    - ``on_denied``: a function of the request and the denied
+      :class:`throttlegate.Decision` giving the framework's response (default:
+      the 429 with the rate-limit headers and the problem+json body).
+    - ``on_error``: a function of the request and the exception a check
+      raised (with ``on_backend_error = "error"``) giving the framework's
+      response (default: the exception propagates).
+    - ``route``: for a generic ASGI or WSGI app (no router of its own): a
+      function of the request giving its route template, or None.
     """
 
     def __init__(
         self,
         limiter: Limiter,
+        *,
         attributes: Optional[Callable[[Req], Union[AttributeMap, Awaitable[AttributeMap]]]] = None,
         client_ip: Optional[ClientIp] = None,
         cost: Union[int, Callable[[Req], int]] = 1,
         legacy_headers: bool = False,
+        on_denied: Optional[Callable[[Req, Decision], Any]] = None,
+        on_error: Optional[Callable[[Req, Exception], Any]] = None,
+        route: Optional[Callable[[Req], Optional[str]]] = None,
     ) -> None:
+        if not isinstance(limiter, Limiter):
+            raise InvalidArgumentTypeError(f"limiter: expected a throttlegate.Limiter, got {type(limiter).__name__}")
+        for name, value in (("attributes", attributes), ("on_denied", on_denied), ("on_error", on_error), ("route", route)):
+            if value is not None and not callable(value):
+                raise InvalidArgumentTypeError(f"{name}: expected a function, got {type(value).__name__}")
         self.limiter = limiter
         self.attributes = attributes
         self.client_ip = client_ip if client_ip is not None else ClientIp()
         self.cost = cost
         self.legacy_headers = legacy_headers
+        self.on_denied = on_denied
+        self.on_error = on_error
+        self.route = route
+        self._started = False
+        self._lock = threading.Lock()
 
-    def attributes_of(self, request: Req, defaults: Callable[[ClientIp], AttributeMap]) -> AttributeMap:
-        """``attributes(request)``, else ``defaults(client_ip)`` (synchronous
+    def start(self, provides_route: bool, compile_routes: Optional[Callable[[], None]] = None) -> None:
+        """Once per integration, at start-up: compile the route limits the
+        app declares (``compile_routes``), then log one warning per rule
+        that needs an attribute the integration never provides (none when
+        the user gives ``attributes``)."""
+        if self._started:
+            return
+        with self._lock:
+            if self._started:
+                return
+            if compile_routes is not None:
+                compile_routes()
+            if self.attributes is None:
+                provided = [a for a in REQUEST_MODEL if a != "route" or provides_route]
+                for message in self.limiter.attribute_warnings(provided):
+                    logger.warning("throttlegate: %s", message)
+            self._started = True
+
+    def attributes_of(self, request: Req, model: Callable[[], AttributeMap]) -> AttributeMap:
+        """``attributes(request)``, else the request model (synchronous
         integrations: an ``async`` function is refused)."""
         if self.attributes is None:
-            return defaults(self.client_ip)
+            return model()
         got = self.attributes(request)
         if inspect.isawaitable(got):
             if inspect.iscoroutine(got):
@@ -92,13 +219,37 @@ class HttpOptions(Generic[Req]):
             raise InvalidArgumentTypeError("attributes: expected a function returning a mapping, got an async function")
         return got
 
-    async def attributes_of_async(self, request: Req, defaults: Callable[[ClientIp], AttributeMap]) -> AttributeMap:
-        """``attributes(request)`` (awaited when ``async``), else ``defaults(client_ip)``."""
+    async def attributes_of_async(self, request: Req, model: Callable[[], AttributeMap]) -> AttributeMap:
+        """``attributes(request)`` (awaited when ``async``), else the request model."""
         if self.attributes is None:
-            return defaults(self.client_ip)
+            return model()
         got = self.attributes(request)
         return await got if inspect.isawaitable(got) else got
 
     def cost_of(self, request: Req) -> int:
         """The units ``request`` costs: ``cost(request)`` or the number."""
         return self.cost(request) if callable(self.cost) else self.cost
+
+    def route_of(self, request: Req) -> Optional[str]:
+        """The ``route`` function's template for ``request`` (None without one)."""
+        return self.route(request) if self.route is not None else None
+
+
+def merged(base: AttributeMap, extra: Optional[AttributeMap]) -> AttributeMap:
+    """``base`` with ``extra`` on top (a view's own attributes win)."""
+    if not extra:
+        return base
+    out = dict(base)
+    out.update(extra)
+    return out
+
+
+class RateLimitExceeded(Exception):
+    """Raised by a route's check (a FastAPI dependency) when its request is
+    denied; the middleware (or the handler the dependency installs) answers
+    it with the same 429 as every other denial, or ``on_denied``'s response."""
+
+    def __init__(self, decision: Decision, options: HttpOptions[Any]) -> None:
+        super().__init__(f"rate limited by {decision.rule!r}; retry in {decision.retry_after:g} s")
+        self.decision = decision
+        self.options = options

@@ -1,13 +1,13 @@
 """Type stubs of the extension module (checked against it by mypy.stubtest)."""
 
 import os
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Optional, Union
 
 from typing_extensions import Self, TypeAlias, final
 
-__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "METRICS_CONTENT_TYPE", "METRIC_FAMILIES", "OUTCOMES", "__version__"]
+__all__ = ["ClientIp", "Decision", "Limiter", "ManualClock", "Policy", "RuleResult", "DEFAULT_PREFIX", "MAX_KEY_LEN", "METRICS_CONTENT_TYPE", "METRIC_FAMILIES", "OUTCOMES", "REQUEST_MODEL", "__version__", "parse_rate"]
 
 __version__: str
 DEFAULT_PREFIX: str
@@ -18,6 +18,12 @@ METRICS_CONTENT_TYPE: str
 METRIC_FAMILIES: tuple[dict[str, Any], ...]
 #: The values of the `outcome` label of `throttlegate_decisions`, in order.
 OUTCOMES: tuple[str, ...]
+#: The attributes every HTTP integration provides: ip, method, route, path, host.
+REQUEST_MODEL: tuple[str, ...]
+
+def parse_rate(text: str) -> list[tuple[int, float]]:
+    """The rates of a rate string (``"5/minute"``, ``"100 per hour"``,
+    ``"10/30s"``, several joined by ``;``) as ``(limit, window seconds)``."""
 
 #: Request attributes: names to values; a None value means "absent".
 _Attributes: TypeAlias = Mapping[str, Union[str, int, None]]
@@ -192,6 +198,29 @@ class Limiter:
     def backend(self) -> Literal["memory", "redis", "cluster", "closed"]: ...
     @property
     def policy(self) -> Policy: ...
+    def request_attributes(
+        self,
+        *,
+        method: str,
+        path: str,
+        ip: Optional[str] = None,
+        route: Optional[str] = None,
+        host: Optional[str] = None,
+        headers: Optional[Union[Mapping[str, str], Sequence[tuple[str, str]]]] = None,
+        case_insensitive: bool = False,
+        ignore_trailing_slash: bool = False,
+    ) -> dict[str, str]: ...
+    def request_headers(self) -> list[str]: ...
+    def attribute_warnings(self, provided: Optional[Sequence[str]] = None) -> list[str]: ...
+    def add_route_limit(
+        self,
+        rate: str,
+        route: str,
+        *,
+        methods: Optional[Sequence[str]] = None,
+        key: Optional[str] = None,
+        name: Optional[str] = None,
+    ) -> list[str]: ...
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

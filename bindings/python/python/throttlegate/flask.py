@@ -7,28 +7,49 @@
 >>> limiter = throttlegate.Limiter([{"name": "per-ip", "key": "ip:{ip}", "limit": 100, "window": "1m"}])
 >>> throttle = Throttle(app, limiter=limiter)
 
-By default every request is checked with the attributes ``ip`` (the client
-address per :class:`throttlegate.ClientIp`: the socket peer, forwarded headers
-only through trusted proxies), ``method`` and ``path``. Pass ``attributes`` to
-choose others, ``every_request=False`` to check only the views decorated with
-:meth:`Throttle.limit`, and :meth:`Throttle.exempt` to skip a view.
+By default every request is checked once, with the request model: ``ip``
+(the client address per :class:`throttlegate.ClientIp`: the socket peer,
+forwarded headers only through trusted proxies), ``method``, ``route``
+(Flask's matched ``url_rule``, blueprint prefix included: ``/users/<int:id>``
+is the route ``/users/{id}``), ``path``, ``host`` and the policy's
+``[attributes]`` headers. ``attributes`` replaces the model,
+``every_request=False`` checks only the views decorated with
+:meth:`Throttle.limit`, and :meth:`Throttle.exempt` skips a view.
 
-The extension is :mod:`throttlegate.wsgi` with Flask's routing: the same
-attributes from the WSGI environ, the same 429 answer, and the decision in
-``environ["throttlegate.decision"]`` (and ``g``).
+A limit written on a route::
+
+    @app.post("/login")
+    @throttle.limit("5/minute", key="{ip}")
+    def login(): ...
+
+is compiled into the limiter's policy (a rule matching the route's template
+and methods) before the first request is checked, so it is checked in the
+same single round trip as the file's rules; a decorated view is checked once
+whatever ``every_request`` is. ``@throttle.limit(attributes=..., cost=...)``
+adds attributes (to the model) and a cost to the view's check.
+
+A denial is a 429 with the rate-limit headers and the core's problem+json
+body, the bytes of every integration (or ``on_denied(request, decision)``'s
+response); ``on_error(request, exception)`` answers a check that raised. The
+decision is in ``g`` and ``request.environ["throttlegate.decision"]``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from typing import Any, Callable, Optional, TypeVar, Union
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from flask import Flask, Request, Response, current_app, g, request
 
 from throttlegate import wsgi
-from throttlegate._http import denial
+from throttlegate._http import HttpOptions, RouteLimit, denial, merged
 from throttlegate._native import ClientIp, Decision, Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from throttlegate._http import HttpOptionArgs
 
 __all__ = ["Throttle", "default_attributes"]
 
@@ -37,34 +58,56 @@ AttributesFn = Callable[[Request], Mapping[str, Union[str, int, None]]]
 CostFn = Callable[[Request], int]
 
 _DECISION = "_throttlegate_decision"
+_CHECKED = "_throttlegate_checked"
+# Set on a decorated view: its _ViewLimit.
+_MARK = "_throttlegate_limit"
 
 
-def default_attributes(req: Request, client_ip: ClientIp) -> dict[str, Optional[str]]:
-    """``ip``, ``method`` and ``path`` of a request (``ip`` is None when the
-    peer is not an IP address, so rules keyed on it do not apply): those of
-    :func:`throttlegate.wsgi.default_attributes` for its environ."""
-    return wsgi.default_attributes(req.environ, client_ip)
+class _ViewLimit:
+    def __init__(self, limit: Optional[RouteLimit], attributes: Optional[AttributesFn], cost: Union[int, CostFn, None]) -> None:
+        self.limit = limit
+        self.attributes = attributes
+        self.cost = cost
+
+
+def default_attributes(req: Request, limiter: Limiter, client_ip: Optional[ClientIp] = None) -> dict[str, str]:
+    """The request model of a request (see :func:`throttlegate.wsgi.default_attributes`),
+    its route Flask's matched ``url_rule``."""
+    return wsgi.default_attributes(req.environ, limiter, client_ip, _rule(req))
+
+
+def _rule(req: Request) -> Optional[str]:
+    """Flask's matched rule; for a method Flask refuses only for its case
+    (``post``), the rule it would match once upper-cased."""
+    if req.url_rule is not None:
+        return req.url_rule.rule
+    if req.method == req.method.upper():
+        return None
+    try:
+        adapter = current_app.create_url_adapter(req)
+        if adapter is None:
+            return None
+        rule, _ = adapter.match(method=req.method.upper(), return_rule=True)
+    except Exception:
+        return None
+    return str(rule.rule)
 
 
 class Throttle:
-    """A Flask extension that rate-limits requests with a :class:`Limiter`."""
+    """A Flask extension that rate-limits requests with a :class:`Limiter`
+    (options: :class:`throttlegate._http.HttpOptions`; its functions receive
+    the Flask ``Request``)."""
 
     def __init__(
         self,
         app: Optional[Flask] = None,
         *,
         limiter: Limiter,
-        attributes: Optional[AttributesFn] = None,
-        client_ip: Optional[ClientIp] = None,
-        cost: Union[int, CostFn] = 1,
-        legacy_headers: bool = False,
         every_request: bool = True,
+        **options: Unpack[HttpOptionArgs[Request]],
     ) -> None:
+        self.options: HttpOptions[Request] = HttpOptions(limiter, **options)
         self.limiter = limiter
-        self.client_ip = client_ip if client_ip is not None else ClientIp()
-        self.attributes = attributes
-        self.cost = cost
-        self.legacy_headers = legacy_headers
         self.every_request = every_request
         self._exempt: set[str] = set()
         if app is not None:
@@ -73,8 +116,7 @@ class Throttle:
     def init_app(self, app: Flask) -> None:
         """Register the request hooks on ``app``."""
         app.extensions["throttlegate"] = self
-        if self.every_request:
-            app.before_request(self._before_request)
+        app.before_request(self._before_request)
         app.after_request(self._after_request)
 
     def exempt(self, view: F) -> F:
@@ -84,51 +126,92 @@ class Throttle:
 
     def limit(
         self,
-        view: Optional[F] = None,
+        rate: Union[F, str, None] = None,
         *,
+        key: Optional[str] = None,
+        name: Optional[str] = None,
+        methods: Optional[Sequence[str]] = None,
         attributes: Optional[AttributesFn] = None,
         cost: Union[int, CostFn, None] = None,
     ) -> Any:
-        """Decorate a view to check its requests (with its own attributes or cost)."""
+        """Decorate a view (below ``@app.route``) with its own limit:
+        ``rate`` in the core's grammar (``"5/minute"``, ``"100 per hour"``,
+        ``"10/30s"``), keyed on ``key`` (default ``"{ip}"``), named ``name``,
+        for ``methods`` (default: the route's); and/or extra ``attributes``
+        (added to the model) and a ``cost``. The view is checked once."""
+        view = rate if callable(rate) else None
+        spec = _ViewLimit(RouteLimit(rate, key=key, name=name, methods=methods) if isinstance(rate, str) else None,
+                          attributes, cost)
 
         def wrap(fn: F) -> F:
             @functools.wraps(fn)
             def inner(*args: Any, **kwargs: Any) -> Any:
-                denied = self._check(attributes, cost)
-                if denied is not None:
-                    return denied
+                if not getattr(g, _CHECKED, False):
+                    denied = self._check(spec)
+                    if denied is not None:
+                        return denied
                 return fn(*args, **kwargs)
 
+            setattr(inner, _MARK, spec)
             return inner  # type: ignore[return-value]
 
         return wrap(view) if view is not None else wrap
 
     def denied_response(self, decision: Decision) -> Response:
         """The 429 answer: problem+json body naming the rules, with the headers."""
-        body, headers = denial(decision, self.legacy_headers)
+        body, headers = denial(decision, self.options.legacy_headers)
         return Response(body, status=429, headers=headers)
 
-    def _check(self, attributes: Optional[AttributesFn], cost: Union[int, CostFn, None]) -> Optional[Response]:
-        pick = attributes or self.attributes
-        attrs = pick(request) if pick is not None else default_attributes(request, self.client_ip)
-        how_much = self.cost if cost is None else cost
-        units = how_much(request) if callable(how_much) else how_much
-        decision = self.limiter.check(attrs, units)
+    def _compile_routes(self) -> None:
+        app = current_app
+        for rule in app.url_map.iter_rules():
+            spec = getattr(app.view_functions.get(rule.endpoint), _MARK, None)
+            if spec is not None and spec.limit is not None:
+                spec.limit.compile(self.limiter, rule.rule, rule.methods or ())
+
+    def _view(self) -> Any:
+        return current_app.view_functions.get(request.endpoint or "")
+
+    def _check(self, spec: Optional[_ViewLimit]) -> Optional[Any]:
+        options = self.options
+        options.start(True, self._compile_routes)
+        try:
+            attrs = options.attributes_of(request, lambda: default_attributes(request, self.limiter, options.client_ip))
+            units = options.cost_of(request)
+            if spec is not None:
+                if spec.attributes is not None:
+                    attrs = merged(attrs, spec.attributes(request))
+                if spec.cost is not None:
+                    units = spec.cost(request) if callable(spec.cost) else spec.cost
+            decision = self.limiter.check(attrs, units)
+        except Exception as e:
+            if options.on_error is None:
+                raise
+            return options.on_error(request, e)
         setattr(g, _DECISION, decision)
+        setattr(g, _CHECKED, True)
         request.environ[wsgi.DECISION_KEY] = decision
         if not decision.allowed:
+            if options.on_denied is not None:
+                return options.on_denied(request, decision)
             return self.denied_response(decision)
         return None
 
-    def _before_request(self) -> Optional[Response]:
-        view = current_app.view_functions.get(request.endpoint or "")
+    def _before_request(self) -> Optional[Any]:
+        view = self._view()
+        spec = getattr(view, _MARK, None)
+        if not self.every_request:
+            # Only decorated views are checked (by their decorator); the
+            # route limits are compiled before the first request all the same.
+            self.options.start(True, self._compile_routes)
+            return None
         if view is not None and f"{view.__module__}.{view.__qualname__}" in self._exempt:
             return None
-        return self._check(None, None)
+        return self._check(spec)
 
     def _after_request(self, response: Response) -> Response:
         decision: Optional[Decision] = getattr(g, _DECISION, None)
         if decision is not None and decision.allowed:
-            for name, value in decision.headers_with(legacy=self.legacy_headers).items():
+            for name, value in decision.headers_with(legacy=self.options.legacy_headers).items():
                 response.headers.setdefault(name, value)
         return response

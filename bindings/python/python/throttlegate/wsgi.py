@@ -7,25 +7,36 @@ Django's WSGI handler, Bottle, Pyramid, a bare callable).
 >>> def app(environ, start_response): ...
 >>> app = RateLimitMiddleware(app, limiter=limiter)
 
-Every request is checked with :meth:`throttlegate.Limiter.check`. The
-default attributes are ``ip`` (``REMOTE_ADDR`` and the forwarded headers per
+Every request is checked once with :meth:`throttlegate.Limiter.check`, with
+the request model: ``ip`` (``REMOTE_ADDR`` and the forwarded headers per
 :class:`throttlegate.ClientIp`: forwarded headers count only through trusted
-proxies), ``method`` and ``path`` (``PATH_INFO``); ``attributes`` (a function
-of the environ) chooses others, and a request given no attribute that a rule
-names is admitted without a round trip. A denial is a 429 with the
-rate-limit headers and the core's ``application/problem+json`` body; admitted
-responses get the headers too (headers the application set itself win).
-The decision is in ``environ["throttlegate.decision"]``.
+proxies), ``method``, ``path`` (the request target as sent: ``RAW_URI`` or
+``REQUEST_URI`` when the server gives one), ``host``, the policy's
+``[attributes]`` headers, and ``route`` only when the ``route`` option (a
+function of the environ giving the template the app will dispatch to) is
+given: a generic WSGI app has no router to ask, so rules matching a route do
+not apply without it (a warning says so when the middleware is made).
+``attributes`` (a function of the environ) replaces the model, and a request
+given no attribute that a rule names is admitted without a round trip. A
+denial is a 429 with the rate-limit headers and the core's
+``application/problem+json`` body (or ``on_denied(environ, decision)``'s WSGI
+response); admitted responses get the headers too (headers the application
+set itself win). The decision is in ``environ["throttlegate.decision"]``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from throttlegate._http import AttributeMap, HttpOptions, denial, merge_headers, request_attributes
+from throttlegate._http import HttpOptions, denial, merge_headers, model_attributes, peer_ip, raw_path
 from throttlegate._native import ClientIp, Decision, Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from throttlegate._http import HttpOptionArgs
 
 __all__ = ["DECISION_KEY", "RateLimitMiddleware", "WSGIApp", "default_attributes", "path_info"]
 
@@ -39,9 +50,6 @@ StartResponse = Callable[..., Callable[[bytes], object]]
 #: A WSGI application.
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
-AttributesFn = Callable[[Environ], AttributeMap]
-CostFn = Callable[[Environ], int]
-
 
 def path_info(environ: Environ) -> str:
     """``PATH_INFO`` as text (WSGI carries it as bytes decoded as latin-1)."""
@@ -52,17 +60,33 @@ def path_info(environ: Environ) -> str:
         return raw
 
 
-def default_attributes(environ: Environ, client_ip: ClientIp) -> dict[str, Optional[str]]:
-    """``ip``, ``method`` and ``path`` of a request (``ip`` is None when the
-    peer is not an IP address, so rules keyed on it do not apply). Servers
-    join repeated headers with commas, as the core reads them."""
-    return request_attributes(
-        client_ip,
-        environ.get("REMOTE_ADDR"),
-        environ.get("HTTP_FORWARDED"),
-        environ.get("HTTP_X_FORWARDED_FOR"),
-        environ.get("REQUEST_METHOD", "GET"),
-        path_info(environ),
+def request_target(environ: Environ) -> str:
+    """The request target's path as the client sent it: the server's
+    ``RAW_URI`` / ``REQUEST_URI``, else ``SCRIPT_NAME`` + ``PATH_INFO``
+    percent-encoded again."""
+    for name in ("RAW_URI", "REQUEST_URI"):
+        raw = environ.get(name)
+        if raw:
+            return str(raw)
+    return raw_path(environ.get("SCRIPT_NAME", "") + path_info(environ))
+
+
+def default_attributes(environ: Environ, limiter: Limiter, client_ip: Optional[ClientIp] = None,
+                       route: Optional[str] = None) -> dict[str, str]:
+    """The request model of a request, made by the core: ``ip`` (absent when
+    the peer is not an IP address), ``method``, ``route`` (the given
+    template, absent when None), ``path``, ``host`` and the policy's
+    ``[attributes]`` headers. Servers join repeated headers with commas, as
+    the core reads them."""
+    return model_attributes(
+        limiter,
+        ip=peer_ip(client_ip or ClientIp(), environ.get("REMOTE_ADDR"), environ.get("HTTP_FORWARDED"),
+                   environ.get("HTTP_X_FORWARDED_FOR")),
+        method=environ.get("REQUEST_METHOD", "GET"),
+        route=route,
+        path=request_target(environ),
+        host=environ.get("HTTP_HOST"),
+        header=lambda name: environ.get("HTTP_" + name.upper().replace("-", "_")),
     )
 
 
@@ -74,31 +98,37 @@ def denied_response(decision: Decision, start_response: StartResponse, legacy: b
 
 
 class RateLimitMiddleware:
-    """WSGI middleware checking every request with a :class:`Limiter`."""
+    """WSGI middleware checking every request with a :class:`Limiter`
+    (options: :class:`throttlegate._http.HttpOptions`; its functions receive
+    the environ, ``on_denied`` and ``on_error`` return a WSGI app)."""
 
-    def __init__(
-        self,
-        app: WSGIApp,
-        *,
-        limiter: Limiter,
-        attributes: Optional[AttributesFn] = None,
-        client_ip: Optional[ClientIp] = None,
-        cost: Union[int, CostFn] = 1,
-        legacy_headers: bool = False,
-    ) -> None:
+    def __init__(self, app: WSGIApp, *, limiter: Limiter, **options: Unpack[HttpOptionArgs[Environ]]) -> None:
         self.app = app
-        self.options: HttpOptions[Environ] = HttpOptions(limiter, attributes, client_ip, cost, legacy_headers)
+        self.options: HttpOptions[Environ] = HttpOptions(limiter, **options)
+        self.options.start(self.options.route is not None)
 
     def decide(self, environ: Environ) -> Decision:
         """Check one request; the decision is also stored in the environ."""
-        attrs = self.options.attributes_of(environ, lambda client_ip: default_attributes(environ, client_ip))
-        decision = self.options.limiter.check(attrs, self.options.cost_of(environ))
+        options = self.options
+        attrs = options.attributes_of(
+            environ, lambda: default_attributes(environ, options.limiter, options.client_ip, options.route_of(environ))
+        )
+        decision = options.limiter.check(attrs, options.cost_of(environ))
         environ[DECISION_KEY] = decision
         return decision
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        decision = self.decide(environ)
+        try:
+            decision = self.decide(environ)
+        except Exception as e:
+            if self.options.on_error is None:
+                raise
+            answer: WSGIApp = self.options.on_error(environ, e)
+            return answer(environ, start_response)
         if not decision.allowed:
+            if self.options.on_denied is not None:
+                denied: WSGIApp = self.options.on_denied(environ, decision)
+                return denied(environ, start_response)
             return denied_response(decision, start_response, self.options.legacy_headers)
         extra = decision.headers_with(legacy=self.options.legacy_headers)
         if not extra:
