@@ -571,5 +571,11 @@ mod tests {
         let r = yaml("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    algorithm: sliding_window_log\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    algorithm: {type: token_bucket, capacity: 10, refill_rate: 2}\n").unwrap();
         let names: Vec<&str> = r.policy.rules().iter().map(|r| r.algorithm.name()).collect();
         assert_eq!(names, ["sliding_window_log", "token_bucket"]);
+        let r = yaml("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    algorithm: {type: sliding_window, precision: 1s}\n  - key: b\n    rate_limit: {unit: day, requests_per_unit: 5}\n    algorithm: {type: quota, limit: 1000000, period: month}\n").unwrap();
+        let rules = r.policy.rules();
+        assert_eq!((rules[0].algorithm.name(), rules[0].algorithm.limit()), ("sliding_window", 5));
+        assert_eq!((rules[1].algorithm.name(), rules[1].algorithm.limit()), ("quota", 1_000_000));
+        let e = yaml("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    algorithm: {type: token_bucket, capacity: 5, refill_rate: 1, name: x}\n").unwrap_err();
+        assert!(e.message().contains("descriptors[0].algorithm.name: set by the descriptor"), "{e}");
     }
 }
