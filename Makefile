@@ -67,6 +67,7 @@ bench: deps
 ## COMPARE_ONLY=PART,... runs only those parts (redis, memory, node, python, rust, algos, node-algos, python-algos, burst, latency), into RESULTS-partial.md).
 compare: deps
 	benches/compare/run.sh
+	benches/serve/run.sh
 
 ## A million cases of each property test: policy parser and key rendering (core), C entry points.
 fuzz:

@@ -2,6 +2,9 @@
 //! out), `POST /v1/check` (native attributes), `GET /healthcheck`,
 //! `GET /metrics`, `GET /rules`.
 
+// Early answers are axum's own `Response`, returned as the error of the helpers that parse a body.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -105,10 +105,7 @@ impl State {
     /// rule that keeps its name, key and algorithm keeps its state). A file
     /// that does not read or validate is refused and the rules in force stay.
     pub fn reload(&self) -> throttlegate::Result<throttlegate::PolicyDiff> {
-        let rules = match Rules::load(&self.path) {
-            Ok(r) => r,
-            Err(e) => return Err(e),
-        };
+        let rules = Rules::load(&self.path)?;
         let mut slot = self.rules.write().unwrap_or_else(|e| e.into_inner());
         let diff = self.limiter.reload(rules.policy.clone())?;
         *slot = Arc::new(rules);

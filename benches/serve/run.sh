@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# `throttlegate serve` under load (part of `make compare`): ShouldRateLimit
+# over one HTTP/2 connection from server/examples/rls_load.rs, on the embedded
+# backend and on a private redis-server: throughput at 64 in flight, latency
+# at 1 in flight (closed loop) and at 25/50/90% of that throughput (open
+# loop). Release builds; writes benches/serve/RESULTS.md and prints it.
+#
+#   benches/serve/run.sh [seconds per case, default 3]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT="$PWD"
+SECS="${1:-${COMPARE_SECONDS:-3}}"
+OUT="$ROOT/benches/serve/RESULTS.md"
+
+scripts/deps-redis.sh
+cargo build --quiet --release -p throttlegate-cli --bin throttlegate
+cargo build --quiet --release -p throttlegate-server --example rls_load
+EXE="$ROOT/target/release/throttlegate"
+LOAD="$ROOT/target/release/examples/rls_load"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-serve-bench.XXXXXX")"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 1 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+cat > "$WORK/rules.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1000000000 }
+YAML
+
+REDIS_PORT="$(free_port)"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >/dev/null &
+PIDS+=($!)
+wait_port "$REDIS_PORT"
+
+rows=""
+for backend in embedded redis; do
+  port="$(free_port)"
+  url=()
+  if [ "$backend" = redis ]; then url=(--url "redis://127.0.0.1:$REDIS_PORT"); fi
+  "$EXE" serve --rules "$WORK/rules.yaml" --grpc "127.0.0.1:$port" --http "127.0.0.1:$(free_port)" \
+    --on-backend-error error --timeout 5s "${url[@]}" 2>"$WORK/serve-$backend.log" &
+  PIDS+=($!)
+  wait_port "$port"
+  "$LOAD" "127.0.0.1:$port" 1 closed 16 >/dev/null   # warm up
+  sat="$("$LOAD" "127.0.0.1:$port" "$SECS" closed 64)"
+  one="$("$LOAD" "127.0.0.1:$port" "$SECS" closed 1)"
+  rate="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["per_second"])' "$sat")"
+  rows+="$backend closed64 $sat"$'\n'"$backend closed1 $one"$'\n'
+  for frac in 25 50 90; do
+    r="$(python3 -c "print(max(1, int($rate * $frac / 100)))")"
+    rows+="$backend open$frac $("$LOAD" "127.0.0.1:$port" "$SECS" open "$r")"$'\n'
+  done
+done
+
+python3 - "$OUT" "$SECS" "$(nproc)" <<PY
+import json, sys
+out, secs, cpus = sys.argv[1], sys.argv[2], sys.argv[3]
+rows = [l.split(" ", 2) for l in """$rows""".strip().splitlines()]
+names = {"closed64": "64 in flight (closed loop)", "closed1": "1 in flight (closed loop)",
+         "open25": "25% of saturation (open loop)", "open50": "50% of saturation (open loop)",
+         "open90": "90% of saturation (open loop)"}
+lines = ["# throttlegate serve: ShouldRateLimit under load", "",
+         f"benches/serve/run.sh, {secs} s per case, {cpus} CPUs, release builds, one HTTP/2 connection, "
+         "one descriptor per call over 10,000 users, client, server and redis-server on the same machine.", "",
+         "| backend | load | calls/s | p50 µs | p99 µs | p99.9 µs | errors |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+for backend, case, js in rows:
+    r = json.loads(js)
+    lines.append(f"| {backend} | {names[case]} | {r['per_second']:,.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['p999_us']:.0f} | {r['errors']} |")
+open(out, "w").write("\n".join(lines) + "\n")
+PY
+cat "$OUT"
