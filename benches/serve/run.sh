@@ -61,20 +61,22 @@ for backend in embedded redis; do
   done
 done
 
-python3 - "$OUT" "$SECS" "$(nproc)" <<PY
+python3 - "$OUT" "$SECS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<PY
 import json, sys
-out, secs, cpus = sys.argv[1], sys.argv[2], sys.argv[3]
+out, secs, cpus, load = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [l.split(" ", 2) for l in """$rows""".strip().splitlines()]
 names = {"closed64": "64 in flight (closed loop)", "closed1": "1 in flight (closed loop)",
          "open25": "25% of saturation (open loop)", "open50": "50% of saturation (open loop)",
          "open90": "90% of saturation (open loop)"}
 lines = ["# throttlegate serve: ShouldRateLimit under load", "",
          f"benches/serve/run.sh, {secs} s per case, {cpus} CPUs, release builds, one HTTP/2 connection, "
-         "one descriptor per call over 10,000 users, client, server and redis-server on the same machine.", "",
+         "one descriptor per call over 10,000 users, client, server and redis-server on the same machine "
+         f"(load average {load} at the end: other work shares these CPUs when above {cpus}).", "",
          "| backend | load | calls/s | p50 µs | p99 µs | p99.9 µs | errors |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
 for backend, case, js in rows:
     r = json.loads(js)
-    lines.append(f"| {backend} | {names[case]} | {r['per_second']:,.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['p999_us']:.0f} | {r['errors']} |")
+    err = f"{r['errors']} ({r['first_error']})" if r["errors"] else "0"
+    lines.append(f"| {backend} | {names[case]} | {r['per_second']:,.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['p999_us']:.0f} | {err} |")
 open(out, "w").write("\n".join(lines) + "\n")
 PY
 cat "$OUT"

@@ -26,15 +26,22 @@ async fn one(client: &mut Client, i: u64) -> bool {
         }],
         hits_addend: 0,
     };
-    if client.ready().await.is_err() {
+    if let Err(e) = client.ready().await {
+        let _ = FIRST_ERROR.set(e.to_string());
         return false;
     }
     let codec = tonic_prost::ProstCodec::<RateLimitRequest, RateLimitResponse>::default();
-    client
-        .unary(tonic::Request::new(req), PathAndQuery::from_static(SHOULD_RATE_LIMIT), codec)
-        .await
-        .is_ok()
+    match client.unary(tonic::Request::new(req), PathAndQuery::from_static(SHOULD_RATE_LIMIT), codec).await {
+        Ok(_) => true,
+        Err(e) => {
+            let _ = FIRST_ERROR.set(format!("{:?}: {}", e.code(), e.message()));
+            false
+        }
+    }
 }
+
+/// The first failure, reported with the figures.
+static FIRST_ERROR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 fn pct(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -91,7 +98,16 @@ async fn main() {
             if due >= until {
                 break;
             }
-            tokio::time::sleep_until(due.into()).await;
+            // The timer's resolution is a millisecond: sleep only when the next
+            // call is further off than that, and yield otherwise.
+            let now = Instant::now();
+            if due > now + Duration::from_millis(2) {
+                tokio::time::sleep_until((due - Duration::from_millis(1)).into()).await;
+                continue;
+            } else if due > now {
+                tokio::task::yield_now().await;
+                continue;
+            }
             let (mut client, lat, errors) = (client.clone(), lat.clone(), errors.clone());
             tasks.push(tokio::spawn(async move {
                 if !one(&mut client, i).await {
@@ -109,7 +125,7 @@ async fn main() {
     let mut lat = lat.lock().await.clone();
     lat.sort_unstable();
     println!(
-        "{{\"mode\":\"{}\",\"n\":{},\"calls\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{:.1},\"p99_us\":{:.1},\"p999_us\":{:.1}}}",
+        "{{\"mode\":\"{}\",\"n\":{},\"calls\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{:.1},\"p99_us\":{:.1},\"p999_us\":{:.1},\"first_error\":{}}}",
         args[2],
         n,
         lat.len(),
@@ -117,6 +133,7 @@ async fn main() {
         lat.len() as f64 / took,
         pct(&lat, 0.5),
         pct(&lat, 0.99),
-        pct(&lat, 0.999)
+        pct(&lat, 0.999),
+        serde_json::Value::from(FIRST_ERROR.get().cloned().unwrap_or_default())
     );
 }
