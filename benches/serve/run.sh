@@ -41,6 +41,19 @@ redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --d
 PIDS+=($!)
 wait_port "$REDIS_PORT"
 
+# The ceiling beside it: the same rule checked in process by the core
+# (`throttlegate bench`, 64 callers), on each backend.
+cat > "$WORK/rules.toml" <<'TOML'
+[[rules]]
+name = "bench.user"
+key = "{user}"
+algorithm = "fixed_window"
+limit = 1000000000
+window = "1h"
+TOML
+ceil_embedded="$("$EXE" bench --rules "$WORK/rules.toml" --duration "${SECS}s" --concurrency 64 --clients 10000 --attr 'user=u{client}' --no-progress --json)"
+ceil_redis="$("$EXE" bench --rules "$WORK/rules.toml" --redis "redis://127.0.0.1:$REDIS_PORT" --duration "${SECS}s" --concurrency 64 --clients 10000 --attr 'user=u{client}' --no-progress --json)"
+
 rows=""
 for backend in embedded redis; do
   port="$(free_port)"
@@ -61,7 +74,7 @@ for backend in embedded redis; do
   done
 done
 
-python3 - "$OUT" "$SECS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<PY
+python3 - "$OUT" "$SECS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$ceil_embedded" "$ceil_redis" <<PY
 import json, sys
 out, secs, cpus, load = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [l.split(" ", 2) for l in """$rows""".strip().splitlines()]
@@ -77,6 +90,11 @@ for backend, case, js in rows:
     r = json.loads(js)
     err = f"{r['errors']} ({r['first_error']})" if r["errors"] else "0"
     lines.append(f"| {backend} | {names[case]} | {r['per_second']:,.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['p999_us']:.0f} | {err} |")
+lines += ["", "The ceiling: the same rule checked in process by the core (throttlegate bench, 64 callers, no gRPC):", "",
+          "| backend | checks/s | p50 µs | p99 µs |", "| --- | ---: | ---: | ---: |"]
+for name, js in (("embedded", sys.argv[5]), ("redis", sys.argv[6])):
+    c = json.loads(js)
+    lines.append(f"| {name} | {c['checks_per_second']:,.0f} | {c['latency_us']['p50']:.1f} | {c['latency_us']['p99']:.1f} |")
 open(out, "w").write("\n".join(lines) + "\n")
 PY
 cat "$OUT"
