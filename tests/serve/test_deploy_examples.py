@@ -58,3 +58,22 @@ def test_kubernetes_example(tmp_path, redis_server):
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=20) == 0
+
+
+def test_dockerfile_runs_what_it_copies(tmp_path):
+    """No container runtime here: the Dockerfile's command, environment and
+    copied rules are checked against the binary instead."""
+    lines = (REPO / "examples/serve/Dockerfile").read_text().splitlines()
+    entry = next(json.loads(l.split(" ", 1)[1]) for l in lines if l.startswith("ENTRYPOINT "))
+    assert entry == ["throttlegate", "serve"]
+    env = dict(l.split(" ", 1)[1].split("=", 1) for l in lines if l.startswith("ENV "))
+    copies = {l.split()[-1]: l.split()[-2] for l in lines if l.startswith("COPY examples/")}
+    rules = copies[env["THROTTLEGATE_RULES"]]
+    assert (REPO / rules).exists()
+    build = next(l for l in lines if l.startswith("RUN cargo build"))
+    assert "-p throttlegate-cli" in build and "--locked" in build
+    r = subprocess.run([binary(), "lint", str(REPO / rules)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout
+    assert {"8080", "8081"} <= set(next(l for l in lines if l.startswith("EXPOSE ")).split()[1:])
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert "target" in ignored
