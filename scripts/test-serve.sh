@@ -24,7 +24,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/serve/requirements.txt
 
-${CARGO:-cargo} build --quiet -p throttlegate-cli
+# The command as test-rust builds it (the same command line, so the same
+# features): right after test-rust this builds nothing.
+${CARGO:-cargo} test --quiet --workspace --exclude throttlegate-python --exclude throttlegate-node --no-run
 export THROTTLEGATE_BIN="$PWD/target/debug/throttlegate"
 export PATH="$PWD/$VENV/bin:$PATH"
 cd tests/serve
