@@ -1,4 +1,4 @@
--- First in the script: the short forms of single-rule checks, modes "s" and
+-- Right after deadline.lua: the short forms of single-rule checks, modes "s" and
 -- "f" (below). Mode "s", the most common call, answered in
 -- straight-line code before anything else is set up: a check of cost 1, with
 -- no call id of the caller's, against one sliding-window rule that is not in
@@ -25,8 +25,11 @@ if ARGV[1] == 's' then
   if now == nil or now == '' then
     -- The server's clock: no member can be newer than `now`, so an admission
     -- resets after exactly the window.
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = server_now
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
     count = redis.call('ZCARD', key)
   else
@@ -73,8 +76,11 @@ if ARGV[1] == 'f' then
   local cost = tonumber(ARGV[4])
   local now = ARGV[5]
   if now == nil or now == '' then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = server_now
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
   else
     now = tonumber(now)
   end
