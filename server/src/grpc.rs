@@ -56,9 +56,7 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
         Box::pin(async move {
             let state: Arc<State> = server.state.clone();
             let req = request.into_inner();
-            let answer = state.should_rate_limit(&req).await;
-            server.observe(&answer);
-            answer.map(Response::new).map_err(status)
+            state.should_rate_limit(&req).await.map(Response::new).map_err(status)
         })
     }
 }

@@ -189,9 +189,7 @@ async fn json_check(AxState(server): AxState<Arc<Server>>, body: Bytes) -> Respo
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    let answer = server.state.should_rate_limit(&req).await;
-    server.observe(&answer);
-    match answer {
+    match server.state.should_rate_limit(&req).await {
         Ok(resp) => {
             let status = if resp.overall_code == code::OVER_LIMIT { StatusCode::TOO_MANY_REQUESTS } else { StatusCode::OK };
             let mut r = (status, axum::Json(response_json(&resp))).into_response();
@@ -230,7 +228,6 @@ async fn native_check(AxState(server): AxState<Arc<Server>>, body: Bytes) -> Res
     } else {
         limiter.check_with(&req.attributes, &CheckOptions { cost, call_id: req.call_id }).await
     };
-    server.state.note(&result);
     let d = match result.map_err(CheckError::from) {
         Ok(d) => d,
         Err(e) => return error_response(e),

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::rules::Rules;
-use crate::service::{CheckError, State};
+use crate::service::State;
 
 /// The default gRPC address (envoyproxy/ratelimit's).
 pub const DEFAULT_GRPC: &str = "0.0.0.0:8081";
@@ -93,13 +93,6 @@ impl Server {
         self.stopping.load(Ordering::Relaxed)
     }
 
-    /// Note how a call went (see [`State::note`]).
-    pub fn observe<T>(&self, answer: &std::result::Result<T, CheckError>) {
-        if let Err(CheckError::Unavailable(m)) = answer {
-            self.state.note_failure(m);
-        }
-    }
-
     /// The server's own metric families (OpenMetrics text, without `# EOF`):
     /// RLS requests per domain.
     pub fn metrics_text(&self) -> String {
@@ -121,7 +114,18 @@ impl Server {
 /// Build the limiter for `config` and read its rules.
 pub fn build(config: &Config) -> Result<Arc<State>> {
     let rules = Rules::load(&config.rules)?;
-    let mut b = Limiter::builder(rules.policy.clone());
+    // The core reports each outage once, when calls start failing and when one succeeds again.
+    let mut b = Limiter::builder(rules.policy.clone()).on_health(throttlegate::HealthSink::new(|event| match event {
+        throttlegate::HealthEvent::Down { cause, error } => {
+            log("error", "backend_error", json!({ "cause": cause.as_str(), "error": error.to_string() }))
+        }
+        throttlegate::HealthEvent::Up { cause, down_for, failed_calls } => log(
+            "info",
+            "backend_recovered",
+            json!({ "cause": cause.as_str(), "down_seconds": down_for.as_secs_f64(), "failed_calls": failed_calls }),
+        ),
+        _ => {}
+    }));
     if let Some(url) = &config.url {
         b = b.url(url.clone());
     }

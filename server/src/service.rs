@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -63,7 +63,6 @@ pub struct State {
     pub response_headers: bool,
     domains: Mutex<BTreeMap<String, u64>>,
     other_domains: AtomicU64,
-    backend_ok: AtomicBool,
 }
 
 /// One descriptor, as the check sees it.
@@ -92,7 +91,6 @@ impl State {
             response_headers,
             domains: Mutex::new(BTreeMap::new()),
             other_domains: AtomicU64::new(0),
-            backend_ok: AtomicBool::new(true),
         }
     }
 
@@ -112,30 +110,6 @@ impl State {
         Ok(diff)
     }
 
-    /// One log line when the backend starts failing, one when it answers again.
-    pub fn note_failure(&self, what: &str) {
-        if self.backend_ok.swap(false, Ordering::Relaxed) {
-            crate::log("error", "backend_error", serde_json::json!({ "error": what }));
-        }
-    }
-
-    fn note_success(&self) {
-        if !self.backend_ok.load(Ordering::Relaxed) && !self.backend_ok.swap(true, Ordering::Relaxed) {
-            crate::log("info", "backend_recovered", serde_json::json!({}));
-        }
-    }
-
-    /// Note a decision of the core: a degraded one (answered by
-    /// `on_backend_error`) is a backend failure.
-    pub fn note(&self, d: &throttlegate::Result<Decision>) {
-        match d {
-            Ok(d) if d.degraded => self.note_failure("the backend failed; answered by on_backend_error"),
-            Ok(_) => self.note_success(),
-            Err(e) if e.kind().is_backend_failure() => self.note_failure(&e.to_string()),
-            Err(_) => {}
-        }
-    }
-
     fn count_domain(&self, domain: &str) {
         let mut d = self.domains.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = d.get_mut(domain) {
@@ -151,11 +125,6 @@ impl State {
     pub fn domain_counts(&self) -> (BTreeMap<String, u64>, u64) {
         let d = self.domains.lock().unwrap_or_else(|e| e.into_inner()).clone();
         (d, self.other_domains.load(Ordering::Relaxed))
-    }
-
-    fn noted(&self, d: throttlegate::Result<Decision>) -> throttlegate::Result<Decision> {
-        self.note(&d);
-        d
     }
 
     /// Check the descriptors of one `RateLimitRequest` (gRPC and `POST /json`).
@@ -297,12 +266,12 @@ impl State {
         let checked = if check.is_empty() {
             None
         } else if blocked {
-            Some(self.noted(self.limiter.peek(&check, cost).await)?)
+            Some(self.limiter.peek(&check, cost).await?)
         } else {
             let opts = CheckOptions { cost, call_id: None };
-            Some(self.noted(self.limiter.check_with(&check, &opts).await)?)
+            Some(self.limiter.check_with(&check, &opts).await?)
         };
-        let peeked = if peek.is_empty() { None } else { Some(self.noted(self.limiter.peek(&peek, 1).await)?) };
+        let peeked = if peek.is_empty() { None } else { Some(self.limiter.peek(&peek, 1).await?) };
         let mut resp = RateLimitResponse { overall_code: code::OK, ..Default::default() };
         if blocked || checked.as_ref().is_some_and(|d| !d.allowed) {
             resp.overall_code = code::OVER_LIMIT;
