@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State as AxState};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -57,6 +58,18 @@ fn error_response(e: CheckError) -> Response {
         CheckError::Unavailable(m) => problem(StatusCode::SERVICE_UNAVAILABLE, &m),
         CheckError::Internal(m) => problem(StatusCode::INTERNAL_SERVER_ERROR, &m),
     }
+}
+
+/// The body, or the answer to a body that could not be read: over [`MAX_BODY`]
+/// is a 413 naming the limit, anything else a 400.
+fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            problem(StatusCode::PAYLOAD_TOO_LARGE, &format!("body: larger than {MAX_BODY} bytes"))
+        } else {
+            problem(StatusCode::BAD_REQUEST, &format!("body: {}", e.body_text()))
+        }
+    })
 }
 
 fn json_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
@@ -184,8 +197,8 @@ fn status_json(s: &DescriptorStatus) -> Value {
     Value::Object(out)
 }
 
-async fn json_check(AxState(server): AxState<Arc<Server>>, body: Bytes) -> Response {
-    let req = match json_body::<JsonRequest>(&body).and_then(to_request) {
+async fn json_check(AxState(server): AxState<Arc<Server>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let req = match read_body(body).and_then(|b| json_body::<JsonRequest>(&b)).and_then(to_request) {
         Ok(r) => r,
         Err(resp) => return resp,
     };
@@ -216,8 +229,8 @@ struct NativeRequest {
     peek: bool,
 }
 
-async fn native_check(AxState(server): AxState<Arc<Server>>, body: Bytes) -> Response {
-    let req: NativeRequest = match json_body(&body) {
+async fn native_check(AxState(server): AxState<Arc<Server>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let req: NativeRequest = match read_body(body).and_then(|b| json_body(&b)) {
         Ok(r) => r,
         Err(resp) => return resp,
     };

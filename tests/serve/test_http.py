@@ -89,8 +89,10 @@ def test_json_bad_input_is_a_400_naming_it(serve, body, word):
 
 def test_oversized_and_huge_bodies(serve):
     s = serve(RULES)
-    status, _, _ = call("POST", s.http + "/json", b"{" + b" " * (2 << 20) + b"}")
-    assert status == 413
+    for path in ("/json", "/v1/check"):
+        status, headers, body = call("POST", s.http + path, b"{" + b" " * (2 << 20) + b"}")
+        assert status == 413 and headers["content-type"] == "application/problem+json"
+        assert json.loads(body)["detail"] == "body: larger than 1048576 bytes"
     big = {"domain": "web", "descriptors": [{"entries": [{"key": "user", "value": "v" * (900 << 10)}]}]}
     status, _, answer = post_json(s.http + "/json", big)
     assert status == 400 and "longer than" in answer["detail"]
