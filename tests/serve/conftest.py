@@ -54,7 +54,12 @@ class Serve:
         self.raw: list[str] = []
         self._cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
-        start = self.wait_log("start", timeout=30)
+        try:
+            start = self.wait_log("start", timeout=30)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            raise
         self.grpc_port = int(start["grpc"].rsplit(":", 1)[1])
         self.http_port = int(start["http"].rsplit(":", 1)[1])
         self.http = f"http://127.0.0.1:{self.http_port}"

@@ -63,6 +63,8 @@ class Envoy:
             except OSError:
                 pass
             time.sleep(0.1)
+        self.proc.kill()
+        self.proc.wait()
         raise RuntimeError("envoy was not ready within 60 s")
 
     def stop(self) -> None:
@@ -83,24 +85,28 @@ def stack():
     rules = work / "ratelimit.yaml"
     rules.write_text((EXAMPLES / "envoy-ratelimit.yaml").read_text())
     server = Serve(rules, "--response-headers")
-    config = (EXAMPLES / "envoy.yaml").read_text()
-    open_port, deny_port, admin = free_port(), free_port(), free_port()
-    config = config.replace("port_value: 8000", f"port_value: {upstream.server_address[1]}")
-    config = config.replace("port_value: 8081", f"port_value: {server.grpc_port}")
-    config = config.replace("port_value: 10000", f"port_value: {open_port}")
-    config = config.replace("port_value: 9901", f"port_value: {admin}")
-    # A second listener, the same but with failure_mode_deny: true.
-    listeners, clusters = config.split("  clusters:\n")
-    first = listeners.split("  listeners:\n")[1]
-    second = first.replace("- name: ingress", "- name: ingress_deny").replace(f"port_value: {open_port}", f"port_value: {deny_port}")
-    second = second.replace("failure_mode_deny: false", "failure_mode_deny: true").replace("stat_prefix: ingress", "stat_prefix: ingress_deny")
-    config = listeners + second + "  clusters:\n" + clusters
-    envoy = Envoy(config, admin)
-    yield {"server": server, "rules": rules, "open": f"http://127.0.0.1:{open_port}", "deny": f"http://127.0.0.1:{deny_port}"}
-    envoy.stop()
-    server.stop()
-    upstream.shutdown()
-    shutil.rmtree(work, ignore_errors=True)
+    envoy = None
+    try:
+        config = (EXAMPLES / "envoy.yaml").read_text()
+        open_port, deny_port, admin = free_port(), free_port(), free_port()
+        config = config.replace("port_value: 8000", f"port_value: {upstream.server_address[1]}")
+        config = config.replace("port_value: 8081", f"port_value: {server.grpc_port}")
+        config = config.replace("port_value: 10000", f"port_value: {open_port}")
+        config = config.replace("port_value: 9901", f"port_value: {admin}")
+        # A second listener, the same but with failure_mode_deny: true.
+        listeners, clusters = config.split("  clusters:\n")
+        first = listeners.split("  listeners:\n")[1]
+        second = first.replace("- name: ingress", "- name: ingress_deny").replace(f"port_value: {open_port}", f"port_value: {deny_port}")
+        second = second.replace("failure_mode_deny: false", "failure_mode_deny: true").replace("stat_prefix: ingress", "stat_prefix: ingress_deny")
+        config = listeners + second + "  clusters:\n" + clusters
+        envoy = Envoy(config, admin)
+        yield {"server": server, "rules": rules, "open": f"http://127.0.0.1:{open_port}", "deny": f"http://127.0.0.1:{deny_port}"}
+    finally:
+        if envoy:
+            envoy.stop()
+        server.stop()
+        upstream.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def get(url: str, **headers: str):
