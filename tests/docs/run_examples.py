@@ -4,7 +4,10 @@ Each fenced block is run by its language (see docs/project/development.md):
 python and js on the embedded backend or a redis-server started here (every
 redis://127.0.0.1:6379 in an example points at it), c compiled against the
 library and run, toml/json policies through `throttlegate lint`, scenarios
-through `throttlegate simulate`, `throttlegate` lines of sh blocks run, rust
+through `throttlegate simulate`, envoyproxy/ratelimit YAML through lint (an
+Envoy fragment parsed and checked against examples/serve/envoy.yaml, which the
+serve suite runs), `throttlegate` lines of sh blocks run (`serve` until
+healthy), rust
 blocks checked to be doc tests of tests/docs (cargo test -p throttlegate-docs).
 A block in another language fails: an example nobody runs is not allowed.
 
@@ -28,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PY = os.environ.get("DOCS_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 CLI = os.environ.get("THROTTLEGATE_CLI", str(ROOT / "target" / "debug" / "throttlegate"))
 CC = os.environ.get("CC", "cc")
+DOCS_PY = str(ROOT / "target" / "docs-venv" / "bin" / "python")  # has PyYAML (make docs installs it)
 SHOWN_ONLY = {"text"}
 FENCE = re.compile(r"^```([\w,+-]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 
@@ -189,6 +193,42 @@ class Runner:
             raise Failure("a json block that is not a policy (show output as ```text)")
         self.policy(src, "json")
 
+    def yaml(self, src: str) -> None:
+        if "descriptors:" in src:
+            # envoyproxy/ratelimit's rules, which lint (and serve) read.
+            p = self.file("rules.yaml", src)
+            run([CLI, "lint", "--any-attributes", str(p)], self.work, ok=(0, 1))
+            return
+        # An Envoy configuration fragment: it parses, and its filter and types are those of
+        # examples/serve/envoy.yaml, which the serve suite runs with a real Envoy.
+        run([DOCS_PY, "-c", "import sys, yaml; yaml.safe_load(sys.stdin.read())"], self.work, stdin=src)
+        envoy = (ROOT / "examples" / "serve" / "envoy.yaml").read_text()
+        for value in re.findall(r'(?:name|"@type"|cluster_name): *([\w.@/-]+)', src):
+            if value not in envoy:
+                raise Failure(f"{value} is not in examples/serve/envoy.yaml, which the serve tests run")
+
+    def serve(self, args: list[str]) -> None:
+        """`throttlegate serve ...`: started on free loopback ports, healthy, then stopped."""
+        http_port, grpc_port = free_port(), free_port()
+        proc = subprocess.Popen([CLI, *args, "--http", f"127.0.0.1:{http_port}", "--grpc", f"127.0.0.1:{grpc_port}"],
+                                cwd=self.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/healthcheck", timeout=5) as r:
+                        if r.status == 200:
+                            return
+                except (ConnectionError, urllib.error.URLError):
+                    pass
+                if proc.poll() is not None or time.time() > deadline:
+                    raise Failure(f"throttlegate {' '.join(args)} did not become healthy: "
+                                  f"{proc.stderr.read() if proc.poll() is not None else ''}")
+                time.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait()
+
     def sh(self, src: str) -> None:
         lines = src.replace("\\\n", " ").split("\n")
         for line in lines:
@@ -196,6 +236,9 @@ class Runner:
             if not line.startswith("throttlegate "):
                 continue
             args = self.prepare(line).split()[1:]
+            if args[0] == "serve":
+                self.serve(args)
+                continue
             # lint and diff exit with 1 for warnings and differences; check with 1 for a denial.
             run([CLI, *args], self.work, ok=(0, 1))
 
@@ -284,10 +327,10 @@ def main() -> int:
         for md in files:
             for lang, src, line in blocks(md):
                 where = f"{md.relative_to(ROOT)}:{line}"
-                lang = {"javascript": "js", "bash": "sh", "shell": "sh"}.get(lang, lang)
+                lang = {"javascript": "js", "bash": "sh", "shell": "sh", "yml": "yaml"}.get(lang, lang)
                 if lang in SHOWN_ONLY or lang == "rust":
                     continue
-                fn = getattr(runner, lang, None) if lang in ("python", "js", "c", "toml", "json", "sh") else None
+                fn = getattr(runner, lang, None) if lang in ("python", "js", "c", "toml", "json", "sh", "yaml") else None
                 if fn is None:
                     errors.append(f"{where}: a ```{lang or '(no language)'} block: no test runs it "
                                   "(use a language that runs, or ```text for output)")
