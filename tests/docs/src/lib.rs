@@ -22,3 +22,7 @@ pub struct OperatingOverrides;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/operating/metrics.md")]
 pub struct OperatingMetrics;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct Readme;
