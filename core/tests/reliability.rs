@@ -29,7 +29,7 @@ fn build(url: &str) -> throttlegate::LimiterBuilder {
         .on_backend_error(FailureMode::Error)
 }
 
-/// The exact ACL a limiter needs (documented in the README).
+/// The exact ACL a limiter needs (documented in docs/operating/redis.md).
 pub const LIMITER_ACL: &[&str] = &[
     "on", ">s3cret", "~throttlegate:*", "resetchannels", "-@all", "+evalsha", "+eval",
     "+script|load", "+ping", "+del", "+time", "+zcard", "+zrange", "+zadd",

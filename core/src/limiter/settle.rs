@@ -132,7 +132,7 @@ impl Limiter {
     ///
     /// The check must have been made with a call id
     /// ([`CheckOptions::call_id`]): the backend records it, and the settle
-    /// finds the check by it. Per algorithm, see the README's "Settling".
+    /// finds the check by it. Per algorithm, see docs/concepts/settle.md.
     pub async fn settle(&self, decision: &Decision, actual_cost: u64) -> Result<u32> {
         self.ensure_open()?;
         check_actual(actual_cost)?;
