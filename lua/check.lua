@@ -46,8 +46,11 @@ for i = 1, n do
   local code = ARGV[3 * i + 2]
   local allowed, remaining, retry_after, reset_after
   if code == 'w' or code == 'W' then
-    allowed, remaining, retry_after, reset_after =
+    local state
+    allowed, remaining, retry_after, reset_after, state =
       swl_decide(KEYS[i], now, cost, tonumber(ARGV[3 * i + 3]), tonumber(ARGV[3 * i + 4]), monotonic)
+    held = held or {}
+    held[3 * i - 2] = state
   elseif code == 'b' or code == 'B' then
     local left, stamp, stored
     allowed, remaining, retry_after, reset_after, left, stamp, stored =
@@ -72,6 +75,11 @@ for i = 1, n do
     held[3 * i - 2] = end_us
     held[3 * i - 1] = stored
   else
+    for j = 1, i - 1 do
+      if ARGV[3 * j + 2] == 'w' or ARGV[3 * j + 2] == 'W' then
+        swl_flush(KEYS[j], held[3 * j - 2])
+      end
+    end
     return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(code))
   end
   out[4 * i - 1] = allowed
@@ -108,7 +116,7 @@ if mode ~= 'p' and all_pass then
     if out[4 * i - 1] == 1 then
       local code = ARGV[3 * i + 2]
       if code == 'w' or code == 'W' then
-        swl_commit(KEYS[i], now, cost, out[4 * i + 2], call_id)
+        swl_commit(KEYS[i], now, cost, out[4 * i + 2], tonumber(ARGV[3 * i + 4]), stored_id, held[3 * i - 2])
       elseif code == 'k' or code == 'K' then
         sw_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
           held[3 * i - 1] or nil, held[3 * i] or nil)
@@ -117,6 +125,15 @@ if mode ~= 'p' and all_pass then
       else
         tb_commit(KEYS[i], held[3 * i - 1], held[3 * i - 2], out[4 * i + 2], stored_id, held[3 * i] or nil)
       end
+    elseif ARGV[3 * i + 2] == 'w' or ARGV[3 * i + 2] == 'W' then
+      swl_flush(KEYS[i], held[3 * i - 2])
+    end
+  end
+elseif uses_log then
+  -- Nothing recorded: a log whose deciding dropped entries gets its header back.
+  for i = 1, n do
+    if ARGV[3 * i + 2] == 'w' or ARGV[3 * i + 2] == 'W' then
+      swl_flush(KEYS[i], held[3 * i - 2])
     end
   end
 end

@@ -20,38 +20,87 @@ if ARGV[1] == 's' then
   local now = ARGV[5]
   local limit = tonumber(ARGV[3])
   local window = tonumber(ARGV[4])
-  local reset_after = window
-  local count
-  if now == nil or now == '' then
-    -- The server's clock: no member can be newer than `now`, so an admission
-    -- resets after exactly the window.
+  local clock = now == nil or now == ''
+  if clock then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-    count = redis.call('ZCARD', key)
   else
-    -- The caller's clock: members written at a later time may be newer than
-    -- `now`, so an admission looks the newest up, as swl_decide does when
-    -- not `monotonic`.
     now = tonumber(now)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-    count = redis.call('ZCARD', key)
-    if count > 0 and count < limit then
-      local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) + window - now
-      if newest > reset_after then
-        reset_after = newest
+  end
+  -- The header and the oldest entries (see sliding_window_log.lua).
+  local got = redis.pcall('LRANGE', key, 0, 3)
+  local total, newest, ids, general = 0, 0, '', false
+  if got.err then
+    -- Not a log of this version (a sorted set of an older one, which the
+    -- general path converts, or another kind of key, which it refuses).
+    general = true
+  elseif got[1] then
+    local t, nw, i = string.match(got[1], '^(%d+):(%d+):(.*)$')
+    total, newest, ids = tonumber(t), tonumber(nw), i
+    -- An entry newer than `now` (the caller's clock) needs an ordered insert.
+    general = newest > now
+  end
+  if not general then
+    -- Drop the entries that have left the window, from the front; when more
+    -- than those read have left, the general path does it.
+    local floor = now - window
+    local k, first_t = 0, nil
+    while total > 0 do
+      local e = got[k + 2]
+      if e == nil then
+        general = true
+        break
       end
+      local et, ec = string.match(e, '^(%d+):?(%d*)$')
+      et = tonumber(et)
+      if et > floor then
+        first_t = et
+        break
+      end
+      total = total - (tonumber(ec) or 1)
+      k = k + 1
+    end
+    -- A denial that needs more than the oldest unit (a limit lowered below
+    -- the units stored) is also the general path's.
+    if not general and (total < limit or total == limit) then
+      if k > 0 then
+        if total == 0 then
+          redis.call('DEL', key)
+          ids = ''
+        else
+          redis.call('LTRIM', key, k, -1)
+        end
+      end
+      if total < limit then
+        if total == 0 then
+          redis.call('RPUSH', key, string.format('%d:%d:', 1, now) .. ids, string.format('%d', now))
+        else
+          redis.call('RPUSH', key, string.format('%d', now))
+          redis.call('LSET', key, 0, string.format('%d:%d:', total + 1, now) .. ids)
+        end
+        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        return { now, 0, 1, limit - total - 1, 0, window }
+      end
+      -- Denied: wait until the oldest entry has left the window.
+      if k > 0 then
+        redis.call('LSET', key, 0, string.format('%d:%d:', total, newest) .. ids)
+      end
+      return { now, 0, 0, 0, first_t + window - now, newest + window - now }
     end
   end
-  if count < limit then
-    redis.call('ZADD', key, now, ARGV[2])
-    redis.call('PEXPIRE', key, math.ceil(reset_after / 1000))
-    return { now, 0, 1, limit - count - 1, 0, reset_after }
+  -- The general form of the same check (args.lua), for check.lua to answer.
+  local call_id = ARGV[2]
+  ARGV[1] = 'c'
+  if clock then
+    ARGV[2] = ''
+  else
+    ARGV[2] = ARGV[5]
   end
-  -- Denied: wait until the oldest member in the window has left it.
-  local oldest = tonumber(redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')[2])
-  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  return { now, 0, 0, limit - count, oldest + window - now, newest + window - now }
+  ARGV[3] = call_id
+  ARGV[4] = '1'
+  ARGV[5] = 'w'
+  ARGV[6] = string.format('%d', limit)
+  ARGV[7] = string.format('%d', window)
 end
 
 -- Mode "f": the same for one fixed-window rule that is not in shadow mode,

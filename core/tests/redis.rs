@@ -152,9 +152,9 @@ async fn denial_consumes_nothing_from_any_rule() {
     let keys = l.keys(&a);
     let snapshot = |server: &RedisServer| -> Vec<String> {
         vec![
-            server.command(&["ZRANGE", &keys[0], "0", "-1", "WITHSCORES"]).unwrap(),
+            server.command(&["LRANGE", &keys[0], "0", "-1"]).unwrap(),
             server.command(&["GET", &keys[1]]).unwrap(),
-            server.command(&["ZRANGE", &keys[2], "0", "-1", "WITHSCORES"]).unwrap(),
+            server.command(&["LRANGE", &keys[2], "0", "-1"]).unwrap(),
         ]
     };
     let before = snapshot(&server);
@@ -460,8 +460,8 @@ async fn client_time_setting_uses_the_host_clock() {
         .unwrap();
     assert!(l.check(&ip("1.2.3.4"), 1).await.unwrap().allowed);
     let key = &l.keys(&ip("1.2.3.4"))[0];
-    let members = server.command(&["ZRANGE", key, "0", "-1", "WITHSCORES"]).unwrap();
-    let score: i64 = members.lines().nth(1).unwrap().parse().unwrap();
+    // The log's one entry (after its header) is the check's time.
+    let score: i64 = server.command(&["LINDEX", key, "1"]).unwrap().trim().parse().unwrap();
     let host_now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -502,7 +502,14 @@ async fn server_clock_single_rule_agrees_with_the_general_path() {
     assert!(close(d.reset_after, p.reset_after) && d.reset_after >= d.retry_after);
     assert!(!l.check(&a, 2).await.unwrap().allowed);
     // Denials consumed nothing.
-    assert_eq!(server.command(&["ZCARD", key]).unwrap(), "3");
+    assert_eq!(log_units(&server, key), 3);
+}
+
+/// The units a sliding-window log holds: its header's first field
+/// (`lua/sliding_window_log.lua`); 0 when the key is absent.
+fn log_units(server: &RedisServer, key: &str) -> u64 {
+    let header = server.command(&["LINDEX", key, "0"]).unwrap();
+    header.trim().split(':').next().unwrap().parse().unwrap_or(0)
 }
 
 /// `evalsha` calls Redis has served so far.
@@ -817,10 +824,10 @@ async fn tiers_overrides_and_blocks_under_64_tasks() {
         assert_eq!(total, want, "case {n}: {total} admitted out of 256");
         // Every rule holds exactly the admitted units: denials wrote nothing.
         let keys = l.keys(&attrs);
-        assert_eq!(server.command(&["ZCARD", &keys[0]]).unwrap().trim(), want.to_string(), "case {n}");
+        assert_eq!(log_units(&server, &keys[0]), want as u64, "case {n}");
         let stored = server.command(&["GET", &keys[1]]).unwrap();
         assert!(stored.trim().ends_with(&format!(":{want}")), "case {n}: {stored}");
-        assert_eq!(server.command(&["ZCARD", &keys[2]]).unwrap().trim(), want.to_string(), "case {n}");
+        assert_eq!(log_units(&server, &keys[2]), want as u64, "case {n}");
         let block_key = format!("ip:#b{{{}}}", keys[2]).replace("ip:#b", &format!("{prefix}ip:#b"));
         let blocked = server.command(&["EXISTS", &block_key]).unwrap().trim() == "1";
         assert_eq!(blocked, n == 0, "case {n}: only the ip rule's own denial blocks");
@@ -994,8 +1001,10 @@ async fn acquire_serves_waiters_in_arrival_order_without_polling() {
         }
         let used = evalsha_calls(&server) - calls;
         let key = l.keys(&a).into_iter().find(|k| k.contains("record:")).unwrap();
-        let members = server.command(&["ZRANGE", &key, "0", "-1"]).unwrap();
-        let order: Vec<&str> = members.lines().collect();
+        // The log's header keeps the ids of its checks made with one, oldest first.
+        let header = server.command(&["LINDEX", &key, "0"]).unwrap();
+        let ids = header.trim().splitn(3, ':').nth(2).unwrap().to_string();
+        let order: Vec<&str> = ids.split(',').map(|e| e.split_once('@').unwrap().1).collect();
         let arrival: Vec<String> = (0..50).map(|i| format!("w{i:02}")).collect();
         assert_eq!(order, arrival, "{name}: admitted in arrival order");
         assert!(used <= 100, "{name}: {used} Redis calls for 50 acquires");
