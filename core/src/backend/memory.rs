@@ -200,7 +200,7 @@ impl MemoryBackend {
         if let Some(id) = dedupe {
             for i in 0..n {
                 let seen = match (guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), args[i]) {
-                    (Some(State::Log(log)), RuleArgs::Window { .. }) => log.seen(id),
+                    (Some(State::Log(log)), RuleArgs::Window { window_us, .. }) => log.seen(now, window_us, id),
                     (Some(State::Bucket(b)), RuleArgs::Bucket { .. }) => b.ids.contains(&id),
                     (Some(State::Counters(c)), RuleArgs::Counters { window_us, precision_us, .. }) => {
                         c.seen(now, window_us, precision_us, id)
@@ -325,7 +325,7 @@ impl MemoryBackend {
     /// `lua/settle.lua`. Which rules were settled.
     pub fn settle(&self, plan: &Plan<'_, Digest>, actual: u64, now: i64) -> Settled {
         let Some(call_id) = plan.call_id else { return Settled::from_elem(false, plan.keys.len()) };
-        let (id, settled_id) = (id_hash(call_id), id_hash(&format!("{call_id}:settled")));
+        let id = id_hash(call_id);
         let digests = &plan.keys[..];
         let n = digests.len();
         let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
@@ -346,7 +346,7 @@ impl MemoryBackend {
             };
             let done = match (&mut entry.state, rule.args) {
                 (State::Log(log), RuleArgs::Window { window_us, .. }) => {
-                    let done = log.settle(now, id, settled_id, estimate, actual, window_us);
+                    let done = log.settle(now, id, estimate, actual, window_us);
                     if log.len() == 0 {
                         entry.state = State::Absent;
                     }
