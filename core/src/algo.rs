@@ -104,10 +104,9 @@ impl Log {
         self.check_time(now, window, id).is_some()
     }
 
-    /// Mirror of `swl_commit` (with the pruning `swl_decide` does first);
-    /// `id` 0 records no id. An id joins the recent ids, which lose those
-    /// whose check no longer counts and keep the newest [`LOG_IDS`].
-    pub fn commit(&mut self, now: i64, cost: u64, window: i64, id: u64) {
+    /// Mirror of the pruning `swl_decide` does first: the entries that have
+    /// left the window go.
+    pub fn prune(&mut self, now: i64, window: i64) {
         let floor = now - window;
         if !self.times.is_empty() && self.first <= floor {
             while matches!(self.times.front(), Some(&ts) if ts <= floor) {
@@ -117,6 +116,13 @@ impl Log {
                 self.first = ts;
             }
         }
+    }
+
+    /// Mirror of `swl_commit` (with the pruning `swl_decide` does first);
+    /// `id` 0 records no id. An id joins the recent ids, which lose those
+    /// whose check no longer counts and keep the newest [`LOG_IDS`].
+    pub fn commit(&mut self, now: i64, cost: u64, window: i64, id: u64) {
+        self.prune(now, window);
         if cost == 0 {
             return;
         }
@@ -161,8 +167,9 @@ impl Log {
         let Some((at, t)) = self.check_time(now, window, id) else { return false };
         let start = self.times.partition_point(|&ts| ts < t);
         let end = self.times.partition_point(|&ts| ts <= t);
-        if start == end {
-            // Its units have left (dropped by a call with a later time).
+        if ((end - start) as u64) < estimate {
+            // Its units have left (dropped by a call with a later time), or
+            // `estimate` is not the check's cost.
             return false;
         }
         if let Some(ids) = self.ids.as_mut() {

@@ -1028,3 +1028,161 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Ou
     })
     .await
 }
+
+/// The log as the previous version wrote it: a sorted set, one member per
+/// unit (`call_id`, `call_id:2`, ...), scored by the admission time.
+fn old_log(server: &RedisServer, key: &str, checks: &[(i64, &str, u64)], ttl_ms: u64) {
+    for &(t, id, cost) in checks {
+        for u in 1..=cost {
+            let member = if u == 1 { id.to_string() } else { format!("{id}:{u}") };
+            server.command(&["ZADD", key, &t.to_string(), &member]).unwrap();
+        }
+    }
+    server.command(&["PEXPIRE", key, &ttl_ms.to_string()]).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_of_the_previous_version_is_converted_and_counted_exactly() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("w", "ip:{ip}", 5, ms(60_000))], &clock);
+    // The short form (one rule, cost 1): 3 units stored 30 s and 10 s ago, one already out of the window.
+    let a = ip("1.1.1.1");
+    let key = l.keys(&a)[0].clone();
+    old_log(&server, &key, &[(T0 - 70_000_000, "gone", 1), (T0 - 30_000_000, "a", 2), (T0 - 10_000_000, "b", 1)], 50_000);
+    let d = l.check(&a, 1).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 1));
+    assert_eq!(server.command(&["TYPE", &key]).unwrap(), "+list");
+    let ttl: i64 = server.command(&["PTTL", &key]).unwrap().parse().unwrap();
+    assert!(ttl > 55_000, "an admission sets the TTL again: {ttl}");
+    assert_eq!(log_units(&server, &key), 4);
+    assert!(l.check(&a, 1).await.unwrap().allowed);
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed);
+    // The oldest stored units (two, at T0 - 30 s) leave first.
+    assert_eq!((d.remaining, d.retry_after, d.reset_after), (0, ms(30_000), ms(60_000)));
+
+    // The general path (a peek, then a check of cost 2), on another old key.
+    let b = ip("2.2.2.2");
+    let key = l.keys(&b)[0].clone();
+    old_log(&server, &key, &[(T0 - 20_000_000, "c", 3)], 40_000);
+    let p = l.peek(&b, 2).await.unwrap();
+    assert_eq!((p.allowed, p.remaining, p.reset_after), (true, 0, ms(60_000)));
+    let ttl: i64 = server.command(&["PTTL", &key]).unwrap().parse().unwrap();
+    assert!(ttl > 30_000 && ttl <= 40_000, "a peek keeps the old TTL: {ttl}");
+    let d = l.check(&b, 3).await.unwrap();
+    assert_eq!((d.allowed, d.remaining, d.retry_after), (false, 2, ms(40_000)));
+
+    // A settle of a check made before the upgrade finds nothing (ids are not carried over).
+    let c = ip("3.3.3.3");
+    let key = l.keys(&c)[0].clone();
+    old_log(&server, &key, &[(T0 - 1_000, "old", 2)], 60_000);
+    assert_eq!(l.settle_call(&c, "old", 2, 0).await.unwrap(), 0);
+    assert_eq!(log_units(&server, &key), 2);
+    assert_eq!(l.peek(&c, 1).await.unwrap().remaining, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_kind_is_an_error_never_an_empty_log() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("w", "ip:{ip}", 5, ms(60_000))], &clock);
+    let a = ip("4.4.4.4");
+    let key = l.keys(&a)[0].clone();
+    server.command(&["SET", &key, "not a log"]).unwrap();
+    for cost in [1, 2] {
+        let e = l.check(&a, cost).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+        assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    }
+    assert_eq!(server.command(&["GET", &key]).unwrap(), "not a log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_is_one_entry_whatever_its_cost() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("bulk", "t:{ip}", 1_000_000, ms(60_000))], &clock);
+    let a = ip("5.5.5.5");
+    let key = l.keys(&a)[0].clone();
+    for cost in [1, 100, 10_000, 500_000] {
+        assert!(l.check(&a, cost).await.unwrap().allowed);
+        clock.advance(ms(1));
+    }
+    // The header and one entry per check.
+    assert_eq!(server.command(&["LLEN", &key]).unwrap(), "5");
+    assert_eq!(log_units(&server, &key), 510_101);
+    let bytes: u64 = server.command(&["MEMORY", "USAGE", &key]).unwrap().parse().unwrap();
+    assert!(bytes < 400, "{bytes} bytes for 4 checks");
+    let d = l.check(&a, 500_000).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (false, 489_899));
+    // 10,101 units must leave: the first three checks' (the third made 2 ms after the first).
+    assert_eq!(d.retry_after, ms(59_998));
+}
+
+/// A tiny deterministic generator for the differential test below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_on_redis_agrees_with_the_embedded_log_step_for_step() {
+    // Checks (costs 1-4, some with call ids that come back), peeks and
+    // settles, on a clock that also steps back (entries inserted in order).
+    let server = RedisServer::start();
+    for seed in 1..=6u64 {
+        let stacked = seed % 2 == 0;
+        let mut rules = vec![Rule::sliding_window_log("w", "ip:{ip}", 12, ms(1000))];
+        if stacked {
+            rules.push(Rule::sliding_window_log("v", "v:{ip}", 9, ms(700)));
+        }
+        let (rc, mc) = (ManualClock::new(T0), ManualClock::new(T0));
+        let redis = Limiter::builder(Policy::new(rules.clone()).unwrap())
+            .url(server.url())
+            .prefix(format!("diff{seed}:"))
+            .timeout(ms(2000))
+            .on_backend_error(FailureMode::Error)
+            .clock(Clock::Manual(rc.clone()))
+            .build()
+            .unwrap();
+        let memory = Limiter::builder(Policy::new(rules).unwrap()).clock(Clock::Manual(mc.clone())).build().unwrap();
+        let mut rng = Lcg(seed);
+        let mut now = T0;
+        let mut made: Vec<(String, u64)> = Vec::new();
+        let a = ip("6.6.6.6");
+        for step in 0..600 {
+            now += rng.next(300) as i64 * 1000 - 100_000;
+            rc.set_us(now);
+            mc.set_us(now);
+            let what = rng.next(10);
+            if what < 7 {
+                let cost = 1 + rng.next(4);
+                let call_id = (rng.next(3) == 0).then(|| format!("c{}", rng.next(40)));
+                let o = CheckOptions { cost, call_id: call_id.clone() };
+                let (x, y) = (redis.check_with(&a, &o).await.unwrap(), memory.check_with(&a, &o).await.unwrap());
+                let key = |d: &throttlegate::Decision| (d.allowed, d.remaining, d.retry_after, d.reset_after);
+                assert_eq!(key(&x), key(&y), "seed {seed} step {step}: check {o:?}");
+                if let (true, Some(id)) = (x.allowed, call_id) {
+                    // A settle names the cost of the id's last check.
+                    made.retain(|(i, _)| *i != id);
+                    made.push((id, cost));
+                }
+            } else if what < 8 {
+                let cost = 1 + rng.next(4);
+                let (x, y) = (redis.peek(&a, cost).await.unwrap(), memory.peek(&a, cost).await.unwrap());
+                assert_eq!((x.allowed, x.remaining, x.retry_after), (y.allowed, y.remaining, y.retry_after), "seed {seed} step {step}: peek");
+            } else if !made.is_empty() {
+                let (id, cost) = made[rng.next(made.len() as u64) as usize].clone();
+                let actual = rng.next(7);
+                let x = redis.settle_call(&a, &id, cost, actual).await.unwrap();
+                let y = memory.settle_call(&a, &id, cost, actual).await.unwrap();
+                assert_eq!(x, y, "seed {seed} step {step}: settle {id} {cost} -> {actual}");
+            }
+        }
+    }
+}
