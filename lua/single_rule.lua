@@ -12,7 +12,12 @@
 --
 -- Returns the general form for one key (see args.lua): { now, 0, allowed,
 -- remaining, retry_after_us, reset_after_us }, step for step what swl_decide
--- and swl_commit answer at cost 1 (see sliding_window_log.lua). Defines
+-- and swl_commit answer at cost 1 (see sliding_window_log.lua for the
+-- list it reads and writes). Its common case only: anything else (a key of
+-- an older version or of another kind, an entry newer than `now`, more
+-- expired entries than it read, a denial that needs more than the oldest
+-- unit) it hands, before writing anything, to the general path, by rewriting
+-- ARGV into the general form of the same check and not returning. Defines
 -- nothing: any other mode falls through to args.lua with no local left behind
 -- (both short forms keep their locals inside their `if` blocks).
 if ARGV[1] == 's' then
