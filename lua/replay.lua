@@ -15,17 +15,14 @@ local log_check_time, without_log_id, log_rewrite
 if mode == 'u' or mode == 'C' or mode == 'x' then
   -- For a log: the time of the check `call_id` among the ids its header
   -- keeps, while it still counts (any time when `window` is nil), then the
-  -- header's units, newest time and ids; nil when not found.
+  -- header's extra and ids; nil when not found.
   log_check_time = function(key, call_id, window)
-    local total, newest, ids = swl_head(key)
-    if not total then
-      return nil
-    end
+    local extra, ids = swl_head(key, false)
     for t, id in string.gmatch(ids, '(%d+)@([^,]+)') do
       if id == call_id then
         t = tonumber(t)
         if window == nil or t + window > now then
-          return t, total, newest, ids
+          return t, extra, ids
         end
       end
     end
@@ -45,17 +42,14 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
     return table.concat(kept, ',')
   end
 
-  -- A log after an entry at time `t` changed: `total` units left (the key is
-  -- deleted at zero), the newest time found again when `t` was the newest.
-  log_rewrite = function(key, total, newest, t, ids)
-    if total <= 0 then
+  -- A log's header after its entries changed: `extra` and `ids`; the key is
+  -- deleted when no unit is left.
+  log_rewrite = function(key, extra, ids)
+    if redis.call('LLEN', key) - 1 + extra <= 0 then
       redis.call('DEL', key)
       return
     end
-    if t == newest then
-      newest = tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
-    end
-    redis.call('LSET', key, 0, swl_header(total, newest, ids))
+    redis.call('LSET', key, 0, swl_header(extra, ids))
   end
 
   -- The call ids recorded in a stored bucket or period counter ("" when none).
@@ -140,17 +134,15 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- ended) is not refunded (a brief over-restriction, never an over-admission).
   give_back = function(code, key, cost, capacity, call_id, spec)
     if code == 'w' or code == 'W' then
-      local t, total, newest, ids = log_check_time(key, call_id, nil)
+      local t, extra, ids = log_check_time(key, call_id, nil)
       if t == nil then
         return
       end
       ids = without_log_id(ids, t, call_id)
-      if redis.call('LREM', key, 1, swl_entry(t, cost)) == 0 then
-        -- Its units have left already: only the id goes.
-        redis.call('LSET', key, 0, swl_header(total, newest, ids))
-        return
+      if redis.call('LREM', key, 1, swl_entry(t, cost)) == 1 then
+        extra = extra - (cost - 1)
       end
-      log_rewrite(key, total - cost, newest, t, ids)
+      log_rewrite(key, extra, ids)
       return
     end
     if code == 'k' or code == 'K' then

@@ -56,7 +56,7 @@ if mode == 'x' then
   end
 
   local function settle_log(key, a, window)
-    local t, total, newest, ids = log_check_time(key, call_id, window)
+    local t, extra, ids = log_check_time(key, call_id, window)
     if t == nil then
       return 0
     end
@@ -65,6 +65,7 @@ if mode == 'x' then
       if redis.call('LREM', key, 1, entry) == 0 then
         return 0
       end
+      extra = extra - (estimate - 1)
     else
       local at = redis.call('LPOS', key, entry)
       if not at then
@@ -73,8 +74,9 @@ if mode == 'x' then
       if a ~= estimate then
         redis.call('LSET', key, at, swl_entry(t, a))
       end
+      extra = extra + a - estimate
     end
-    log_rewrite(key, total + a - estimate, newest, a == 0 and t or -1, without_log_id(ids, t, call_id))
+    log_rewrite(key, extra, without_log_id(ids, t, call_id))
     return 1
   end
 

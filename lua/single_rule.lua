@@ -32,65 +32,62 @@ if ARGV[1] == 's' then
   else
     now = tonumber(now)
   end
-  -- The header and the oldest entries (see sliding_window_log.lua).
-  local got = redis.pcall('LRANGE', key, 0, 3)
-  local total, newest, ids, general = 0, 0, '', false
-  if got.err then
-    -- Not a log of this version (a sorted set of an older one, which the
-    -- general path converts, or another kind of key, which it refuses).
-    general = true
-  elseif got[1] then
-    local t, nw, i = string.match(got[1], '^(%d+):(%d+):(.*)$')
-    total, newest, ids = tonumber(t), tonumber(nw), i
-    -- An entry newer than `now` (the caller's clock) needs an ordered insert.
-    general = newest > now
+  -- The oldest entry (see sliding_window_log.lua): a log without a header
+  -- holds only checks of one unit, so its units are its length.
+  local first = redis.pcall('LINDEX', key, 0)
+  local general = type(first) == 'table' or (first and string.byte(first, 1) == 45)
+  if not general and not first then
+    redis.call('RPUSH', key, now)
+    redis.call('PEXPIRE', key, math.ceil(window / 1000))
+    return { now, 0, 1, limit - 1, 0, window }
   end
   if not general then
-    -- Drop the entries that have left the window, from the front; when more
-    -- than those read have left, the general path does it.
+    -- Drop the entries that have left the window, from the front (up to 8
+    -- of them here; more, the general path does).
     local floor = now - window
-    local k, first_t = 0, nil
-    while total > 0 do
-      local e = got[k + 2]
-      if e == nil then
-        general = true
-        break
-      end
-      local et, ec = string.match(e, '^(%d+):?(%d*)$')
-      et = tonumber(et)
-      if et > floor then
-        first_t = et
-        break
-      end
-      total = total - (tonumber(ec) or 1)
-      k = k + 1
-    end
-    -- A denial that needs more than the oldest unit (a limit lowered below
-    -- the units stored) is also the general path's.
-    if not general and (total < limit or total == limit) then
-      if k > 0 then
-        if total == 0 then
-          redis.call('DEL', key)
-          ids = ''
-        else
-          redis.call('LTRIM', key, k, -1)
+    local oldest, k = tonumber(first), 0
+    if oldest <= floor then
+      local got = redis.call('LRANGE', key, 0, 7)
+      oldest = nil
+      for j = 1, #got do
+        local t = tonumber(got[j])
+        if t > floor then
+          oldest = t
+          break
         end
+        k = k + 1
       end
-      if total < limit then
-        if total == 0 then
-          redis.call('RPUSH', key, string.format('%d:%d:', 1, now) .. ids, string.format('%d', now))
-        else
-          redis.call('RPUSH', key, string.format('%d', now))
-          redis.call('LSET', key, 0, string.format('%d:%d:', total + 1, now) .. ids)
-        end
+      if oldest == nil and #got < 8 then
+        -- All of it has left: the log starts again with this check.
+        redis.call('DEL', key)
+        redis.call('RPUSH', key, now)
         redis.call('PEXPIRE', key, math.ceil(window / 1000))
-        return { now, 0, 1, limit - total - 1, 0, window }
+        return { now, 0, 1, limit - 1, 0, window }
       end
-      -- Denied: wait until the oldest entry has left the window.
+      general = oldest == nil
+    end
+    local newest
+    if not general and not clock then
+      -- The caller's clock: an entry newer than `now` needs an ordered insert.
+      newest = tonumber(redis.call('LINDEX', key, -1))
+      general = newest > now
+    end
+    if not general then
       if k > 0 then
-        redis.call('LSET', key, 0, string.format('%d:%d:', total, newest) .. ids)
+        redis.call('LTRIM', key, k, -1)
       end
-      return { now, 0, 0, 0, first_t + window - now, newest + window - now }
+      local count = redis.call('LLEN', key)
+      if count < limit then
+        redis.call('RPUSH', key, now)
+        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        return { now, 0, 1, limit - count - 1, 0, window }
+      end
+      -- Denied: wait until the (count - limit + 1)-th oldest entry has left.
+      if count > limit then
+        oldest = tonumber(redis.call('LINDEX', key, count - limit))
+      end
+      newest = newest or tonumber(redis.call('LINDEX', key, -1))
+      return { now, 0, 0, 0, oldest + window - now, newest + window - now }
     end
   end
   -- The general form of the same check (args.lua), for check.lua to answer.

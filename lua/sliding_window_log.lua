@@ -1,36 +1,39 @@
 -- Third in the script. Sliding-window log: `limit` units per `window`
--- microseconds. Reads `uses_log`, `now` (args.lua) and defines, made only
--- when a rule of this call is a log (nil otherwise): swl_entry(t, c),
--- swl_head(key) and swl_header(total, newest, ids), for replay.lua and
--- settle.lua; swl_decide(key, now, cost, limit, window, monotonic),
+-- microseconds. Reads `uses_log` (args.lua) and defines, made only when a
+-- rule of this call is a log (nil otherwise): swl_entry(t, c),
+-- swl_header(extra, ids) and swl_head(key), for replay.lua and settle.lua;
+-- swl_decide(key, now, cost, limit, window, monotonic),
 -- swl_commit(key, now, cost, reset_after, window, id, state) and
 -- swl_flush(key, state), for check.lua. Mode "s" (single_rule.lua) is the
 -- same arithmetic at cost 1, written out for its common case.
 --
--- The log is a Redis list holding one entry per admitted check, whatever its
--- cost, oldest first, after a header:
+-- The log is a Redis list with one entry per admitted check, whatever its
+-- cost, sorted by time (oldest first):
 --
---   index 0    "<units>:<newest>:<ids>"  the units of every entry stored,
---              the newest entry's time, and the ids of the last 64 checks
---              made in mode "C" that still count, as "<time>@<id>" separated
---              by "," (oldest first; empty when none). The trailing ":" is
---              always there, so the header never equals an entry.
---   index 1..  "<time>" for a check of one unit, "<time>:<units>" otherwise,
---              sorted by time (an entry written with an earlier time than the
---              newest is inserted in order).
+--   "<time>"          a check of one unit (Redis stores it as an integer)
+--   "<time>:<units>"  a check of more units (or settled to another cost)
+--
+-- A log that has ever held an entry of more than one unit, or a check made
+-- in mode "C", starts with a header, "-<extra>:<ids>": extra is the sum of
+-- (units - 1) over its entries, ids "<time>@<call id>,..." for the last 64
+-- checks made in mode "C" that still count (oldest first; empty when none).
+-- The leading "-" tells the header from an entry and never equals one. The
+-- units the log holds are its entries plus the header's extra, so a log of
+-- one-unit checks (the common case) has no header to rewrite, and counting
+-- it is LLEN.
 --
 -- An entry with time `t` counts while `now < t + window`. Deciding first
--- drops the entries that have left the window from the front and takes their
--- units off the header's count (invisible to every reader, so a denial or a
--- peek still changes nothing that can be observed); the count is then the
--- header's, and a denial waits for the oldest entries that hold the units
+-- drops the entries that have left the window from the front (invisible to
+-- every reader, so a denial or a peek still changes nothing that can be
+-- observed); a denial waits for the oldest entries that hold the units
 -- needed. A key of an older version (a sorted set with one member per unit)
--- is converted in place on first read (swl_upgrade), counting exactly what it
--- counted.
+-- is converted in place on first read (swl_upgrade), counting exactly what
+-- it counted.
 --
 -- Every time value is an integer number of microseconds (exact in a double
--- below 2^53), and every value returned is an integer. Stored numbers are
--- written with string.format('%d').
+-- below 2^53), and every value returned is an integer. Times handed to
+-- redis.call as numbers travel exactly (Redis prints them with 17
+-- significant digits); times written into strings use string.format('%d').
 
 local swl_entry, swl_header, swl_head, swl_decide, swl_commit, swl_flush
 if uses_log then
@@ -42,8 +45,8 @@ if uses_log then
     return string.format('%d:%d', t, c)
   end
 
-  swl_header = function(total, newest, ids)
-    return string.format('%d:%d:', total, newest) .. ids
+  swl_header = function(extra, ids)
+    return string.format('-%d:', extra) .. ids
   end
 
   -- A key written by an older version holds a sorted set, one member per
@@ -67,7 +70,10 @@ if uses_log then
       c = c + 1
     end
     values[#values + 1] = swl_entry(last, c)
-    redis.call('RPUSH', key, swl_header(#flat / 2, last, ''))
+    local extra = #flat / 2 - #values
+    if extra > 0 then
+      redis.call('RPUSH', key, swl_header(extra, ''))
+    end
     for i = 1, #values, 1000 do
       redis.call('RPUSH', key, unpack(values, i, math.min(i + 999, #values)))
     end
@@ -76,81 +82,92 @@ if uses_log then
     end
   end
 
-  -- The list's first `k` + 1 elements (the header, then the oldest entries),
-  -- upgrading a key of an older version first; an empty table when absent.
-  -- Any other kind of key is the error Redis gives for it.
-  local function swl_read(key, k)
-    local got = redis.pcall('LRANGE', key, 0, k)
-    if got.err then
+  -- The front of the log: the header's extra and ids (0 and '' without a
+  -- header), whether there is a header, and, with `oldest`, the oldest entry
+  -- as stored (nil when the log is empty). Converts a key of an older
+  -- version first; any other kind of key is the error Redis gives for it.
+  swl_head = function(key, oldest)
+    local first = redis.pcall('LINDEX', key, 0)
+    if type(first) == 'table' then
       if redis.call('TYPE', key).ok ~= 'zset' then
-        error(got)
+        error(first)
       end
       swl_upgrade(key)
-      got = redis.call('LRANGE', key, 0, k)
+      first = redis.call('LINDEX', key, 0)
     end
-    return got
+    if not first then
+      return 0, '', false, nil
+    end
+    if string.byte(first, 1) == 45 then
+      local extra, ids = string.match(first, '^%-(%d+):(.*)$')
+      local e
+      if oldest then
+        e = redis.call('LINDEX', key, 1) or nil
+      end
+      return tonumber(extra), ids, true, e
+    end
+    return 0, '', false, first
   end
 
-  -- The header: units, newest time, ids (nil when the key is absent).
-  swl_head = function(key)
-    local got = swl_read(key, 0)
-    if not got[1] then
-      return nil
-    end
-    local total, newest, ids = string.match(got[1], '^(%d+):(%d+):(.*)$')
-    return tonumber(total), tonumber(newest), ids
+  -- The time of the newest entry.
+  local function swl_newest(key)
+    return tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
   end
 
   -- Decide one rule. Returns allowed (0/1), remaining, retry_after,
-  -- reset_after, and the state for swl_commit / swl_flush: { units, newest,
-  -- ids, stored (the key exists), header stale (entries were dropped and the
-  -- header not yet rewritten) }. With `monotonic` (the server's own clock), no
-  -- entry can be newer than `now`, so an admission's reset_after is the window.
+  -- reset_after, and the state for swl_commit / swl_flush: { extra, ids,
+  -- header (there is one), stale (entries were dropped and the header's
+  -- place holds one of them until it is rewritten), newest (when read) }.
+  -- With `monotonic` (the server's own clock), no entry can be newer than
+  -- `now`, so an admission's reset_after is the window.
   swl_decide = function(key, now, cost, limit, window, monotonic)
-    local got = swl_read(key, 4)
-    local total, newest, ids, stale = 0, 0, '', false
+    local extra, ids, header, oldest = swl_head(key, true)
+    local h = header and 1 or 0
+    local stale = false
+    local total = 0
     local first_t, first_c
-    if got[1] then
-      local t, nw, i = string.match(got[1], '^(%d+):(%d+):(.*)$')
-      total, newest, ids = tonumber(t), tonumber(nw), i
+    if oldest then
       -- Drop the entries that have left the window, from the front.
       local floor = now - window
-      local k, at = 0, 2
-      while total > 0 do
-        local e = got[at]
-        if e == nil then
-          got = redis.call('LRANGE', key, k + 1, k + 256)
-          at = 1
-          e = got[1]
-          if e == nil then
-            total = 0
+      local t, c = string.match(oldest, '^(%d+):?(%d*)$')
+      first_t, first_c = tonumber(t), tonumber(c) or 1
+      if first_t <= floor then
+        first_t = nil
+        local k, start, size = 0, h, 8
+        while true do
+          local got = redis.call('LRANGE', key, start, start + size - 1)
+          for j = 1, #got do
+            t, c = string.match(got[j], '^(%d+):?(%d*)$')
+            t, c = tonumber(t), tonumber(c) or 1
+            if t > floor then
+              first_t, first_c = t, c
+              break
+            end
+            k = k + 1
+            extra = extra - (c - 1)
+          end
+          if first_t or #got < size then
             break
           end
+          start = start + size
+          size = math.min(size * 4, 1024)
         end
-        local et, ec = string.match(e, '^(%d+):?(%d*)$')
-        et = tonumber(et)
-        ec = tonumber(ec) or 1
-        if et > floor then
-          first_t, first_c = et, ec
-          break
-        end
-        total = total - ec
-        k = k + 1
-        at = at + 1
-      end
-      if k > 0 then
-        if total <= 0 then
+        if first_t == nil then
+          -- Nothing is left: no state, as an empty log has none.
           redis.call('DEL', key)
-          total, newest, ids = 0, 0, ''
-          got = {}
+          extra, ids, header, h = 0, '', false, 0
         else
-          -- Entry k (gone) takes the header's place until it is rewritten.
+          -- Without a header, entries k.. stay; with one, entry k (gone)
+          -- takes the header's place until it is rewritten.
           redis.call('LTRIM', key, k, -1)
-          stale = true
+          stale = header
         end
+      end
+      if first_t then
+        total = redis.call('LLEN', key) - h + extra
       end
     end
-    local state = { total, newest, ids, total > 0, stale }
+    local state = { extra, ids, header, stale, false }
     if total + cost <= limit then
       -- Admitted: the newest entry will be `now`, or a later one written by a
       -- client whose clock is ahead (client time); a peek at cost 0 adds nothing.
@@ -159,6 +176,8 @@ if uses_log then
         reset_after = window
       end
       if total > 0 and not (monotonic and cost > 0) then
+        local newest = swl_newest(key)
+        state[5] = newest
         local r = newest + window - now
         if r > reset_after then
           reset_after = r
@@ -166,11 +185,15 @@ if uses_log then
       end
       return 1, limit - total - cost, 0, reset_after, state
     end
+    if total == 0 then
+      -- Nothing stored can make room (a cost above the limit, refused before the script).
+      return 0, limit, 0, 0, state
+    end
     -- Denied: wait until the oldest entries holding `need` units have left.
     local need = total + cost - limit
     local t = first_t
-    if first_c == nil or need > first_c then
-      local at = 1
+    if need > first_c then
+      local at = h
       while need > 0 do
         local chunk = redis.call('LRANGE', key, at, at + 255)
         for j = 1, #chunk do
@@ -187,11 +210,7 @@ if uses_log then
         at = at + #chunk
       end
     end
-    if t == nil then
-      -- Nothing stored can make room (a cost above the limit, refused before the script).
-      return 0, limit - total, 0, 0, state
-    end
-    return 0, limit - total, t + window - now, newest + window - now, state
+    return 0, limit - total, t + window - now, swl_newest(key) + window - now, state
   end
 
   -- Record a check of `cost` units at `now` (state from swl_decide); `id`,
@@ -199,7 +218,7 @@ if uses_log then
   -- which lose those that no longer count and keep the newest 64. The key
   -- expires when the log would be empty.
   swl_commit = function(key, now, cost, reset_after, window, id, state)
-    local total, newest, ids, stored = state[1], state[2], state[3], state[4]
+    local extra, ids, header, stale, newest = state[1], state[2], state[3], state[4], state[5]
     if id then
       local kept = {}
       for e in string.gmatch(ids, '[^,]+') do
@@ -210,35 +229,41 @@ if uses_log then
       kept[#kept + 1] = string.format('%d@', now) .. id
       ids = table.concat(kept, ',', math.max(1, #kept - 64 + 1), #kept)
     end
-    local entry = swl_entry(now, cost)
-    if not stored then
-      redis.call('RPUSH', key, swl_header(cost, now, ids), entry)
+    local entry = now
+    if cost ~= 1 then
+      entry = swl_entry(now, cost)
+    end
+    if not (newest and now < newest) then
+      redis.call('RPUSH', key, entry)
     else
-      if now >= newest then
-        redis.call('RPUSH', key, entry)
-      else
-        -- A time before the newest entry's (a clock behind another's): the
-        -- entry goes before the first one that is newer, found from the end.
-        local at, pivot, done = -1, nil, false
-        while not done do
-          local chunk = redis.call('LRANGE', key, at - 255, at)
-          for j = #chunk, 1, -1 do
-            local et = string.match(chunk[j], '^(%d+):?%d*$')
-            if et == nil or tonumber(et) <= now then
-              -- Not newer (or the header): the entry goes after it.
-              done = true
-              break
-            end
-            pivot = chunk[j]
-          end
-          if #chunk < 256 then
+      -- A time before the newest entry's (a clock behind another's): the
+      -- entry goes before the first one that is newer, found from the end.
+      local at, pivot, done = -1, nil, false
+      while not done do
+        local chunk = redis.call('LRANGE', key, at - 255, at)
+        for j = #chunk, 1, -1 do
+          local et = string.match(chunk[j], '^(%d+):?%d*$')
+          if et == nil or tonumber(et) <= now then
+            -- Not newer (or the header): the entry goes after it.
             done = true
+            break
           end
-          at = at - 256
+          pivot = chunk[j]
         end
-        redis.call('LINSERT', key, 'BEFORE', pivot, entry)
+        if #chunk < 256 then
+          done = true
+        end
+        at = at - 256
       end
-      redis.call('LSET', key, 0, swl_header(total + cost, math.max(now, newest), ids))
+      redis.call('LINSERT', key, 'BEFORE', pivot, entry)
+    end
+    if cost ~= 1 or id or stale then
+      local value = swl_header(extra + cost - 1, ids)
+      if header then
+        redis.call('LSET', key, 0, value)
+      else
+        redis.call('LPUSH', key, value)
+      end
     end
     redis.call('PEXPIRE', key, math.ceil(reset_after / 1000))
   end
@@ -246,8 +271,8 @@ if uses_log then
   -- A check that records nothing: rewrite the header when deciding dropped
   -- entries (state from swl_decide).
   swl_flush = function(key, state)
-    if state[5] then
-      redis.call('LSET', key, 0, swl_header(state[1], state[2], state[3]))
+    if state[4] then
+      redis.call('LSET', key, 0, swl_header(state[1], state[2]))
     end
   end
 end

@@ -32,7 +32,7 @@ fn build(url: &str) -> throttlegate::LimiterBuilder {
 /// The exact ACL a limiter needs (documented in the README).
 pub const LIMITER_ACL: &[&str] = &[
     "on", ">s3cret", "~throttlegate:*", "resetchannels", "-@all", "+evalsha", "+eval",
-    "+script|load", "+ping", "+del", "+time", "+lrange", "+lindex", "+lset", "+rpush", "+ltrim",
+    "+script|load", "+ping", "+del", "+time", "+lrange", "+lindex", "+llen", "+lset", "+rpush", "+lpush", "+ltrim",
     "+linsert", "+lrem", "+lpos", "+type", "+pttl", "+zrange", "+pexpire", "+get", "+set", "+hgetall",
     "+hmget", "+hget", "+hincrby", "+hset", "+hdel",
 ];
