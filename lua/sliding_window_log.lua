@@ -3,8 +3,8 @@
 -- rule of this call is a log (nil otherwise): swl_entry(t, c),
 -- swl_header(extra, ids) and swl_head(key), for replay.lua and settle.lua;
 -- swl_decide(key, now, cost, limit, window, monotonic),
--- swl_commit(key, now, cost, reset_after, window, id, state) and
--- swl_flush(key, state), for check.lua. Mode "s" (single_rule.lua) is the
+-- swl_commit(key, now, cost, reset_after, window, id, hdr, extra, ids,
+-- newest) and swl_flush(key, hdr, extra, ids), for check.lua. Mode "s" (single_rule.lua) is the
 -- same arithmetic at cost 1, written out for its common case.
 --
 -- The log is a Redis list with one entry per admitted check, whatever its
@@ -36,8 +36,9 @@
 -- significant digits); times written into strings use string.format('%d').
 
 local swl_entry, swl_header, swl_head, swl_decide, swl_commit, swl_flush
-if uses_log then
-  -- The stored form of an entry of `c` units at time `t`.
+if uses_log and (mode == 'C' or mode == 'u' or mode == 'x') then
+  -- The stored form of an entry of `c` units at time `t` (as written by
+  -- swl_commit), and of a header.
   swl_entry = function(t, c)
     if c == 1 then
       return string.format('%d', t)
@@ -48,40 +49,8 @@ if uses_log then
   swl_header = function(extra, ids)
     return string.format('-%d:', extra) .. ids
   end
-
-  -- A key written by an older version holds a sorted set, one member per
-  -- unit scored by its time: rewrite it as this list (one entry per distinct
-  -- time, with its units), keeping its TTL. Ids are not carried over.
-  local function swl_upgrade(key)
-    local ttl = redis.call('PTTL', key)
-    local flat = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    redis.call('DEL', key)
-    if #flat == 0 then
-      return
-    end
-    local values = {}
-    local last, c = tonumber(flat[2]), 0
-    for i = 2, #flat, 2 do
-      local s = tonumber(flat[i])
-      if s ~= last then
-        values[#values + 1] = swl_entry(last, c)
-        last, c = s, 0
-      end
-      c = c + 1
-    end
-    values[#values + 1] = swl_entry(last, c)
-    local extra = #flat / 2 - #values
-    if extra > 0 then
-      redis.call('RPUSH', key, swl_header(extra, ''))
-    end
-    for i = 1, #values, 1000 do
-      redis.call('RPUSH', key, unpack(values, i, math.min(i + 999, #values)))
-    end
-    if ttl > 0 then
-      redis.call('PEXPIRE', key, ttl)
-    end
-  end
-
+end
+if uses_log then
   -- The front of the log: the header's extra and ids (0 and '' without a
   -- header), whether there is a header, and, with `oldest`, the oldest entry
   -- as stored (nil when the log is empty). Converts a key of an older
@@ -91,6 +60,38 @@ if uses_log then
     if type(first) == 'table' then
       if redis.call('TYPE', key).ok ~= 'zset' then
         error(first)
+      end
+      -- A key written by an older version holds a sorted set, one member per
+      -- unit scored by its time: rewrite it as this list (one entry per distinct
+      -- time, with its units), keeping its TTL. Ids are not carried over.
+      local function swl_upgrade(key)
+        local ttl = redis.call('PTTL', key)
+        local flat = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+        redis.call('DEL', key)
+        if #flat == 0 then
+          return
+        end
+        local values = {}
+        local last, c = tonumber(flat[2]), 0
+        for i = 2, #flat, 2 do
+          local s = tonumber(flat[i])
+          if s ~= last then
+            values[#values + 1] = c == 1 and last or string.format('%d:%d', last, c)
+            last, c = s, 0
+          end
+          c = c + 1
+        end
+        values[#values + 1] = c == 1 and last or string.format('%d:%d', last, c)
+        local extra = #flat / 2 - #values
+        if extra > 0 then
+          redis.call('RPUSH', key, string.format('-%d:', extra))
+        end
+        for i = 1, #values, 1000 do
+          redis.call('RPUSH', key, unpack(values, i, math.min(i + 999, #values)))
+        end
+        if ttl > 0 then
+          redis.call('PEXPIRE', key, ttl)
+        end
       end
       swl_upgrade(key)
       first = redis.call('LINDEX', key, 0)
@@ -109,19 +110,21 @@ if uses_log then
     return 0, '', false, first
   end
 
-  -- The time of the newest entry.
-  local function swl_newest(key)
-    return tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
-  end
-
   -- Decide one rule. Returns allowed (0/1), remaining, retry_after,
-  -- reset_after, and the state for swl_commit / swl_flush: { extra, ids,
-  -- header (there is one), stale (entries were dropped and the header's
-  -- place holds one of them until it is rewritten), newest (when read) }.
+  -- reset_after, and for swl_commit / swl_flush: the header's state (0 none,
+  -- 1 one, 2 one whose place holds a dropped entry until it is rewritten),
+  -- its extra and ids, and the newest entry's time when it was read (nil
+  -- otherwise).
   -- With `monotonic` (the server's own clock), no entry can be newer than
   -- `now`, so an admission's reset_after is the window.
   swl_decide = function(key, now, cost, limit, window, monotonic)
-    local extra, ids, header, oldest = swl_head(key, true)
+    -- The usual log has no header: its first element is the oldest entry.
+    local extra, ids, header, oldest = 0, '', false, redis.pcall('LINDEX', key, 0)
+    if type(oldest) == 'table' or (oldest and string.byte(oldest, 1) == 45) then
+      extra, ids, header, oldest = swl_head(key, true)
+    elseif not oldest then
+      oldest = nil
+    end
     local h = header and 1 or 0
     local stale = false
     local total = 0
@@ -129,15 +132,18 @@ if uses_log then
     if oldest then
       -- Drop the entries that have left the window, from the front.
       local floor = now - window
-      local t, c = string.match(oldest, '^(%d+):?(%d*)$')
-      first_t, first_c = tonumber(t), tonumber(c) or 1
+      first_t, first_c = tonumber(oldest), 1
+      if not first_t then
+        local t, c = string.match(oldest, '^(%d+):(%d+)$')
+        first_t, first_c = tonumber(t), tonumber(c)
+      end
       if first_t <= floor then
         first_t = nil
         local k, start, size = 0, h, 8
         while true do
           local got = redis.call('LRANGE', key, start, start + size - 1)
           for j = 1, #got do
-            t, c = string.match(got[j], '^(%d+):?(%d*)$')
+            local t, c = string.match(got[j], '^(%d+):?(%d*)$')
             t, c = tonumber(t), tonumber(c) or 1
             if t > floor then
               first_t, first_c = t, c
@@ -167,7 +173,11 @@ if uses_log then
         total = redis.call('LLEN', key) - h + extra
       end
     end
-    local state = { extra, ids, header, stale, false }
+    local hdr = h
+    if stale then
+      hdr = 2
+    end
+    local newest
     if total + cost <= limit then
       -- Admitted: the newest entry will be `now`, or a later one written by a
       -- client whose clock is ahead (client time); a peek at cost 0 adds nothing.
@@ -176,18 +186,17 @@ if uses_log then
         reset_after = window
       end
       if total > 0 and not (monotonic and cost > 0) then
-        local newest = swl_newest(key)
-        state[5] = newest
+        newest = tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
         local r = newest + window - now
         if r > reset_after then
           reset_after = r
         end
       end
-      return 1, limit - total - cost, 0, reset_after, state
+      return 1, limit - total - cost, 0, reset_after, hdr, extra, ids, newest
     end
     if total == 0 then
       -- Nothing stored can make room (a cost above the limit, refused before the script).
-      return 0, limit, 0, 0, state
+      return 0, limit, 0, 0, hdr, extra, ids
     end
     -- Denied: wait until the oldest entries holding `need` units have left.
     local need = total + cost - limit
@@ -210,15 +219,16 @@ if uses_log then
         at = at + #chunk
       end
     end
-    return 0, limit - total, t + window - now, swl_newest(key) + window - now, state
+    newest = tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
+    return 0, limit - total, t + window - now, newest + window - now, hdr, extra, ids
   end
 
-  -- Record a check of `cost` units at `now` (state from swl_decide); `id`,
+  -- Record a check of `cost` units at `now` (hdr, extra, ids, newest from
+  -- swl_decide); `id`,
   -- the call id of a check made in mode "C" (nil otherwise), joins the ids,
   -- which lose those that no longer count and keep the newest 64. The key
   -- expires when the log would be empty.
-  swl_commit = function(key, now, cost, reset_after, window, id, state)
-    local extra, ids, header, stale, newest = state[1], state[2], state[3], state[4], state[5]
+  swl_commit = function(key, now, cost, reset_after, window, id, hdr, extra, ids, newest)
     if id then
       local kept = {}
       for e in string.gmatch(ids, '[^,]+') do
@@ -231,7 +241,7 @@ if uses_log then
     end
     local entry = now
     if cost ~= 1 then
-      entry = swl_entry(now, cost)
+      entry = string.format('%d:%d', now, cost)
     end
     if not (newest and now < newest) then
       redis.call('RPUSH', key, entry)
@@ -257,9 +267,9 @@ if uses_log then
       end
       redis.call('LINSERT', key, 'BEFORE', pivot, entry)
     end
-    if cost ~= 1 or id or stale then
-      local value = swl_header(extra + cost - 1, ids)
-      if header then
+    if cost ~= 1 or id or hdr == 2 then
+      local value = string.format('-%d:', extra + cost - 1) .. ids
+      if hdr > 0 then
         redis.call('LSET', key, 0, value)
       else
         redis.call('LPUSH', key, value)
@@ -269,10 +279,10 @@ if uses_log then
   end
 
   -- A check that records nothing: rewrite the header when deciding dropped
-  -- entries (state from swl_decide).
-  swl_flush = function(key, state)
-    if state[4] then
-      redis.call('LSET', key, 0, swl_header(state[1], state[2]))
+  -- entries (hdr, extra, ids from swl_decide).
+  swl_flush = function(key, hdr, extra, ids)
+    if hdr == 2 then
+      redis.call('LSET', key, 0, string.format('-%d:', extra) .. ids)
     end
   end
 end
