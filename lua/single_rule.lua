@@ -32,62 +32,89 @@ if ARGV[1] == 's' then
   else
     now = tonumber(now)
   end
-  -- The oldest entry (see sliding_window_log.lua): a log without a header
-  -- holds only checks of one unit, so its units are its length.
+  -- The front of the log (see sliding_window_log.lua): a log without a
+  -- header holds only checks of one unit, so its units are its length; with
+  -- one, they are its entries plus the header's extra.
   local first = redis.pcall('LINDEX', key, 0)
-  local general = type(first) == 'table' or (first and string.byte(first, 1) == 45)
+  local general = type(first) == 'table'
   if not general and not first then
     redis.call('RPUSH', key, now)
     redis.call('PEXPIRE', key, math.ceil(window / 1000))
     return { now, 0, 1, limit - 1, 0, window }
   end
   if not general then
+    local h, extra, ids, oldest = 0, 0, '', first
+    if string.byte(first, 1) == 45 then
+      local e, i = string.match(first, '^%-(%d+):(.*)$')
+      h, extra, ids = 1, tonumber(e), i
+      oldest = redis.call('LINDEX', key, 1)
+    end
+    local floor = now - window
+    local units = 1
+    local t = tonumber(oldest)
+    if not t then
+      local a, b = string.match(oldest, '^(%d+):(%d+)$')
+      t, units = tonumber(a), tonumber(b)
+    end
     -- Drop the entries that have left the window, from the front (up to 8
     -- of them here; more, the general path does).
-    local floor = now - window
-    local oldest, k = tonumber(first), 0
-    if oldest <= floor then
-      local got = redis.call('LRANGE', key, 0, 7)
-      oldest = nil
+    local k = 0
+    if t <= floor then
+      local got = redis.call('LRANGE', key, h, h + 7)
+      t = nil
       for j = 1, #got do
-        local t = tonumber(got[j])
-        if t > floor then
-          oldest = t
+        local a, b = string.match(got[j], '^(%d+):?(%d*)$')
+        a, b = tonumber(a), tonumber(b) or 1
+        if a > floor then
+          t, units = a, b
           break
         end
         k = k + 1
+        extra = extra - (b - 1)
       end
-      if oldest == nil and #got < 8 then
+      if t == nil and #got < 8 then
         -- All of it has left: the log starts again with this check.
         redis.call('DEL', key)
         redis.call('RPUSH', key, now)
         redis.call('PEXPIRE', key, math.ceil(window / 1000))
         return { now, 0, 1, limit - 1, 0, window }
       end
-      general = oldest == nil
+      general = t == nil
     end
     local newest
     if not general and not clock then
       -- The caller's clock: an entry newer than `now` needs an ordered insert.
-      newest = tonumber(redis.call('LINDEX', key, -1))
+      newest = tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
       general = newest > now
     end
+    local count
     if not general then
+      count = redis.call('LLEN', key) - h - k + extra
+      -- A denial that needs more than the oldest entry's units is the
+      -- general path's, unless every entry is one unit (no header).
+      general = count >= limit and count - limit + 1 > units and h == 1
+    end
+    if not general then
+      if count >= limit and count - limit + 1 > units then
+        -- One unit per entry: the (count - limit + 1)-th oldest must leave.
+        t = tonumber(redis.call('LINDEX', key, k + count - limit))
+      end
       if k > 0 then
         redis.call('LTRIM', key, k, -1)
       end
-      local count = redis.call('LLEN', key)
       if count < limit then
         redis.call('RPUSH', key, now)
+      end
+      if k > 0 and h == 1 then
+        redis.call('LSET', key, 0, string.format('-%d:', extra) .. ids)
+      end
+      if count < limit then
         redis.call('PEXPIRE', key, math.ceil(window / 1000))
         return { now, 0, 1, limit - count - 1, 0, window }
       end
-      -- Denied: wait until the (count - limit + 1)-th oldest entry has left.
-      if count > limit then
-        oldest = tonumber(redis.call('LINDEX', key, count - limit))
-      end
-      newest = newest or tonumber(redis.call('LINDEX', key, -1))
-      return { now, 0, 0, 0, oldest + window - now, newest + window - now }
+      -- Denied: wait until the oldest units needed have left.
+      newest = newest or tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
+      return { now, 0, 0, 0, t + window - now, newest + window - now }
     end
   end
   -- The general form of the same check (args.lua), for check.lua to answer.
