@@ -1,4 +1,4 @@
--- Second in the script, reached by every mode but "s" and "f"
+-- Third in the script, reached by every mode but "s" and "f"
 -- (single_rule.lua has returned for those, or rewritten ARGV into the
 -- general form of the same check). Reads the arguments of the general form and leaves,
 -- as locals for the files after it: mode, now, monotonic (true when now came
@@ -40,8 +40,12 @@ local now
 -- server), which spares a lookup per sliding-window admission.
 local monotonic = ARGV[2] == ''
 if monotonic then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  -- Read by deadline.lua already when the call has a deadline.
+  now = server_now
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
 else
   now = tonumber(ARGV[2])
 end

@@ -1,4 +1,4 @@
--- First in the script: the short forms of single-rule checks, modes "s" and
+-- Right after deadline.lua: the short forms of single-rule checks, modes "s" and
 -- "f" (below). Mode "s", the most common call, answered in
 -- straight-line code before anything else is set up: a check of cost 1, with
 -- no call id of the caller's, against one sliding-window rule that is not in
@@ -27,8 +27,12 @@ if ARGV[1] == 's' then
   local window = tonumber(ARGV[4])
   local clock = now == nil or now == ''
   if clock then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    -- The server's clock (read by deadline.lua already when the call has a deadline).
+    now = server_now
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
   else
     now = tonumber(now)
   end
@@ -151,8 +155,11 @@ if ARGV[1] == 'f' then
   local cost = tonumber(ARGV[4])
   local now = ARGV[5]
   if now == nil or now == '' then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = server_now
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
   else
     now = tonumber(now)
   end

@@ -2,8 +2,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Decision, Limiter, LimiterOptions, Policy, PolicyObject } from './index';
 
-/** A request as the middleware sees it; `rateLimit` is set to the decision. */
-export type RateLimitedRequest = IncomingMessage & { rateLimit?: Decision };
+/**
+ * A request as the middleware sees it: `rateLimit` is set to the decision,
+ * `rateLimitAttributes` to the attributes it was checked with.
+ */
+export type RateLimitedRequest = IncomingMessage & {
+  rateLimit?: Decision;
+  rateLimitAttributes?: Record<string, string | null | undefined>;
+};
 
 /** Express's `next`. */
 export type NextFunction = (err?: unknown) => void;
@@ -27,8 +33,12 @@ export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage,
   /** Bits of an IPv6 client address that identify one client (default 64). */
   ipv6Prefix?: number;
   /**
-   * The attributes of a request. Default: `{ ip: clientIp }` (no attributes
-   * when the peer is not an IP address, so IP rules do not apply).
+   * The attributes of a request. Default: the request model
+   * (`Limiter.requestAttributes`): `ip` (absent when the peer is not an IP
+   * address, so IP rules do not apply), `method`, `route` (the template of
+   * the route Express dispatches to, with mount prefixes, as `/users/{id}`),
+   * `path`, `host` and the headers the policy's `[attributes]` reads.
+   * Given, the start-up warnings about rules it cannot feed are not given.
    */
   attributes?: (req: Req, clientIp: string | null) => Record<string, string | null | undefined> | Promise<Record<string, string | null | undefined>>;
   /** Units a request costs (default 1). */
@@ -43,10 +53,29 @@ export interface RateLimitOptions<Req extends IncomingMessage = IncomingMessage,
   onError?: (err: Error & { code?: string }, req: Req, res: Res, next: NextFunction) => unknown;
 }
 
+/** A route limit: a rate string (`'5/minute'`, `'100 per hour'`, `'10/30s'`), or an object. */
+export type RouteLimitOptions = string | {
+  /** The rate string. */
+  rate: string;
+  /** The key template (default `'{ip}'`). */
+  key?: string;
+  /** The rule's name (default derived from the route and method). */
+  name?: string;
+};
+
 /** The middleware; `limiter` is the limiter it checks with (close it on shutdown). */
 export interface RateLimitMiddleware<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> {
-  (req: Req, res: Res, next: NextFunction): Promise<void>;
+  (req: Req, res: Res, next: NextFunction): void | Promise<void>;
   readonly limiter: Limiter;
+  /**
+   * A route limit, given to a route before its handler:
+   * `app.post('/login', limited.limit('5/minute'), handler)`. It joins the
+   * limiter's policy for that route and method, so the request is checked
+   * once, in one round trip, with the policy's rules (by this middleware
+   * when the app uses it, else by the route limit itself). Throws
+   * (`code` `invalid_argument`) for a bad rate.
+   */
+  limit(rate: RouteLimitOptions): (req: Req, res: Res, next: NextFunction) => void | Promise<void>;
 }
 
 /** Make a middleware that checks every request against a limiter. */

@@ -11,17 +11,45 @@ declare module 'fastify' {
      * checked, undefined outside the contexts the plugin is registered in.
      */
     rateLimit?: Decision | null;
+    /** The attributes the request was checked with (null when it was not checked). */
+    rateLimitAttributes?: Record<string, string | null | undefined> | null;
   }
   interface FastifyContextConfig {
-    /** `false`: this route is not checked; an object: its own attributes, cost or skip. */
-    rateLimit?: false | throttlegate.RouteRateLimitOptions;
+    /**
+     * `false`: this route is not checked; a rate string (`'5/minute'`): a
+     * route limit; an object: a route limit's `rate`, `key` and `name`, and
+     * the route's own attributes, cost or skip.
+     */
+    rateLimit?: false | string | throttlegate.RouteRateLimitOptions;
   }
 }
 
 declare namespace throttlegate {
-  /** What a route may set in `config.rateLimit`, replacing the plugin's option of the same name. */
-  export interface RouteRateLimitOptions {
-    /** The attributes of the route's requests. */
+  /**
+   * What a route may set in `config.rateLimit`: a route limit (`rate`,
+   * `key`, `name`), and its own `attributes`, `cost` and `skip`, replacing
+   * the plugin's options of the same name.
+   */
+  export interface RouteRateLimitOptions extends RequestOptions {
+    /**
+     * A route limit (`'5/minute'`, `'100 per hour'`, `'10/30s'`) on this
+     * route and its methods: it joins the limiter's policy when the route
+     * is declared, and is checked with the policy's rules, in one round trip.
+     */
+    rate?: string;
+    /** The route limit's key template (default `'{ip}'`). */
+    key?: string;
+    /** The route limit's rule name (default derived from the route and methods). */
+    name?: string;
+  }
+
+  /** How requests are checked: set on the plugin, or per route in `config.rateLimit`. */
+  export interface RequestOptions {
+    /**
+     * The attributes of the route's requests (default: the request model,
+     * `Limiter.requestAttributes`: `ip`, `method`, `route`, `path`, `host`
+     * and the headers the policy's `[attributes]` reads).
+     */
     attributes?: (request: FastifyRequest, clientIp: string | null) => Attributes | Promise<Attributes>;
     /** Units a request to the route costs. */
     cost?: number | ((request: FastifyRequest) => number | Promise<number>);
@@ -30,7 +58,7 @@ declare namespace throttlegate {
   }
 
   /** Options of the plugin: give a `limiter`, or a `policy` to build one (closed with the app). */
-  export interface FastifyRateLimitOptions extends RouteRateLimitOptions {
+  export interface FastifyRateLimitOptions extends RequestOptions {
     /** The limiter to check with (it carries its own `onBackendError`). */
     limiter?: Limiter;
     /** A policy to build a limiter from (a `Policy`, a file path or a plain object). */

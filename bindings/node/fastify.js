@@ -1,71 +1,123 @@
 // Fastify plugin over a throttlegate Limiter:
 //
 //   app.register(require('throttlegate/fastify'), { limiter });
+//   app.post('/login', { config: { rateLimit: '5/minute' } }, handler);
 //
 // An `onRequest` hook checks each request of the context the plugin is
 // registered in (fastify-plugin: the registering context and its children,
-// never a sibling). The options are the Express middleware's; a route may
-// turn the check off with `config: { rateLimit: false }` or give its own
-// `attributes`, `cost` or `skip` in `config: { rateLimit: { ... } }`.
-// The client address comes from the core's ClientIp rules on the socket peer
-// (Fastify's own `trustProxy` is not consulted); the decision, headers and
-// problem body come from the core. This file only wires them to Fastify.
+// never a sibling). The attributes of a request are the core's request
+// model (`Limiter.requestAttributes`): the client address per the core's
+// ClientIp rules on the socket peer (Fastify's own `trustProxy` is not
+// consulted), the method, the route Fastify dispatched to
+// (`request.routeOptions.url`, with its prefix), the path and host as
+// received and the headers the policy's `[attributes]` reads, normalised by
+// the core under the router's `caseSensitive` and `ignoreTrailingSlash`.
+// A route's `config.rateLimit` is `false` (not checked), a rate string
+// (`'5/minute'`, a route limit), or an object with a route limit's `rate`,
+// `key` and `name` and its own `attributes`, `cost` or `skip`. Route limits
+// join the limiter's policy (`Limiter.addRouteLimit`) when the route is
+// declared, so each request is checked once, in one round trip, against
+// the policy's rules and its route's limits. The decision, headers and
+// problem body come from the core; this file only wires them to Fastify.
 'use strict';
 
 const fp = require('fastify-plugin');
-const { invalid, resolveOptions, checkFunctions, clientAddress } = require('./middleware.js');
+const {
+  invalid, resolveOptions, checkFunctions, clientAddress, requestModel, startupWarnings, denial, routeLimitSpec,
+  addRouteLimit,
+} = require('./middleware.js');
 
 const WHERE = 'throttlegate/fastify';
-const ROUTE_KEYS = new Set(['attributes', 'cost', 'skip']);
+const ROUTE_KEYS = ['attributes', 'cost', 'skip'];
 
 function defaultOnDenied(request, reply, decision) {
-  // A Buffer: Fastify would add `; charset=utf-8` to a string's type, and the
-  // type is the Express middleware's, byte for byte.
-  return reply.code(429).headers(decision.headers).type('application/problem+json')
-    .send(Buffer.from(decision.problemJson));
+  // The Express middleware's answer, byte for byte (a Buffer: Fastify would
+  // add `; charset=utf-8` to a string's type).
+  const answer = denial(decision);
+  reply.code(answer.status);
+  for (const [name, value] of answer.headers) reply.header(name, value);
+  return reply.send(answer.body);
 }
 
 function defaultOnError(err) {
   throw err;
 }
 
-/** The route's `config.rateLimit`, validated: undefined, false or an object of ROUTE_KEYS. */
+/**
+ * The route's `config.rateLimit`, validated: undefined, false, or
+ * `{ limit, settings }`: the route limit (`{ rate, key, name }` or null)
+ * and the route's own `attributes`, `cost` and `skip`.
+ */
 function routeSettings(config, url) {
   const own = config ? config.rateLimit : undefined;
   if (own === undefined || own === false) return own;
   const where = `${WHERE}: route ${url}: config.rateLimit`;
-  if (own === null || typeof own !== 'object') throw invalid(where, 'expected false or an object');
-  for (const key of Object.keys(own)) {
-    if (!ROUTE_KEYS.has(key)) throw invalid(where, `unknown option ${JSON.stringify(key)}`);
+  if (typeof own !== 'string' && (own === null || typeof own !== 'object')) {
+    throw invalid(where, 'expected false, a rate string or an object');
   }
-  checkFunctions(where, own);
-  return own;
+  const limit = routeLimitSpec(where, own, ROUTE_KEYS);
+  const settings = typeof own === 'string' ? {} : own;
+  checkFunctions(where, settings);
+  return { limit, settings };
+}
+
+/** The router's comparison rules from Fastify's options (its router's own, or the older top-level ones). */
+function routerRules(fastify) {
+  const config = fastify.initialConfig || {};
+  const router = config.routerOptions || {};
+  const caseSensitive = router.caseSensitive ?? config.caseSensitive ?? true;
+  const ignoreTrailingSlash = router.ignoreTrailingSlash ?? config.ignoreTrailingSlash ?? false;
+  return { caseInsensitive: !caseSensitive, ignoreTrailingSlash };
 }
 
 async function throttlegatePlugin(fastify, options) {
   const o = resolveOptions(WHERE, options, { onDenied: defaultOnDenied, onError: defaultOnError });
   if (!fastify.hasRequestDecorator('rateLimit')) fastify.decorateRequest('rateLimit', null);
+  if (!fastify.hasRequestDecorator('rateLimitAttributes')) fastify.decorateRequest('rateLimitAttributes', null);
+  startupWarnings(WHERE, o.limiter, o.attributes);
+  const rules = routerRules(fastify);
 
-  // A route's settings are checked when it is declared, not on its first request.
+  // The route limits in the limiter's policy, by `METHOD,... url`.
+  const added = new Set();
+  function addLimit(limit, url, method) {
+    const methods = Array.isArray(method) ? method : [method];
+    const id = `${methods.join(',')} ${url}`;
+    if (added.has(id)) return;
+    addRouteLimit(WHERE, o.limiter, limit, url, methods, o.attributes);
+    added.add(id);
+  }
+
+  // A route's settings are checked, and its limit joins the limiter's
+  // policy, when it is declared, not on its first request.
   fastify.addHook('onRoute', (route) => {
-    routeSettings(route.config, route.url);
+    const own = routeSettings(route.config, route.url);
+    if (own && own.limit !== null) addLimit(own.limit, route.url, route.method);
   });
 
   fastify.addHook('onRequest', async function onRequest(request, reply) {
     const routeOptions = request.routeOptions;
     const own = routeOptions ? routeOptions.config && routeOptions.config.rateLimit : undefined;
     if (own === false) return;
-    const route = own || {};
+    const route = own !== null && typeof own === 'object' ? own : {};
     const attributes = route.attributes || o.attributes;
     const cost = route.cost === undefined ? o.cost : route.cost;
     const skip = route.skip || o.skip;
     try {
+      if ((typeof own === 'string' || route.rate !== undefined) && !added.has(`${routeOptions.method} ${routeOptions.url}`)) {
+        // A route declared before the plugin loaded (`register` not awaited)
+        // was not seen by `onRoute`: its limit joins on its first request.
+        addLimit(routeSettings(routeOptions.config, routeOptions.url).limit, routeOptions.url, routeOptions.method);
+      }
       if (skip !== undefined && (await skip(request))) return;
       const ip = clientAddress(o.clientIp, request.raw);
-      const attrs = await attributes(request, ip);
+      const raw = request.raw;
+      const attrs = attributes === null
+        ? requestModel(o.limiter, raw, ip, (routeOptions && routeOptions.url) ?? null, raw.url, rules)
+        : await attributes(request, ip);
       const units = typeof cost === 'function' ? await cost(request) : cost;
       const decision = await o.limiter.check(attrs, { cost: units });
       request.rateLimit = decision;
+      request.rateLimitAttributes = attrs;
       if (!decision.allowed) {
         await o.onDenied(request, reply, decision);
         return reply;

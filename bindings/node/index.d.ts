@@ -33,6 +33,42 @@ export declare class ClientIp {
  */
 export declare class Limiter {
   /**
+   * The attributes of an HTTP request per the core's request model: `ip`
+   * (as given), `method` (upper case, `HEAD` as `GET`), `route` (the
+   * framework's template of the route it dispatches to, normalised to
+   * `/users/{id}`; absent when `route` is null), `path` (query removed,
+   * percent-decoded, `//` and dot segments resolved, the router's case and
+   * trailing-slash rules applied), `host` (lower case, no port), then each
+   * attribute the policy's `[attributes]` table reads from a header of
+   * `headers` (a Node `req.headers` object; only the names
+   * `requestHeaders()` lists are read). Pass the result to `check`.
+   */
+  requestAttributes(request: HttpRequest): Record<string, string>
+  /**
+   * The lower-case names of the request headers the policy's
+   * `[attributes]` table reads (`attributes.api_key = "header:x-api-key"`).
+   */
+  requestHeaders(): Array<string>
+  /**
+   * One message per rule that needs an attribute neither in `provided`
+   * nor in the policy's `[attributes]` table, so the rule never applies.
+   * `provided` defaults to the request model the HTTP integrations give
+   * (`ip`, `method`, `route`, `path`, `host`).
+   */
+  attributeWarnings(provided?: string[]): Array<string>
+  /**
+   * Add a route limit written in a framework's idiom to the policy in
+   * force (kept across `reload`), so it is checked in the same single
+   * round trip as the policy's rules: `rate` (`"5/minute"`, see
+   * `parseRate`) on requests whose `route` is `route` (the framework's
+   * template, normalised) and whose method is one of `methods` (any when
+   * absent or empty), keyed on `key` (a key template, default `"{ip}"`),
+   * named `name` (default derived from the route). Returns the names of
+   * the rules added; adding the same limit again returns the same names.
+   * Throws (`code` `invalid_argument`) naming what is wrong.
+   */
+  addRouteLimit(limit: RouteLimit): Array<string>
+  /**
    * `policy`: a `Policy`, a path to a TOML/JSON policy file, or a plain
    * object in the policy-file structure. `options` override the policy's
    * settings and choose the backend.
@@ -262,6 +298,35 @@ export declare enum ErrorCode {
   Internal = 'internal',
 }
 
+/**
+ * An HTTP request's raw parts as the framework has them, for
+ * `Limiter.requestAttributes` (declared for TypeScript; read property by
+ * property, so errors name the part at fault).
+ */
+export interface HttpRequest {
+  /** The client address (a `ClientIp` result); null for a non-IP peer. */
+  ip?: string | null
+  /** The method as received. */
+  method: string
+  /**
+   * The framework's template of the route it dispatches the request to,
+   * in its own syntax with any mount prefix (`/api/users/:id`); null when
+   * no route matches.
+   */
+  route?: string | null
+  /**
+   * The request target's path as received (it may carry the query,
+   * percent-encoding, `//`).
+   */
+  path: string
+  /** The `Host` header as received. */
+  host?: string | null
+  /** The request headers (`req.headers`; values a string or an array of strings). */
+  headers?: Record<string, string | string[] | undefined>
+  /** The router's comparison rules (default: case and trailing slash both matter). */
+  router?: RouterRules
+}
+
 /** A bucket of the backend latency histogram. */
 export interface LatencyBucket {
   /** The bucket's upper bound, in seconds. */
@@ -296,6 +361,11 @@ export interface LimiterOptions {
    */
   onBackendError?: 'allow' | 'deny' | 'error'
   /** Prefix of every key (default `throttlegate:`). */
+  prefix?: string
+  /**
+   * The old name of `prefix` (still accepted; give one of them).
+   * @deprecated use `prefix`
+   */
   keyPrefix?: string
   /**
    * Where "now" comes from: the backend's clock (default), this host's
@@ -336,6 +406,25 @@ export interface LimiterOptions {
    * system's trust store is not enough (a private CA, mutual TLS).
    */
   tls?: TlsOptions
+  /**
+   * Check the backend now (default off): connect, `PING` and run the
+   * check script once on no key, within the timeout, and throw instead of
+   * degrading every call: code `'backend_unavailable'` for a wrong URL,
+   * `'timeout'` for a server that does not answer, `'backend'` for a
+   * wrong password or a user without the script's commands. The
+   * constructor waits for the check.
+   */
+  strict?: boolean
+  /**
+   * Where outages are reported: one line to `warn` when calls start
+   * failing (naming the cause: `refused`, `timeout`, `auth_failed`,
+   * `noscript`, `cluster_down`, `unavailable`, `backend_error`), one line
+   * to `info` (or `warn`) when a call succeeds again; never one per call.
+   * `console`, pino and winston loggers fit. Default: each line is a
+   * process warning (`process.emitWarning(line, 'ThrottlegateWarning')`);
+   * `null` or `false` turns them off.
+   */
+  logger?: { warn(message: string): void; info?(message: string): void } | null | false
 }
 
 /**
@@ -388,6 +477,14 @@ export interface Override {
   limit: number
 }
 
+/**
+ * Parse a rate string (`"5/minute"`, `"100 per hour"`, `"10/30s"`, several
+ * joined by `;`) with the core's grammar, as route limits and a policy
+ * rule's `rate` read it. Throws (`code` `invalid_argument`) naming what is
+ * wrong.
+ */
+export declare function parseRate(text: string): Array<Rate>
+
 /** The options of `Limiter.peek()`. */
 export interface PeekOptions {
   /** Units the request would cost (default 1). */
@@ -406,6 +503,14 @@ export interface PolicyObject {
   on_backend_error?: 'allow' | 'deny' | 'error'
 }
 
+/** One rate of a rate string: `limit` requests per `windowMs` milliseconds. */
+export interface Rate {
+  /** Requests admitted per window. */
+  limit: number
+  /** The window, in milliseconds. */
+  windowMs: number
+}
+
 /** How a limiter's reloads went (see `Limiter.reloadStatus()`). */
 export interface ReloadStatus {
   /** Policies applied (`reload()` and the file watch). */
@@ -416,6 +521,36 @@ export interface ReloadStatus {
   lastError?: string
   /** The file watched with `reloadOnChange`; absent when none. */
   watching?: string
+}
+
+/**
+ * A route limit written in a framework's idiom, for `Limiter.addRouteLimit`
+ * (declared for TypeScript).
+ */
+export interface RouteLimit {
+  /** The rate: `"5/minute"`, `"100 per hour"`, `"10/30s"`, several joined by `;`. */
+  rate: string
+  /** The framework's route template, with any mount prefix (`/login`, `/users/:id`). */
+  route: string
+  /** The methods it limits (any when absent or empty; `HEAD` counts as `GET`). */
+  methods?: Array<string>
+  /** The key template (default `"{ip}"`). */
+  key?: string
+  /** The rule's name (default derived from the route and methods). */
+  name?: string
+}
+
+/**
+ * The router's own comparison rules, read by an integration from the
+ * framework's settings (Express: `case sensitive routing` off is
+ * `caseInsensitive`, `strict routing` off is `ignoreTrailingSlash`;
+ * Fastify: its `caseSensitive` and `ignoreTrailingSlash` router options).
+ */
+export interface RouterRules {
+  /** Paths that differ only in case reach the same route. */
+  caseInsensitive?: boolean
+  /** `/login/` reaches the route `/login`. */
+  ignoreTrailingSlash?: boolean
 }
 
 /** One rule's counters since the limiter was made (see `Limiter.metrics()`). */

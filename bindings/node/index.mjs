@@ -9,6 +9,7 @@ export const {
   METRICS_CONTENT_TYPE,
   metricFamilies,
   metricOutcomes,
+  parseRate,
   Policy,
   VERSION,
 } = native;

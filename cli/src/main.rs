@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use throttlegate::duration::parse_duration;
-use throttlegate::{FailureMode, Limiter, LimiterBuilder, Policy};
+use throttlegate::{FailureMode, HealthSink, Limiter, LimiterBuilder, Policy};
 
 use crate::error::{CliError, CliResult, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE};
 
@@ -114,9 +114,12 @@ impl BackendArgs {
     /// Backend failures are errors here, never silently degraded answers.
     pub fn builder(&self, redis: Option<&str>) -> CliResult<LimiterBuilder> {
         let policy = Policy::from_file(&self.rules)?;
+        // An outage met during a long command (traffic, bench) is one line
+        // on stderr, and its end another; never one per call.
         let mut b = Limiter::builder(policy)
             .timeout(self.timeout)
-            .on_backend_error(FailureMode::Error);
+            .on_backend_error(FailureMode::Error)
+            .on_health(HealthSink::stderr());
         if let Some(url) = redis {
             b = b.url(url);
         }

@@ -136,10 +136,10 @@ pub fn parse_attributes(args: &[String]) -> CliResult<Vec<(String, String)>> {
 }
 
 pub fn connect(backend: &BackendArgs, url: &str) -> CliResult<Limiter> {
-    let limiter = backend.builder(Some(url))?.build()?;
-    // A clear "cannot reach" error up front, instead of a decision that a
-    // rule's own on_backend_error setting could turn into a degraded answer.
-    limiter.ping_blocking()?;
+    // A clear "cannot reach" (or wrong password, or missing permission)
+    // error up front, instead of a decision that a rule's own
+    // on_backend_error setting could turn into a degraded answer.
+    let limiter = backend.builder(Some(url))?.strict(true).build()?;
     Ok(limiter)
 }
 

@@ -750,6 +750,34 @@ fn unreachable_backend_exits_3() {
     );
 }
 
+/// One-shot commands start strict: a wrong password, a user who may not run
+/// the script, and a server that never answers fail at once (exit 3, one
+/// line naming the kind and the failed step), within the timeout.
+#[test]
+fn wrong_password_or_silent_server_fail_at_start() {
+    let server = RedisServer::start();
+    let rules = repo("examples/rules.toml");
+    let check = |url: &str, timeout: &str| {
+        run(&["check", "--rules", &rules, "--redis", url, "--timeout", timeout, "ip=203.0.113.7"])
+    };
+    assert_eq!(
+        server.command(&["ACL", "SETUSER", "cli-strict", "on", ">right", "~*", "+@all", "-@scripting"]).unwrap(),
+        "+OK"
+    );
+    let o = check(&format!("redis://cli-strict:wrong@127.0.0.1:{}", server.port()), "2s");
+    assert_fails(&o, 3, &["backend", "strict: ", "PING"]);
+    let o = check(&format!("redis://cli-strict:right@127.0.0.1:{}", server.port()), "2s");
+    assert_fails(&o, 3, &["backend", "check script"]);
+    // A listener that accepts and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let started = std::time::Instant::now();
+    let o = check(&url, "300ms");
+    assert_fails(&o, 3, &["timeout", "strict: "]);
+    // The process's own start-up included; generous for a loaded machine.
+    assert!(started.elapsed() < std::time::Duration::from_secs(3), "{:?}", started.elapsed());
+}
+
 // ---- bench ---------------------------------------------------------------------
 
 #[test]

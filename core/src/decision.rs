@@ -294,10 +294,26 @@ impl Decision {
     ///   in whole seconds rounded up, at least 1;
     /// - with `legacy`, `X-RateLimit-*` copies of the first three.
     ///
-    /// No header at all when no rule applied.
+    /// No header at all when no rule applied. A [degraded](Decision::degraded)
+    /// decision was made without reading any count, so it claims none: it
+    /// has `RateLimit-Limit` and `RateLimit-Policy` (the policy, which is
+    /// known), `Retry-After` on a denial and, with `legacy`,
+    /// `X-RateLimit-Limit`; never `RateLimit-Remaining`, `RateLimit-Reset`,
+    /// `RateLimit` or their `X-` copies.
     pub fn headers_with(&self, options: HeaderOptions) -> Vec<(&'static str, String)> {
         let mut out = Vec::with_capacity(8);
         if self.rule.is_none() {
+            return out;
+        }
+        if self.degraded {
+            out.push(("RateLimit-Limit", self.limit.to_string()));
+            out.push(("RateLimit-Policy", self.policy_header()));
+            if !self.allowed {
+                out.push(("Retry-After", ceil_secs(self.retry_after).max(1).to_string()));
+            }
+            if options.legacy {
+                out.push(("X-RateLimit-Limit", self.limit.to_string()));
+            }
             return out;
         }
         let reset = ceil_secs(self.reset_after).to_string();
@@ -337,6 +353,19 @@ impl Decision {
             out.push(("X-RateLimit-Reset", reset));
         }
         out
+    }
+
+    /// The `RateLimit-Policy` header's value: one entry per applied,
+    /// non-shadow rule.
+    fn policy_header(&self) -> String {
+        let mut policy = String::new();
+        for r in self.results.iter().filter(|r| !r.shadow) {
+            if !policy.is_empty() {
+                policy.push_str(", ");
+            }
+            let _ = write!(policy, "\"{}\";q={};w={}", r.rule, r.limit, ceil_secs(r.window).max(1));
+        }
+        policy
     }
 
     /// The decision as JSON in the conformance-vector format
@@ -388,20 +417,34 @@ impl Decision {
 
     /// An `application/problem+json` body (RFC 9457) for a denial, naming the
     /// violated rules; `None` when the request is allowed. Identical bytes in
-    /// every language.
+    /// every language. A [degraded](Decision::degraded) denial (the failure
+    /// policy's, Redis unreachable) says so: its `detail` names the failure
+    /// policy instead of an exceeded limit, and it has `"degraded": true`.
     pub fn problem_json(&self) -> Option<String> {
         if self.allowed {
             return None;
         }
         let rules: Vec<&str> = self.denying_rules().map(|r| &*r.rule).collect();
-        let body = serde_json::json!({
-            "type": "about:blank",
-            "title": "Too Many Requests",
-            "status": 429,
-            "detail": format!("rate limit exceeded: {}", rules.join(", ")),
-            "violated_rules": rules,
-            "retry_after": ceil_secs(self.retry_after).max(1),
-        });
+        let body = if self.degraded {
+            serde_json::json!({
+                "type": "about:blank",
+                "title": "Too Many Requests",
+                "status": 429,
+                "detail": format!("rate limit backend unavailable; denied by the failure policy of: {}", rules.join(", ")),
+                "violated_rules": rules,
+                "retry_after": ceil_secs(self.retry_after).max(1),
+                "degraded": true,
+            })
+        } else {
+            serde_json::json!({
+                "type": "about:blank",
+                "title": "Too Many Requests",
+                "status": 429,
+                "detail": format!("rate limit exceeded: {}", rules.join(", ")),
+                "violated_rules": rules,
+                "retry_after": ceil_secs(self.retry_after).max(1),
+            })
+        };
         Some(body.to_string())
     }
 }
@@ -481,5 +524,33 @@ mod tests {
         let got: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(got, expect);
         assert!(Decision::unlimited().headers().is_empty());
+    }
+
+    #[test]
+    fn degraded_decisions_claim_no_count() {
+        // What the failure policy answers: a full quota never read, or a denial.
+        let allow = Decision::from_results(vec![r("a", true, 10, 0, 0), r("b", true, 10, 0, 0)], true);
+        let got = allow.headers_with(HeaderOptions { legacy: true });
+        let got: Vec<(&str, &str)> = got.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("RateLimit-Limit", "10"),
+                ("RateLimit-Policy", "\"a\";q=10;w=60, \"b\";q=10;w=60"),
+                ("X-RateLimit-Limit", "10"),
+            ]
+        );
+        assert_eq!(allow.problem_json(), None);
+        let deny = Decision::from_results(vec![r("a", false, 0, 1000, 0)], true);
+        let got = deny.headers();
+        let got: Vec<(&str, &str)> = got.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(got, vec![("RateLimit-Limit", "10"), ("RateLimit-Policy", "\"a\";q=10;w=60"), ("Retry-After", "1")]);
+        let body: serde_json::Value = serde_json::from_str(&deny.problem_json().unwrap()).unwrap();
+        assert_eq!(body["degraded"], true);
+        assert_eq!(body["retry_after"], 1);
+        assert_eq!(body["violated_rules"], serde_json::json!(["a"]));
+        // A decision read from Redis has no such field.
+        let counted = Decision::from_results(vec![r("a", false, 0, 1000, 0)], false);
+        assert!(!counted.problem_json().unwrap().contains("degraded"));
     }
 }

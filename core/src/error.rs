@@ -177,6 +177,15 @@ impl Error {
         )
     }
 
+    /// The error of a check that reached Redis after its deadline: the
+    /// script changed nothing (the caller has had its timeout by then).
+    pub(crate) fn expired() -> Self {
+        Error::new(
+            ErrorKind::Timeout,
+            "the check reached the backend after its deadline (the timeout) and changed nothing",
+        )
+    }
+
     /// An [`ErrorKind::Internal`] error for a caught panic, with its text:
     /// what every front end reports instead of letting a panic cross into
     /// its language.

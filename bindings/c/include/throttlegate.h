@@ -106,6 +106,31 @@ typedef uint32_t tg_result;
 #endif // __cplusplus
 
 /**
+ * The level of a line given to a `tg_log_fn`.
+ */
+enum tg_log_level
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+    /**
+     * An outage began: calls fail and are answered by the failure policy.
+     */
+    TG_LOG_WARNING = 1,
+    /**
+     * The backend answers again.
+     */
+    TG_LOG_INFO = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum tg_log_level tg_log_level;
+#else
+typedef uint32_t tg_log_level;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * What a call does when the backend is down, too slow, or answers with an
  * error: the values of `tg_limiter_options_set_on_backend_error()`.
  */
@@ -397,6 +422,19 @@ typedef struct tg_latency {
      */
     double sum_seconds;
 } tg_latency;
+
+/**
+ * A log callback (`tg_limiter_options_set_log()`): `level`, the outage's
+ * cause (`"refused"`, `"timeout"`, `"auth_failed"`, `"noscript"`,
+ * `"cluster_down"`, `"unavailable"` or `"backend_error"`) and the line,
+ * both NUL-terminated and valid only during the call; `user_data` as given.
+ * Called from the thread of the call that changed the backend's health,
+ * never twice at once for one limiter; it must not call the limiter.
+ */
+typedef void (*tg_log_fn)(void *user_data,
+                          tg_log_level level,
+                          const char *cause,
+                          const char *message);
 
 /**
  * How a limiter's reloads went, filled by `tg_limiter_reload_status()`.
@@ -913,6 +951,33 @@ tg_result tg_limiter_reload_file(const struct tg_limiter *limiter, const char *p
  * Errors: `TG_NULL_POINTER`.
  */
 tg_result tg_limiter_options_set_reload_on_change(struct tg_limiter_options *options, int32_t on);
+
+/**
+ * Check the backend when the limiter is built (non-zero `on`; default
+ * off): `tg_limiter_new_with_options()` then connects, sends `PING` and
+ * runs the check script once on no key, within the timeout, and fails
+ * instead of degrading every later call: `TG_BACKEND_UNAVAILABLE` for a
+ * wrong URL, `TG_TIMEOUT` for a server that does not answer, `TG_BACKEND`
+ * for a wrong password or a user without the script's commands (the
+ * message, from `tg_last_error_message()`, starts with `strict:` and names
+ * the failed step). No effect on the embedded backend.
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_options_set_strict(struct tg_limiter_options *options, int32_t on);
+
+/**
+ * Report the backend's outages to `log` (with `user_data`): one
+ * `TG_LOG_WARNING` line when calls start failing, naming the cause, and one
+ * `TG_LOG_INFO` line when a call succeeds again; never one line per call.
+ * `NULL` turns it off (the default: nothing is reported). `user_data` must
+ * stay valid, and `log` callable from any thread, for the limiter's life.
+ *
+ * Errors: `TG_NULL_POINTER` (options).
+ */
+tg_result tg_limiter_options_set_log(struct tg_limiter_options *options,
+                                     tg_log_fn log,
+                                     void *user_data);
 
 /**
  * The limiter's reload counters, written to `*out`.

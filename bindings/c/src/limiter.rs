@@ -818,6 +818,77 @@ pub unsafe extern "C" fn tg_limiter_options_set_reload_on_change(options: *mut t
     })
 }
 
+/// Check the backend when the limiter is built (non-zero `on`; default
+/// off): `tg_limiter_new_with_options()` then connects, sends `PING` and
+/// runs the check script once on no key, within the timeout, and fails
+/// instead of degrading every later call: `TG_BACKEND_UNAVAILABLE` for a
+/// wrong URL, `TG_TIMEOUT` for a server that does not answer, `TG_BACKEND`
+/// for a wrong password or a user without the script's commands (the
+/// message, from `tg_last_error_message()`, starts with `strict:` and names
+/// the failed step). No effect on the embedded backend.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_strict(options: *mut tg_limiter_options, on: i32) -> tg_result {
+    ffi(|| {
+        out_ptr(options, "options")?.options.strict = on != 0;
+        Ok(())
+    })
+}
+
+/// The level of a line given to a `tg_log_fn`.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum tg_log_level {
+    /// An outage began: calls fail and are answered by the failure policy.
+    TG_LOG_WARNING = 1,
+    /// The backend answers again.
+    TG_LOG_INFO = 2,
+}
+
+/// A log callback (`tg_limiter_options_set_log()`): `level`, the outage's
+/// cause (`"refused"`, `"timeout"`, `"auth_failed"`, `"noscript"`,
+/// `"cluster_down"`, `"unavailable"` or `"backend_error"`) and the line,
+/// both NUL-terminated and valid only during the call; `user_data` as given.
+/// Called from the thread of the call that changed the backend's health,
+/// never twice at once for one limiter; it must not call the limiter.
+pub type tg_log_fn = Option<
+    unsafe extern "C" fn(user_data: *mut std::ffi::c_void, level: tg_log_level, cause: *const c_char, message: *const c_char),
+>;
+
+/// A `tg_log_fn` and its `user_data`, callable from any thread (the caller
+/// of `tg_limiter_options_set_log()` vouches for that).
+struct LogCallback(unsafe extern "C" fn(*mut std::ffi::c_void, tg_log_level, *const c_char, *const c_char), usize);
+
+/// Report the backend's outages to `log` (with `user_data`): one
+/// `TG_LOG_WARNING` line when calls start failing, naming the cause, and one
+/// `TG_LOG_INFO` line when a call succeeds again; never one line per call.
+/// `NULL` turns it off (the default: nothing is reported). `user_data` must
+/// stay valid, and `log` callable from any thread, for the limiter's life.
+///
+/// Errors: `TG_NULL_POINTER` (options).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_options_set_log(
+    options: *mut tg_limiter_options,
+    log: tg_log_fn,
+    user_data: *mut std::ffi::c_void,
+) -> tg_result {
+    ffi(|| {
+        let options = &mut out_ptr(options, "options")?.options;
+        options.on_health = log.map(|f| {
+            let callback = LogCallback(f, user_data as usize);
+            throttlegate::HealthSink::new(move |event| {
+                let level = if event.is_down() { tg_log_level::TG_LOG_WARNING } else { tg_log_level::TG_LOG_INFO };
+                let cause = std::ffi::CString::new(event.cause().as_str()).unwrap_or_default();
+                let message = std::ffi::CString::new(event.message().replace('\0', " ")).unwrap_or_default();
+                // SAFETY: the caller vouched that `log` may be called with `user_data` from any thread.
+                unsafe { (callback.0)(callback.1 as *mut std::ffi::c_void, level, cause.as_ptr(), message.as_ptr()) }
+            })
+        });
+        Ok(())
+    })
+}
+
 /// How a limiter's reloads went, filled by `tg_limiter_reload_status()`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

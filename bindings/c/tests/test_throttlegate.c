@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -616,6 +617,310 @@ static void test_backend_failures(void) {
     EXPECT_RC(tg_limiter_check(l, attrs, 1, 1, &d), TG_BACKEND, "error");
     CHECK(d == SENTINEL, "decision written on failure");
     tg_limiter_free(l);
+    tg_policy_free(policy);
+}
+
+/* ---- Redis away: the timeout bounds every call, a timed-out check never
+ * counts, degraded decisions claim no count, outages are logged once ---- */
+
+/* What a call may take beyond its timeout on a shared, noisy machine:
+ * 80 ms, or $TG_TIMING_SLACK_MS (scripts/test-c.sh loosens it under
+ * valgrind, which slows every instruction). */
+static double slack_ms(void) {
+    const char *env = getenv("TG_TIMING_SLACK_MS");
+    return env != NULL ? atof(env) : 80.0;
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* The pid of the test redis-server (`INFO server`'s process_id), or -1. */
+static pid_t redis_pid(void) {
+    static const char req[] = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+    char buf[8192];
+    size_t got = 0;
+    int fd = connect_port(redis_port);
+    if (fd < 0) return -1;
+    if (write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
+        ssize_t r;
+        while (got < sizeof buf - 1 && (r = read(fd, buf + got, sizeof buf - 1 - got)) > 0) {
+            got += (size_t)r;
+            buf[got] = '\0';
+            if (strstr(buf, "process_id:") != NULL && strstr(strstr(buf, "process_id:"), "\r\n") != NULL) break;
+        }
+    }
+    close(fd);
+    buf[got] = '\0';
+    const char *at = strstr(buf, "process_id:");
+    return at == NULL ? -1 : (pid_t)atol(at + strlen("process_id:"));
+}
+
+/* A limiter that answers backend failures by admitting, with `timeout_ms`,
+ * `prefix`, and, when not NULL, a log callback. */
+static tg_limiter *away_limiter(const tg_policy *policy, const char *url, uint64_t timeout_ms, const char *prefix,
+                                tg_log_fn log, void *user_data) {
+    tg_limiter_options *o = NULL;
+    tg_limiter *l = NULL;
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_url(o, url));
+    OK(tg_limiter_options_set_timeout_ms(o, timeout_ms));
+    OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ALLOW));
+    if (prefix != NULL) OK(tg_limiter_options_set_prefix(o, prefix));
+    if (log != NULL) OK(tg_limiter_options_set_log(o, log, user_data));
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_limiter_options_free(o);
+    return l;
+}
+
+/* Check until Redis answers (connecting and loading the script may take
+ * longer than a short timeout under valgrind); false if it never does. */
+static int answered_by_redis(const tg_limiter *l, const tg_attribute *attrs) {
+    for (int i = 0; i < 100; i++) {
+        if (!check_info(l, attrs, 1, 1).degraded) return 1;
+    }
+    return 0;
+}
+
+static const char *AWAY_TOML =
+    "[[rules]]\n"
+    "name = \"big\"\n"
+    "key = \"ip:{ip}\"\n"
+    "limit = 1000000\n"
+    "window = \"1h\"\n";
+
+/* Three degraded checks on `l`, each within `timeout_ms` and the slack. */
+static void expect_bounded(const tg_limiter *l, const char *what, double timeout_ms) {
+    tg_attribute attrs[] = {{"ip", "192.0.2.7"}};
+    double worst = 0;
+    for (int i = 0; i < 3; i++) {
+        double started = now_ms();
+        tg_decision_info info = check_info(l, attrs, 1, 1);
+        double took = now_ms() - started;
+        if (took > worst) worst = took;
+        CHECK(info.allowed && info.degraded, "%s: allowed %d degraded %d", what, info.allowed, info.degraded);
+    }
+    CHECK(worst <= timeout_ms + slack_ms(), "%s: a call took %.1f ms with a timeout of %.0f ms", what, worst, timeout_ms);
+    printf("  %s: timeout %.0f ms, longest call %.1f ms\n", what, timeout_ms, worst);
+}
+
+static void test_timeout_bounds_every_call(void) {
+    tg_policy *policy = policy_from(AWAY_TOML);
+    char url[128];
+    int hole_port;
+    int hole = silent_listener(&hole_port);
+    pid_t pid = redis_pid();
+    CHECK(pid > 0, "redis-server pid");
+    for (int t = 0; t < 2; t++) {
+        uint64_t timeout = t == 0 ? 100 : 300;
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", hole_port);
+        tg_limiter *l = away_limiter(policy, url, timeout, NULL, NULL, NULL);
+        expect_bounded(l, "black hole", (double)timeout);
+        tg_limiter_free(l);
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+        l = away_limiter(policy, url, timeout, NULL, NULL, NULL);
+        expect_bounded(l, "refused", (double)timeout);
+        tg_limiter_free(l);
+        l = away_limiter(policy, redis_url, timeout, "tgc-away-bounds:", NULL, NULL);
+        tg_attribute attrs[] = {{"ip", "192.0.2.7"}};
+        CHECK(answered_by_redis(l, attrs), "connected before the pause");
+        kill(pid, SIGSTOP);
+        expect_bounded(l, "paused", (double)timeout);
+        kill(pid, SIGCONT);
+        tg_limiter_free(l);
+    }
+    close(hole);
+    tg_policy_free(policy);
+}
+
+struct away_load {
+    const tg_limiter *limiter;
+    volatile int stop;
+    pthread_mutex_t lock;
+    uint64_t admitted, degraded;
+};
+
+static void *away_worker(void *arg) {
+    struct away_load *load = arg;
+    tg_attribute attrs[] = {{"ip", "x"}};
+    while (!load->stop) {
+        tg_decision_info info = check_info(load->limiter, attrs, 1, 1);
+        pthread_mutex_lock(&load->lock);
+        if (info.degraded) {
+            load->degraded++;
+        } else if (info.allowed) {
+            load->admitted++;
+        }
+        pthread_mutex_unlock(&load->lock);
+    }
+    return NULL;
+}
+
+/* Checks from 4 threads while Redis is paused (SIGSTOP) and resumed: the
+ * count in Redis equals the admissions the callers saw, but for the
+ * documented window (without the deadline, every check that timed out during
+ * the pause would count). */
+static void test_timed_out_checks_never_count(void) {
+    tg_policy *policy = policy_from(AWAY_TOML);
+    pid_t pid = redis_pid();
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "tgc-away-%d:", (int)getpid());
+    tg_limiter *l = away_limiter(policy, redis_url, 100, prefix, NULL, NULL);
+    struct away_load load = {l, 0, PTHREAD_MUTEX_INITIALIZER, 0, 0};
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) pthread_create(&threads[i], NULL, away_worker, &load);
+    sleep_ms(150);
+    kill(pid, SIGSTOP);
+    sleep_ms(600);
+    kill(pid, SIGCONT);
+    sleep_ms(150);
+    load.stop = 1;
+    for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
+    /* Every late script has run once a round trip is answered. */
+    tg_result pinged = TG_TIMEOUT;
+    for (int i = 0; i < 100 && pinged != TG_OK; i++) pinged = tg_limiter_ping(l);
+    CHECK(pinged == TG_OK, "ping after the pause: %s", tg_result_name(pinged));
+    char key[128];
+    snprintf(key, sizeof key, "%sbig:ip:x", prefix);
+    const char *zcard[] = {"ZCARD", key};
+    const char *reply = redis_command(2, zcard);
+    uint64_t counted = reply != NULL && reply[0] == ':' ? strtoull(reply + 1, NULL, 10) : 0;
+    CHECK(load.degraded >= 8, "the pause timed calls out (%" PRIu64 ")", load.degraded);
+    /* Every admission counts; a timed-out check counts only when its script
+     * ran just before Redis stopped and its reply was held (the remaining
+     * window: at most one per thread in flight). */
+    CHECK(counted >= load.admitted && counted <= load.admitted + 4,
+          "Redis counted %" PRIu64 ", callers saw %" PRIu64 " admitted (%" PRIu64 " degraded)", counted, load.admitted,
+          load.degraded);
+    printf("  %" PRIu64 " admitted, %" PRIu64 " degraded, %" PRIu64 " counted\n", load.admitted, load.degraded, counted);
+    tg_limiter_free(l);
+    tg_policy_free(policy);
+}
+
+struct log_lines {
+    pthread_mutex_t lock;
+    int warnings, infos;
+    char cause[32];
+    char last[512];
+};
+
+static void record_log(void *user_data, tg_log_level level, const char *cause, const char *message) {
+    struct log_lines *lines = user_data;
+    pthread_mutex_lock(&lines->lock);
+    if (level == TG_LOG_WARNING) {
+        lines->warnings++;
+        snprintf(lines->cause, sizeof lines->cause, "%s", cause);
+    } else {
+        lines->infos++;
+    }
+    snprintf(lines->last, sizeof lines->last, "%s", message);
+    pthread_mutex_unlock(&lines->lock);
+}
+
+/* Degraded decisions claim no count; outages are logged once, with their
+ * cause, and once when they end; strict start-up fails fast. */
+static void test_outages_logged_once(void) {
+    tg_policy *policy = policy_from(AWAY_TOML);
+    tg_attribute attrs[] = {{"ip", "192.0.2.9"}};
+    char url[128];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    struct log_lines refused = {PTHREAD_MUTEX_INITIALIZER, 0, 0, "", ""};
+    tg_limiter *l = away_limiter(policy, url, 200, NULL, record_log, &refused);
+    for (int i = 0; i < 10; i++) {
+        tg_decision *d = NULL;
+        OK(tg_limiter_check(l, attrs, 1, 1, &d));
+        if (i == 0) {
+            /* A degraded allow: the policy's limit, no remaining count, no RateLimit. */
+            size_t n = 0;
+            OK(tg_decision_header_count(d, false, &n));
+            CHECK(n == 2, "degraded headers: %zu", n);
+            for (size_t h = 0; h < n; h++) {
+                const char *name = NULL, *value = NULL;
+                OK(tg_decision_header(d, false, h, &name, &value));
+                CHECK(strcmp(name, "RateLimit-Limit") == 0 || strcmp(name, "RateLimit-Policy") == 0,
+                      "degraded header %s: %s", name, value);
+            }
+        }
+        tg_decision_free(d);
+    }
+    CHECK(refused.warnings == 1 && refused.infos == 0, "refused: %d warnings %d infos", refused.warnings, refused.infos);
+    CHECK(strcmp(refused.cause, "refused") == 0, "cause %s", refused.cause);
+    tg_limiter_free(l);
+
+    /* Paused, then resumed: one warning (timeout), one line on recovery. */
+    pid_t pid = redis_pid();
+    struct log_lines paused = {PTHREAD_MUTEX_INITIALIZER, 0, 0, "", ""};
+    l = away_limiter(policy, redis_url, 100, "tgc-away-log:", record_log, &paused);
+    CHECK(answered_by_redis(l, attrs), "connected before the pause");
+    /* Under valgrind, connecting may have timed out first: that outage is over. */
+    pthread_mutex_lock(&paused.lock);
+    paused.warnings = paused.infos = 0;
+    pthread_mutex_unlock(&paused.lock);
+    kill(pid, SIGSTOP);
+    for (int i = 0; i < 5; i++) CHECK(check_info(l, attrs, 1, 1).degraded, "paused: degraded");
+    kill(pid, SIGCONT);
+    double until = now_ms() + 5000;
+    while (check_info(l, attrs, 1, 1).degraded && now_ms() < until) sleep_ms(10);
+    CHECK(paused.warnings == 1 && paused.infos == 1, "paused: %d warnings %d infos", paused.warnings, paused.infos);
+    CHECK(strcmp(paused.cause, "timeout") == 0, "cause %s", paused.cause);
+    CHECK(strstr(paused.last, "recovered") != NULL, "recovery line: %s", paused.last);
+    tg_limiter_free(l);
+
+    /* A degraded denial keeps Retry-After and says degraded in its body. */
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    l = failing_limiter(policy, url, TG_FAILURE_DENY, 200);
+    tg_decision *d = NULL;
+    OK(tg_limiter_check(l, attrs, 1, 1, &d));
+    size_t n = 0;
+    int retry_after = 0, remaining = 0;
+    OK(tg_decision_header_count(d, true, &n));
+    for (size_t h = 0; h < n; h++) {
+        const char *name = NULL, *value = NULL;
+        OK(tg_decision_header(d, true, h, &name, &value));
+        if (strcmp(name, "Retry-After") == 0) retry_after = 1;
+        if (strstr(name, "Remaining") != NULL || strcmp(name, "RateLimit") == 0) remaining = 1;
+    }
+    CHECK(retry_after && !remaining, "degraded denial: Retry-After %d, a remaining count %d", retry_after, remaining);
+    const char *body = NULL;
+    OK(tg_decision_problem_json(d, &body));
+    CHECK(body != NULL && strstr(body, "\"degraded\":true") != NULL, "problem body %s", body ? body : "(null)");
+    tg_decision_free(d);
+    tg_limiter_free(l);
+
+    /* strict: a wrong URL, password or ACL fails the build with its code. */
+    tg_limiter_options *o = NULL;
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_timeout_ms(o, 1000));
+    OK(tg_limiter_options_set_strict(o, 1));
+    OK(tg_limiter_options_set_url(o, redis_url));
+    l = NULL;
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_limiter_free(l);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", closed_port());
+    OK(tg_limiter_options_set_url(o, url));
+    l = SENTINEL;
+    EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_BACKEND_UNAVAILABLE, "strict:");
+    CHECK(l == SENTINEL, "limiter written on failure");
+    const char *acl[] = {"ACL", "SETUSER", "tgc-strict", "on", ">right", "~*", "+@all"};
+    const char *reply = redis_command(7, acl);
+    CHECK(reply != NULL && strncmp(reply, "+OK", 3) == 0, "ACL SETUSER: %s", reply ? reply : "no reply");
+    snprintf(url, sizeof url, "redis://tgc-strict:wrong@127.0.0.1:%d", redis_port);
+    OK(tg_limiter_options_set_url(o, url));
+    EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_BACKEND, "strict:");
+    const char *noscript[] = {"ACL", "SETUSER", "tgc-strict", "-@scripting"};
+    reply = redis_command(4, noscript);
+    CHECK(reply != NULL && strncmp(reply, "+OK", 3) == 0, "ACL SETUSER: %s", reply ? reply : "no reply");
+    snprintf(url, sizeof url, "redis://tgc-strict:right@127.0.0.1:%d", redis_port);
+    OK(tg_limiter_options_set_url(o, url));
+    EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_BACKEND, "check script");
+    tg_limiter_options_free(o);
     tg_policy_free(policy);
 }
 
@@ -1275,6 +1580,9 @@ int main(void) {
         {"policies", test_policies},
         {"options", test_options},
         {"backend failures", test_backend_failures},
+        {"the timeout bounds every call", test_timeout_bounds_every_call},
+        {"a timed-out check never counts", test_timed_out_checks_never_count},
+        {"outages logged once; strict start-up", test_outages_logged_once},
         {"deny cache", test_deny_cache},
         {"TLS with a private CA", test_tls},
         {"internal errors", test_internal},

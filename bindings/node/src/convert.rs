@@ -277,10 +277,12 @@ fn option_value(env: &Env, v: &Unknown<'_>, what: &str) -> Result<OptionValue, E
 }
 
 /// This package's names of the limiter options.
-const LIMITER_OPTIONS: [(&str, LimiterOption); 11] = [
+/// `keyPrefix` is the old name of `prefix` (the name in every other language).
+const LIMITER_OPTIONS: [(&str, LimiterOption); 13] = [
     ("url", LimiterOption::Url),
     ("timeout", LimiterOption::Timeout),
     ("onBackendError", LimiterOption::OnBackendError),
+    ("prefix", LimiterOption::Prefix),
     ("keyPrefix", LimiterOption::Prefix),
     ("clock", LimiterOption::Clock),
     ("keySecret", LimiterOption::KeySecret),
@@ -289,6 +291,7 @@ const LIMITER_OPTIONS: [(&str, LimiterOption); 11] = [
     ("tls", LimiterOption::Tls),
     ("metrics", LimiterOption::Metrics),
     ("reloadOnChange", LimiterOption::ReloadOnChange),
+    ("strict", LimiterOption::Strict),
 ];
 
 /// Each property of an options object, with its option among `known`:
@@ -315,14 +318,37 @@ fn named<O: Copy>(
 /// The options of `new Limiter()`, checked by the core.
 pub(crate) fn limiter_options(env: &Env, v: Option<&Unknown<'_>>) -> Result<LimiterOptions, Error> {
     let mut opts = LimiterOptions::default();
+    let mut logger = None;
     match v {
         Some(v) if !matches!(type_of(v)?, ValueType::Undefined | ValueType::Null) => {
-            for (option, what, value) in named(env, v, &LIMITER_OPTIONS)? {
+            expect_object(env, v, "options")?;
+            let mut prefix_given = false;
+            for (name, value) in entries(env, v, "options")? {
+                if name == "logger" {
+                    logger = Some(value);
+                    continue;
+                }
+                let Some(&(_, option)) = LIMITER_OPTIONS.iter().find(|(n, _)| *n == name) else {
+                    let mut names: Vec<&str> = LIMITER_OPTIONS.iter().map(|(n, _)| *n).collect();
+                    names.push("logger");
+                    return Err(unknown_option("options", &name, &names));
+                };
+                if matches!(option, LimiterOption::Prefix) {
+                    if prefix_given {
+                        return Err(invalid_argument(
+                            "options: give `prefix` only (`keyPrefix` is its old name)".to_string(),
+                        ));
+                    }
+                    prefix_given = true;
+                }
+                let what = format!("options.{name}");
+                let value = option_value(env, &value, &what)?;
                 opts.set(option, &what, value, DurationUnit::Millis)?;
             }
         }
         _ => {}
     }
+    opts.on_health = crate::health::sink(env, logger.as_ref())?;
     Ok(opts)
 }
 

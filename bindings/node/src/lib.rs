@@ -14,6 +14,8 @@
 mod convert;
 mod errors;
 mod fast;
+mod http;
+mod health;
 mod types;
 
 use std::ptr;

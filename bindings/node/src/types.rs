@@ -58,6 +58,9 @@ pub struct LimiterOptions {
     #[napi(ts_type = "'allow' | 'deny' | 'error'")]
     pub on_backend_error: Option<String>,
     /// Prefix of every key (default `throttlegate:`).
+    pub prefix: Option<String>,
+    /// The old name of `prefix` (still accepted; give one of them).
+    /// @deprecated use `prefix`
     pub key_prefix: Option<String>,
     /// Where "now" comes from: the backend's clock (default), this host's
     /// clock (for Redis services that refuse `TIME` in scripts), or a `ManualClock`.
@@ -90,6 +93,22 @@ pub struct LimiterOptions {
     /// Certificates for `rediss://` and `rediss+cluster://` URLs, when the
     /// system's trust store is not enough (a private CA, mutual TLS).
     pub tls: Option<TlsOptions>,
+    /// Check the backend now (default off): connect, `PING` and run the
+    /// check script once on no key, within the timeout, and throw instead of
+    /// degrading every call: code `'backend_unavailable'` for a wrong URL,
+    /// `'timeout'` for a server that does not answer, `'backend'` for a
+    /// wrong password or a user without the script's commands. The
+    /// constructor waits for the check.
+    pub strict: Option<bool>,
+    /// Where outages are reported: one line to `warn` when calls start
+    /// failing (naming the cause: `refused`, `timeout`, `auth_failed`,
+    /// `noscript`, `cluster_down`, `unavailable`, `backend_error`), one line
+    /// to `info` (or `warn`) when a call succeeds again; never one per call.
+    /// `console`, pino and winston loggers fit. Default: each line is a
+    /// process warning (`process.emitWarning(line, 'ThrottlegateWarning')`);
+    /// `null` or `false` turns them off.
+    #[napi(ts_type = "{ warn(message: string): void; info?(message: string): void } | null | false")]
+    pub logger: Option<String>,
 }
 
 /// The `tls` option of `new Limiter()`. The names and value types are those

@@ -32,6 +32,7 @@ describe('exports', () => {
     const esm = await import('throttlegate');
     assert.equal(esm.Limiter, Limiter);
     assert.equal(esm.default.Policy, Policy);
+    assert.equal(esm.parseRate, require('throttlegate').parseRate);
     const express = await import('throttlegate/express');
     assert.equal(express.rateLimit, require('throttlegate/express').rateLimit);
   });

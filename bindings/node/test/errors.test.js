@@ -87,7 +87,8 @@ describe('limiter options', () => {
     throwsCode(() => new Limiter(RULES, { keySecret: 5 }), 'invalid_argument', /keySecret/);
     throwsCode(() => new Limiter(RULES, { legacyHeaders: 'yes' }), 'invalid_argument', /legacyHeaders/);
     throwsCode(() => new Limiter(RULES, { denyCache: 1 }), 'invalid_argument', /options\.denyCache: expected a boolean, got a number/);
-    throwsCode(() => new Limiter(RULES, { prefix: 'x:' }), 'invalid_argument', /unknown option "prefix"/);
+    throwsCode(() => new Limiter(RULES, { prefix: 7 }), 'invalid_argument', /options\.prefix/);
+    throwsCode(() => new Limiter(RULES, { key_prefix: 'x:' }), 'invalid_argument', /unknown option "key_prefix"/);
     // undefined options and undefined values are "not given"
     assert.equal(new Limiter(RULES, undefined).backend, 'memory');
     assert.equal(new Limiter(RULES, { url: undefined, timeout: undefined }).backend, 'memory');

@@ -25,7 +25,7 @@ function serve(app) {
 }
 
 async function exerciseExample(options) {
-  const { app, limiter } = createApp(options);
+  const { app, limiter, tokens } = createApp(options);
   const srv = await serve(app);
   try {
     for (let i = 0; i < 10; i++) {
@@ -59,6 +59,7 @@ async function exerciseExample(options) {
   } finally {
     await srv.close();
     await limiter.close();
+    await tokens.close();
   }
 }
 
@@ -76,7 +77,7 @@ describe('examples/express_app.js', () => {
   it('limits clients on Redis', () => exerciseExample({ url: redis.url, keyPrefix: freshPrefix('x'), timeout: 5000 }));
 
   it('settles the real cost of /generate after the response', async () => {
-    const { app, limiter } = createApp({ clock: new ManualClock(1e12) });
+    const { app, limiter, tokens } = createApp({ clock: new ManualClock(1e12) });
     const srv = await serve(app);
     try {
       const generate = (prompt) =>
@@ -92,7 +93,7 @@ describe('examples/express_app.js', () => {
       // 15 words cost 150: 50 more than estimated are taken after the response.
       res = await generate('w '.repeat(15));
       assert.deepEqual(await res.json(), { estimated: 100, used: 150, settled: 1 });
-      assert.equal((await limiter.peek({ tenant: 't1' }, { cost: 20 })).remaining, 0);
+      assert.equal((await tokens.peek({ tenant: 't1' }, { cost: 20 })).remaining, 0);
       // 20 tokens are left: the next estimate of 100 does not fit.
       res = await generate('hello');
       assert.equal(res.status, 429);
@@ -101,19 +102,22 @@ describe('examples/express_app.js', () => {
     } finally {
       await srv.close();
       await limiter.close();
+      await tokens.close();
     }
   });
 
-  it('limits login attempts per client behind a trusted proxy', async () => {
-    const { app, limiter } = createApp({ trustedProxies: ['127.0.0.1'] });
+  it('limits login attempts per client behind a trusted proxy, however /login is spelled', async () => {
+    const { app, limiter, tokens } = createApp({ trustedProxies: ['127.0.0.1'] });
     const srv = await serve(app);
     try {
-      const login = (client) =>
-        fetch(`${srv.url}/login`, { method: 'POST', headers: { 'X-Forwarded-For': client } });
-      for (let i = 0; i < 3; i++) assert.equal((await login('198.51.100.1')).status, 200);
-      const denied = await login('198.51.100.1');
-      assert.equal(denied.status, 429);
-      assert.deepEqual((await denied.json()).violated_rules, ['login']);
+      const login = (client, target = '/login') =>
+        fetch(`${srv.url}${target}`, { method: 'POST', headers: { 'X-Forwarded-For': client } });
+      for (const target of ['/login', '/LOGIN', '/Login/']) assert.equal((await login('198.51.100.1', target)).status, 200);
+      for (const target of ['/login', '/login/', '/LOGIN?x=1']) {
+        const denied = await login('198.51.100.1', target);
+        assert.equal(denied.status, 429);
+        assert.deepEqual((await denied.json()).violated_rules, ['login']);
+      }
       // Another client behind the same proxy has its own budget.
       assert.equal((await login('198.51.100.2')).status, 200);
       // GETs are not login attempts.
@@ -121,6 +125,30 @@ describe('examples/express_app.js', () => {
     } finally {
       await srv.close();
       await limiter.close();
+      await tokens.close();
+    }
+  });
+
+  it('limits signups with the route limit written on the route', async () => {
+    const { app, limiter, tokens } = createApp({ clock: new ManualClock(1e12) });
+    const srv = await serve(app);
+    try {
+      const signup = () => fetch(`${srv.url}/signup`, { method: 'POST' });
+      for (let i = 0; i < 2; i++) {
+        const res = await signup();
+        assert.equal(res.status, 200);
+        // The policy's per-ip rule and the route limit, in one check.
+        assert.match(res.headers.get('ratelimit-policy'), /"per-ip";q=10;w=60, "[^"]+";q=2;w=60/);
+      }
+      const denied = await signup();
+      assert.equal(denied.status, 429);
+      assert.equal((await denied.json()).violated_rules.length, 1);
+      // The denied signup took nothing from the per-ip budget: 2 of 10 used.
+      assert.equal((await fetch(`${srv.url}/`)).headers.get('ratelimit-remaining'), '7');
+    } finally {
+      await srv.close();
+      await limiter.close();
+      await tokens.close();
     }
   });
 });

@@ -143,7 +143,16 @@ describe('examples/fastify_app.js', () => {
       const login = (ip) => request(`${url}/login`, { method: 'POST', headers: { 'X-Forwarded-For': ip } });
       for (let i = 0; i < 3; i++) assert.equal((await login('198.51.100.1')).status, 200);
       checkDenial(await login('198.51.100.1'), 'login');
+      // Spellings Fastify routes to the handler are the same login; the others are 404s.
+      checkDenial(await request(`${url}/%6Cogin?x=1`, { method: 'POST', headers: { 'X-Forwarded-For': '198.51.100.1' } }), 'login');
+      assert.equal((await request(`${url}/LOGIN`, { method: 'POST', headers: { 'X-Forwarded-For': '198.51.100.1' } })).status, 404);
       assert.equal((await login('198.51.100.2')).status, 200);
+      // POST /signup: its route limit (config.rateLimit '2/minute') on top of the policy's rules.
+      const signup = () => request(`${url}/signup`, { method: 'POST', headers: { 'X-Forwarded-For': '198.51.100.4' } });
+      for (let i = 0; i < 2; i++) assert.equal((await signup()).status, 200);
+      const denied = await signup();
+      assert.equal(denied.status, 429);
+      assert.equal(JSON.parse(denied.body).violated_rules.length, 1);
       const admin = (ip) => request(`${url}/admin/stats`, { headers: { 'X-Forwarded-For': ip } });
       for (let i = 0; i < 2; i++) {
         const res = await admin('198.51.100.3');
@@ -363,7 +372,8 @@ describe('throttlegate/fastify', () => {
       await app.close();
     }
     for (const [config, message] of [
-      [{ rateLimit: 'off' }, /route \/x: config.rateLimit: expected false or an object/],
+      [{ rateLimit: 5 }, /route \/x: config.rateLimit: expected false, a rate string or an object/],
+      [{ rateLimit: 'off' }, /route \/x: .*off/],
       [{ rateLimit: { limit: 3 } }, /unknown option "limit"/],
       [{ rateLimit: { cost: 'x' } }, /cost: expected a number or a function/],
     ]) {

@@ -75,6 +75,23 @@ impl Limiter {
     }
 }
 
+/// A health event to the `logging` logger `"throttlegate"`: an outage as a
+/// WARNING, a recovery as INFO, with the cause as `throttlegate_cause`.
+/// Called from whichever thread made the call (never holding the GIL);
+/// nothing is logged once the interpreter is finalizing.
+fn log_health(event: &core::HealthEvent) {
+    let _ = Python::try_attach(|py| -> PyResult<()> {
+        let logger = py.import("logging")?.call_method1("getLogger", ("throttlegate",))?;
+        let level = if event.is_down() { "warning" } else { "info" };
+        let extra = pyo3::types::PyDict::new(py);
+        extra.set_item("throttlegate_cause", event.cause().as_str())?;
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("extra", extra)?;
+        logger.call_method(level, ("%s", event.message()), Some(&kwargs))?;
+        Ok(())
+    });
+}
+
 #[pymethods]
 impl Limiter {
     /// Bind `policy` (a `Policy`, a path to a TOML/JSON file, or plain dicts)
@@ -97,8 +114,21 @@ impl Limiter {
     /// `Policy.from_file`) watches the file and reloads it when it changes
     /// (see `reload`); a file that does not parse leaves the policy in
     /// force and is reported by `reload_status()` and the metrics.
+    ///
+    /// `strict=True` checks the backend now, within the timeout (`PING`,
+    /// then the check script once on no key), and raises instead of
+    /// degrading every call: `BackendUnavailableError` for a wrong URL,
+    /// `BackendTimeoutError` for a server that does not answer, `BackendError` for
+    /// a wrong password or a user without the script's commands.
+    ///
+    /// Outages are logged to the `logging` logger `"throttlegate"`: one
+    /// WARNING when calls start failing, naming the cause (`refused`,
+    /// `timeout`, `auth_failed`, `noscript`, `cluster_down`, `unavailable`,
+    /// `backend_error`), and one INFO line when a call succeeds again;
+    /// never one per call. Each record has the cause as
+    /// `record.throttlegate_cause`.
     #[new]
-    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None, deny_cache = None, metrics = None, reload_on_change = None))]
+    #[pyo3(signature = (policy, url = None, *, timeout = None, on_backend_error = None, prefix = None, clock = None, key_secret = None, tls_root_cert = None, tls_client_cert = None, deny_cache = None, metrics = None, reload_on_change = None, strict = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -114,6 +144,7 @@ impl Limiter {
         deny_cache: Option<&Bound<'_, PyAny>>,
         metrics: Option<&Bound<'_, PyAny>>,
         reload_on_change: Option<&Bound<'_, PyAny>>,
+        strict: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         guard(py, || {
             let policy = Policy::resolve(policy)?;
@@ -131,7 +162,7 @@ impl Limiter {
                 None => None,
             };
             use core::LimiterOption as O;
-            let given = [(O::Url, "url", url), (O::Timeout, "timeout", timeout), (O::OnBackendError, "on_backend_error", on_backend_error), (O::Prefix, "prefix", prefix), (O::Clock, "clock", clock), (O::KeySecret, "key_secret", key_secret), (O::DenyCache, "deny_cache", deny_cache), (O::Metrics, "metrics", metrics), (O::ReloadOnChange, "reload_on_change", reload_on_change)];
+            let given = [(O::Url, "url", url), (O::Timeout, "timeout", timeout), (O::OnBackendError, "on_backend_error", on_backend_error), (O::Prefix, "prefix", prefix), (O::Clock, "clock", clock), (O::KeySecret, "key_secret", key_secret), (O::DenyCache, "deny_cache", deny_cache), (O::Metrics, "metrics", metrics), (O::ReloadOnChange, "reload_on_change", reload_on_change), (O::Strict, "strict", strict)];
             for (option, what, value) in given {
                 if let Some(value) = value {
                     o.set(option, what, convert::option_value(value, what)?, core::DurationUnit::Seconds).map_err(|e| core_to_py(py, &e))?;
@@ -142,7 +173,9 @@ impl Limiter {
                     o.set(option, what, value, core::DurationUnit::Seconds).map_err(|e| core_to_py(py, &e))?;
                 }
             }
-            let inner = core::Limiter::with_options(policy, o).map_err(|e| core_to_py(py, &e))?;
+            o.on_health = Some(core::HealthSink::new(log_health));
+            // A strict limiter waits for Redis: without holding the GIL.
+            let inner = py.detach(|| core::Limiter::with_options(policy, o)).map_err(|e| core_to_py(py, &e))?;
             Ok(Limiter { inner })
         })
     }

@@ -138,11 +138,15 @@ def test_example_with_redis_down(app: str) -> None:
     down = f"redis://127.0.0.1:{free_port()}/0"
     with serve(app, url=down, on_backend_error="allow") as base, httpx.Client(base_url=base) as http:
         for _ in range(7):
-            assert http.get("/").status_code == 200
+            r = http.get("/")
+            assert r.status_code == 200
+            # Degraded: no count is claimed that Redis never gave.
+            assert "RateLimit-Remaining" not in r.headers and "RateLimit" not in r.headers
     with serve(app, url=down, on_backend_error="deny") as base, httpx.Client(base_url=base) as http:
         r = http.get("/")
         assert r.status_code == 429 and r.headers["Retry-After"] == "1"
         assert r.headers["Content-Type"] == "application/problem+json"
+        assert r.json()["degraded"] is True and "RateLimit-Remaining" not in r.headers
     with serve(app, url=down, on_backend_error="error") as base, httpx.Client(base_url=base) as http:
         assert http.get("/").status_code == 500
 

@@ -20,7 +20,7 @@ use redis::cluster_async::ClusterConnection;
 
 use super::redis::TlsOptions;
 use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
-use super::Outcomes;
+use super::{Outcomes, ServerTime};
 use crate::plan::{CompiledRule, Mode, Plan, PlanExt};
 use crate::error::{Error, Result};
 
@@ -86,6 +86,10 @@ pub(crate) struct ClusterInner {
     client: ClusterClient,
     conn: tokio::sync::OnceCell<ClusterConnection>,
     sha: String,
+    timeout: Duration,
+    /// The servers' clock, for each check's deadline (one estimate for the
+    /// cluster's nodes, which keep their clocks in step).
+    time: ServerTime,
 }
 
 impl ClusterBackend {
@@ -111,6 +115,8 @@ impl ClusterBackend {
             client,
             conn: tokio::sync::OnceCell::new(),
             sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
+            timeout,
+            time: ServerTime::default(),
         })))
     }
 
@@ -154,17 +160,20 @@ impl ClusterBackend {
         if header.mode == "u" {
             return Ok(SmallVec::new());
         }
+        self.0.time.observe_reply(&reply, header.now);
         parse_reply(&reply, idx.len(), &ext)
     }
 
     /// Decide the plan slot by slot; give back on a denial.
     pub async fn eval(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
+        // The call's deadline counts from its start, connecting included.
+        let deadline = now.is_none().then(|| self.0.time.deadline(self.0.timeout));
         let conn = self.conn().await?;
         let groups = slot_groups(&plan.keys);
         // Every cluster check may be re-sent after a redirection or a
         // failover, so its call id is always looked up first ("C").
         let m = if mode == Mode::Check { "C" } else { "p" };
-        let header = Header { mode: m, now, call_id, cost: plan.cost };
+        let header = Header { mode: m, now, call_id, cost: plan.cost, deadline: None }.until(deadline);
         let results = join_all(
             groups
                 .iter()
@@ -210,7 +219,7 @@ impl ClusterBackend {
                 .collect();
             let undone = join_all(
                 undo.iter()
-                    .map(|idx| self.eval_group(conn.clone(), plan, idx, Header { mode: "u", ..header })),
+                    .map(|idx| self.eval_group(conn.clone(), plan, idx, Header { mode: "u", deadline: None, ..header })),
             )
             .await;
             if let Some(e) = undone.into_iter().find_map(|r| r.err()) {

@@ -28,6 +28,64 @@ pub(crate) type Outcomes = SmallVec<[Outcome; 4]>;
 /// A settle's answer: per rule of the plan, whether it was settled there.
 pub(crate) type Settled = SmallVec<[bool; 4]>;
 
+/// How much earlier than the caller's own deadline a check's deadline on
+/// the server is set (at most a quarter of the timeout): the time its reply
+/// needs to come back. A script that starts before it is answered in time.
+pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
+
+/// How long an estimate of the server's clock is kept before a lower one
+/// replaces it (a server clock stepped back is learned within this).
+const OFFSET_KEPT_US: i64 = 10_000_000;
+
+/// What a backend knows of the server's clock: the offset between Redis
+/// `TIME` and this host's clock, learned from the server time every check
+/// reply carries (the script's `now`, read at its start). Each reply gives a
+/// lower bound of the offset (the script started before the reply was
+/// read); the highest recent one is kept, so a deadline made from it is
+/// never later on the server than the caller's own. Until a reply is read,
+/// the clocks are taken as equal (the first reply corrects it: at worst one
+/// call of a server whose clock is ahead by more than the timeout is
+/// refused as late).
+#[derive(Debug, Default)]
+pub(crate) struct ServerTime {
+    offset_us: std::sync::atomic::AtomicI64,
+    learned_at_us: std::sync::atomic::AtomicI64,
+}
+
+impl ServerTime {
+    /// The deadline, on the server's clock, of a call that starts now with
+    /// `timeout`.
+    pub fn deadline(&self, timeout: Duration) -> i64 {
+        let margin = DEADLINE_MARGIN.min(timeout / 4);
+        let offset = self.offset_us.load(std::sync::atomic::Ordering::Relaxed);
+        crate::clock::system_now_us() + (timeout - margin).as_micros() as i64 + offset
+    }
+
+    /// A reply read now says the server's clock read `server_us` when the
+    /// script started.
+    pub fn observe(&self, server_us: i64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let local = crate::clock::system_now_us();
+        let estimate = server_us - local;
+        let kept = self.offset_us.load(Relaxed);
+        if estimate > kept || local - self.learned_at_us.load(Relaxed) > OFFSET_KEPT_US {
+            self.offset_us.store(estimate, Relaxed);
+            self.learned_at_us.store(local, Relaxed);
+        }
+    }
+
+    /// Learn from a check's reply when it carries the server's time: every
+    /// reply of a call on the server's clock (`now` not sent), and an
+    /// expired one.
+    pub fn observe_reply(&self, reply: &[i64], now_sent: Option<i64>) {
+        if let Some(&t) = reply.first() {
+            if now_sent.is_none() || script::is_expired(reply) {
+                self.observe(t);
+            }
+        }
+    }
+}
+
 /// A network backend: one Redis node or a Redis Cluster. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Remote {
@@ -101,6 +159,38 @@ impl Remote {
         match self {
             Remote::Redis(r) => r.ping().await,
             Remote::Cluster(c) => c.ping().await,
+        }
+    }
+
+    /// `PING`, then the check script once on no key (a peek), loading it
+    /// if needed: what a check needs of the server, short of its keys.
+    async fn probe(&self) -> Result<()> {
+        let step = |what: &'static str| move |e: Error| Error::new(e.kind(), format!("{what}: {e}")).set_temporary(e.is_temporary());
+        self.ping().await.map_err(step("PING"))?;
+        let sha = ::redis::Script::new(script::CHECK_SCRIPT).get_hash().to_string();
+        let run = |sha: Option<&str>| {
+            let mut cmd = match sha {
+                Some(sha) => {
+                    let mut c = ::redis::cmd("EVALSHA");
+                    c.arg(sha);
+                    c
+                }
+                None => {
+                    let mut c = ::redis::cmd("EVAL");
+                    c.arg(script::CHECK_SCRIPT);
+                    c
+                }
+            };
+            cmd.arg(0).arg("p").arg("").arg("strict-probe").arg(1);
+            cmd
+        };
+        let first: Result<Vec<i64>> = self.query(&run(Some(&sha))).await;
+        match first {
+            Ok(_) => Ok(()),
+            Err(e) if std::error::Error::source(&e).and_then(|s| s.downcast_ref::<::redis::RedisError>()).is_some_and(script::is_noscript) => {
+                self.query::<Vec<i64>>(&run(None)).await.map(|_| ()).map_err(step("running the check script (EVAL)"))
+            }
+            Err(e) => Err(step("running the check script (EVALSHA)")(e)),
         }
     }
 
@@ -205,6 +295,13 @@ impl Connection {
         self.bounded(remote.ping()).await
     }
 
+    /// The strict start-up check: `PING` and the check script run once on
+    /// no key, within the timeout.
+    pub async fn probe(&self) -> Result<()> {
+        let remote = self.get()?;
+        self.bounded(remote.probe()).await
+    }
+
     /// [`Connection::eval`] for a caller without an event loop, on its own
     /// thread (see [`RedisBackend::eval_blocking`]).
     pub fn eval_blocking(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
@@ -229,9 +326,12 @@ impl Drop for Connection {
     }
 }
 
-/// `call` within `timeout`, else the timeout error.
+/// `call` within `timeout`, else the timeout error. The client's own
+/// response timeout (a little longer) may still fire first on a loaded
+/// machine, when the runtime wakes late: it reads as the same error.
 async fn bounded<T>(timeout: Duration, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     match tokio::time::timeout(timeout, call).await {
+        Ok(Err(e)) if e.kind() == crate::ErrorKind::Timeout => Err(Error::timeout(timeout)),
         Ok(r) => r,
         Err(_) => Err(Error::timeout(timeout)),
     }
@@ -256,4 +356,34 @@ fn release(old: Option<(u64, Remote)>) {
     }
     let _guard = current_runtime().map(|rt| rt.enter());
     drop(remote);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::system_now_us;
+
+    #[test]
+    fn a_deadline_is_on_the_servers_clock_and_never_late() {
+        let time = ServerTime::default();
+        let timeout = Duration::from_millis(100);
+        // Until a reply is read, the clocks are taken as equal.
+        let before = system_now_us();
+        let d = time.deadline(timeout);
+        assert!((before + 98_000..=system_now_us() + 98_000).contains(&d), "{d} vs {before}");
+        // A server 5 s ahead: its replies move the deadline there.
+        time.observe(system_now_us() + 5_000_000);
+        let d = time.deadline(timeout);
+        assert!(d >= system_now_us() + 5_000_000 + 97_000 && d <= system_now_us() + 5_098_000, "{d}");
+        // A lower estimate (a reply read late) does not move it back...
+        time.observe(system_now_us() + 4_000_000);
+        assert!(time.deadline(timeout) >= system_now_us() + 5_000_000);
+        // ...and an explicit time (a manual clock) teaches nothing, an expired reply does.
+        time.observe_reply(&[1, 0, 1, 0, 0, 0], Some(1));
+        time.observe_reply(&[system_now_us() + 6_000_000, -1], Some(1));
+        assert!(time.deadline(timeout) >= system_now_us() + 6_000_000);
+        // The margin is at most a quarter of a short timeout.
+        let short = time.deadline(Duration::from_millis(4));
+        assert!(short >= system_now_us() + 6_000_000 + 3_000 - 1_000, "{short}");
+    }
 }

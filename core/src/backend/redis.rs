@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
-use super::Outcomes;
+use super::{Outcomes, ServerTime};
 use crate::error::{Error, Result};
 use crate::plan::{Mode, Plan};
 
@@ -25,12 +25,20 @@ pub(crate) struct RedisBackend(std::sync::Arc<RedisInner>);
 
 pub(crate) struct RedisInner {
     client: redis::Client,
+    /// The client of the blocking path: the same server and settings,
+    /// without the client's own `CLIENT SETINFO` on connecting.
+    blocking: redis::Client,
+    /// How many replies the blocking client reads when it connects (`AUTH`
+    /// or `HELLO`, `SELECT`).
+    setup_replies: u32,
     timeout: Duration,
     conn: OnceLock<ConnectionManager>,
     /// Idle connections of the blocking path; a connection is taken out for
     /// one call and put back only if it is still in step with the server.
     idle: Mutex<Vec<redis::Connection>>,
     sha: String,
+    /// The server's clock, for each check's deadline.
+    time: ServerTime,
 }
 
 /// Idle blocking connections kept at most (one per thread that calls at once).
@@ -48,12 +56,26 @@ impl RedisBackend {
             }
             None => redis::Client::open(url).map_err(bad_url)?,
         };
+        // The client reads every reply of its connection setup, each within
+        // the timeout it was given, even after one timed out: on a server
+        // that does not answer, connecting would take that timeout once per
+        // command. Without the (informational) `CLIENT SETINFO`, the setup
+        // is at most `AUTH` or `HELLO` and `SELECT`, and each gets its
+        // share of the time left.
+        let info = client.get_connection_info().clone();
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let setup_replies = u32::from(settings.protocol().supports_resp3() || settings.password().is_some())
+            + u32::from(settings.db() != 0);
+        let blocking = redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
         Ok(RedisBackend(std::sync::Arc::new(RedisInner {
             client,
+            blocking,
+            setup_replies,
             timeout,
             conn: OnceLock::new(),
             idle: Mutex::new(Vec::new()),
             sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
+            time: ServerTime::default(),
         })))
     }
 
@@ -84,7 +106,7 @@ impl RedisBackend {
     /// (and if it was flushed again in between, EVAL the script itself).
     pub async fn eval(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let mut conn = self.conn()?;
-        let header = Header::of(plan, mode, call_id, now);
+        let header = self.header(plan, mode, call_id, now);
         let ext = ext_refs(plan);
         let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
         let answer: redis::RedisResult<Vec<i64>> = async {
@@ -112,7 +134,20 @@ impl RedisBackend {
                 return Err(named.unwrap_or_else(|| e.into()));
             }
         };
+        self.0.time.observe_reply(&reply, now);
         parse_reply(&reply, plan.keys.len(), &ext)
+    }
+
+    /// The header of a plan sent now: a check on the server's clock carries
+    /// its deadline (`lua/deadline.lua`).
+    pub(crate) fn header<'a>(&self, plan: &Plan<'_, String>, mode: Mode, call_id: &'a str, now: Option<i64>) -> Header<'a> {
+        let deadline = now.is_none().then(|| self.0.time.deadline(self.0.timeout));
+        Header::of(plan, mode, call_id, now).until(deadline)
+    }
+
+    /// What this backend knows of the server's clock.
+    pub(crate) fn server_time(&self) -> &ServerTime {
+        &self.0.time
     }
 
     /// The client (its URL's address and settings), the script's SHA1 and
@@ -136,11 +171,10 @@ impl RedisBackend {
     /// connects anew.
     pub fn eval_blocking(&self, plan: &Plan<'_, String>, call_id: &str, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
         let deadline = Instant::now() + self.0.timeout;
-        let header = Header::of(plan, mode, call_id, now);
+        let header = self.header(plan, mode, call_id, now);
         let ext = ext_refs(plan);
         let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
-        let mut conn = self.take(deadline)?;
-        let mut shortened = false;
+        let (mut conn, mut shortened) = self.take(deadline)?;
         let reply = match cmd.query::<Vec<i64>>(&mut conn) {
             Err(e) if is_noscript(&e) => (|| {
                 shortened = true;
@@ -164,21 +198,27 @@ impl RedisBackend {
             (Err(_), Some(named)) => return Err(named),
             (reply, _) => reply?,
         };
+        self.0.time.observe_reply(&reply, now);
         parse_reply(&reply, plan.keys.len(), &ext)
     }
 
-    /// An idle connection, or a new one made within the time left. Its
-    /// read and write timeouts are the limiter's timeout, so a first
-    /// command is bounded without a system call to set them.
-    fn take(&self, deadline: Instant) -> Result<redis::Connection> {
+    /// An idle connection, or a new one made within the time left, and
+    /// whether its timeouts were shortened. An idle connection's read and
+    /// write timeouts are the limiter's timeout (the whole call is still
+    /// ahead), so its first command is bounded without a system call to
+    /// set them. A new one has spent part of the call on connecting (the
+    /// TCP handshake, then the client's own setup commands, read within
+    /// the same time): its timeouts are the time left, so connecting and
+    /// the command together stay within the one deadline.
+    fn take(&self, deadline: Instant) -> Result<(redis::Connection, bool)> {
         if let Some(c) = self.0.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Ok(c);
+            return Ok((c, false));
         }
         let left = self.left(deadline)?;
-        let conn = self.0.client.get_connection_with_timeout(left).map_err(|e| self.error(e))?;
-        conn.set_read_timeout(Some(self.0.timeout)).map_err(|e| self.error(e))?;
-        conn.set_write_timeout(Some(self.0.timeout)).map_err(|e| self.error(e))?;
-        Ok(conn)
+        let share = left / self.0.setup_replies.max(1);
+        let conn = self.0.blocking.get_connection_with_timeout(share).map_err(|e| self.error(e))?;
+        self.bound(&conn, deadline).map_err(|e| self.error(e))?;
+        Ok((conn, true))
     }
 
     /// Shorten a connection's timeouts to the time left (the rare second

@@ -8,13 +8,15 @@ use std::fmt::Write as _;
 
 use crate::plan::{BlockArgs, CompiledRule, Mode, Plan, PlanExt, RuleArgs};
 
-/// The one script behind every check: the single-rule fast paths, the
+/// The one script behind every check: the deadline test, the single-rule fast paths, the
 /// arguments of the general one, every algorithm, the replay and give-back helpers and the stacked
 /// driver from `lua/`, composed at build time. `#!lua` (Redis >= 7)
 /// makes Redis refuse the whole script up front when it is out of memory,
 /// instead of failing half-way through the writes.
 pub const CHECK_SCRIPT: &str = concat!(
     "#!lua\n",
+    include_str!("../../lua/deadline.lua"),
+    "\n",
     include_str!("../../lua/single_rule.lua"),
     "\n",
     include_str!("../../lua/args.lua"),
@@ -71,6 +73,7 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
         return extended(cmd, keys, rules, ext, header);
     }
     cmd.arg(keys.len()).arg(keys);
+    header.deadline_args(&mut cmd);
     // The most common check has a short form of its own (lua/single_rule.lua):
     // call id, limit, window and, on a clock other than the server's, the time.
     if let ([rule], "c", 1) = (rules, header.mode, header.cost) {
@@ -145,6 +148,7 @@ fn extended<K: redis::ToRedisArgs>(
             cmd.arg(k);
         }
     }
+    header.deadline_args(&mut cmd);
     cmd.arg(header.mode);
     match header.now {
         Some(t) => cmd.arg(t),
@@ -167,6 +171,9 @@ pub(crate) struct Header<'a> {
     pub now: Option<i64>,
     pub call_id: &'a str,
     pub cost: u64,
+    /// A check's deadline on the server's clock (microseconds): the script
+    /// changes nothing when it starts later (`lua/deadline.lua`).
+    pub deadline: Option<i64>,
 }
 
 impl<'a> Header<'a> {
@@ -178,7 +185,22 @@ impl<'a> Header<'a> {
             Mode::Check => "c",
             Mode::Peek => "p",
         };
-        Header { mode, now, call_id, cost: plan.cost }
+        Header { mode, now, call_id, cost: plan.cost, deadline: None }
+    }
+
+    /// This header with a deadline (server clock, microseconds), kept only
+    /// by a check: a peek writes nothing, and a give-back must run whenever
+    /// it arrives.
+    pub fn until(self, deadline: Option<i64>) -> Header<'a> {
+        let deadline = if matches!(self.mode, "c" | "C") { deadline } else { None };
+        Header { deadline, ..self }
+    }
+
+    /// The deadline's two arguments (`lua/deadline.lua`) before the call's own.
+    fn deadline_args(&self, cmd: &mut redis::Cmd) {
+        if let Some(d) = self.deadline {
+            cmd.arg("!").arg(d);
+        }
     }
 }
 
@@ -221,9 +243,18 @@ pub(crate) fn parse_settle_reply(reply: &[i64], n: usize) -> Result<SmallVec<[bo
     Ok(reply[2..].iter().map(|&v| v == 1).collect())
 }
 
+/// True for the reply of a check that reached Redis after its deadline and
+/// changed nothing (`lua/deadline.lua`): `{ server time, -1 }`.
+pub(crate) fn is_expired(reply: &[i64]) -> bool {
+    reply.len() == 2 && reply[1] == -1
+}
+
 /// The per-rule outcomes of a reply for `n` rules, with the overrides and
 /// blocks of `ext` (positions in those rules) read from its tail.
 pub(crate) fn parse_reply(reply: &[i64], n: usize, ext: &[PlanExt<&str>]) -> Result<Outcomes> {
+    if is_expired(reply) {
+        return Err(Error::expired());
+    }
     if reply.len() != 2 + 4 * n + 2 * ext.len() {
         return Err(Error::new(
             ErrorKind::Backend,

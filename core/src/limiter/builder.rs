@@ -18,6 +18,7 @@ use crate::clock::{system_now_us, Clock};
 use crate::decision::HeaderOptions;
 use crate::deny_cache::DenyCache;
 use crate::error::{Error, Result};
+use crate::health::{HealthSink, Outage};
 use crate::plan::Rules;
 use crate::policy::{FailureMode, Policy};
 
@@ -58,6 +59,11 @@ pub struct LimiterOptions {
     /// Watch the policy's file and reload it when it changes (default off;
     /// see [`LimiterBuilder::reload_on_change`]).
     pub reload_on_change: bool,
+    /// Where the backend's outages and recoveries are reported (see
+    /// [`LimiterBuilder::on_health`]); `None` reports nothing.
+    pub on_health: Option<HealthSink>,
+    /// Check the backend when the limiter is made (see [`LimiterBuilder::strict`]).
+    pub strict: bool,
 }
 
 impl Default for LimiterOptions {
@@ -75,6 +81,8 @@ impl Default for LimiterOptions {
             legacy_headers: false,
             metrics: true,
             reload_on_change: false,
+            on_health: None,
+            strict: false,
         }
     }
 }
@@ -194,8 +202,32 @@ impl LimiterBuilder {
         self
     }
 
+    /// Report the backend's outages to `sink`: one [`crate::HealthEvent::Down`]
+    /// with its cause when calls start failing, one [`crate::HealthEvent::Up`]
+    /// when a call succeeds again; never one per call.
+    pub fn on_health(mut self, sink: HealthSink) -> Self {
+        self.options.on_health = Some(sink);
+        self
+    }
+
+    /// Check the backend when the limiter is made, within the timeout, and
+    /// fail fast instead of degrading every call: [`LimiterBuilder::build`]
+    /// then connects, sends `PING` and runs the check script once (on no
+    /// key), so a wrong URL ([`crate::ErrorKind::BackendUnavailable`]), a server
+    /// that does not answer ([`crate::ErrorKind::Timeout`]), or a wrong password or
+    /// a user without the script's commands ([`crate::ErrorKind::Backend`]) is an
+    /// error of the build, its message naming the failed step. Default off:
+    /// a limiter can then be built while Redis is down. The check blocks
+    /// the building thread (on a thread of its own, so it may be called
+    /// from inside an async runtime).
+    pub fn strict(mut self, on: bool) -> Self {
+        self.options.strict = on;
+        self
+    }
+
     /// Validate the settings and make the limiter. Connections are made on
-    /// first use, so a limiter can be built while Redis is down.
+    /// first use, so a limiter can be built while Redis is down (unless
+    /// [`LimiterBuilder::strict`]).
     pub fn build(self) -> Result<Limiter> {
         let LimiterBuilder { mut policy, options: o } = self;
         if let Some(p) = &o.prefix {
@@ -246,8 +278,12 @@ impl LimiterBuilder {
                 closed: AtomicBool::new(false),
                 counters: Counters::default(),
                 waiters: Default::default(),
+                outage: Outage::new(o.on_health),
             }),
         };
+        if o.strict {
+            limiter.probe()?;
+        }
         if let Some(path) = watching {
             reload::watch(Arc::downgrade(&limiter.inner), path)?;
         }

@@ -114,6 +114,8 @@ struct Inner {
     counters: Counters,
     /// The queues of `acquire`.
     waiters: settle::Waiters,
+    /// The backend's outage in progress, if any (reported to the health sink).
+    outage: crate::health::Outage,
 }
 
 /// A rate limiter: a policy bound to a backend (Redis or in-memory).
@@ -236,6 +238,36 @@ impl Limiter {
             Some(remote) => remote.ping().await,
             None => Ok(()),
         }
+    }
+
+    /// True while the backend is in an outage: from a call that failed
+    /// (unreachable, too slow, or answering with an error) until the next
+    /// call that succeeds. Always false on the embedded backend.
+    pub fn is_backend_down(&self) -> bool {
+        self.inner.outage.is_down()
+    }
+
+    /// The strict start-up check ([`LimiterBuilder::strict`]): connect,
+    /// `PING`, and run the check script once on no key, within the timeout;
+    /// on the calling thread, or on a thread of its own when the caller is
+    /// inside an async runtime (where it may not wait).
+    fn probe(&self) -> Result<()> {
+        if self.inner.remote.is_none() {
+            return Ok(());
+        }
+        let probe = |l: &Limiter| match &l.inner.remote {
+            Some(remote) => runtime::block_on(remote.probe()).and_then(|r| r),
+            None => Ok(()),
+        };
+        let r = if tokio::runtime::Handle::try_current().is_err() {
+            probe(self)
+        } else {
+            let l = self.clone();
+            std::thread::spawn(move || probe(&l)).join().unwrap_or_else(|p| Err(Error::from_panic(p.as_ref())))
+        };
+        r.map_err(|e| {
+            Error::new(e.kind(), format!("strict: the backend failed the start-up check: {e}")).set_temporary(e.is_temporary())
+        })
     }
 
     /// [`Limiter::check_with`] for callers without an event loop: answered
@@ -508,6 +540,10 @@ impl Limiter {
     fn after_send(&self, g: &Generation, plan: &Plan<'_, String>, mode: Mode, sent: Sent<'_>, answer: Result<Outcomes>) -> Result<Decision> {
         if let (Some(m), Some(started)) = (&g.metrics, sent.started) {
             m.observe(started.elapsed());
+        }
+        match &answer {
+            Ok(_) => self.inner.outage.succeeded(),
+            Err(e) => self.inner.outage.failed(e),
         }
         match answer {
             Ok(outcomes) => {

@@ -41,6 +41,8 @@ pub enum LimiterOption {
     Metrics,
     /// [`LimiterOptions::reload_on_change`]: a boolean.
     ReloadOnChange,
+    /// [`LimiterOptions::strict`]: a boolean.
+    Strict,
 }
 
 /// The settings of [`CheckOptions`], by name.
@@ -108,6 +110,7 @@ impl LimiterOptions {
             LimiterOption::LegacyHeaders => self.legacy_headers = value.boolean(what)?,
             LimiterOption::Metrics => self.metrics = value.boolean(what)?,
             LimiterOption::ReloadOnChange => self.reload_on_change = value.boolean(what)?,
+            LimiterOption::Strict => self.strict = value.boolean(what)?,
         }
         Ok(())
     }

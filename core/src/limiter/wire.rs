@@ -64,6 +64,8 @@ pub enum WireAddress {
 /// Made by [`Limiter::wire`]; single-threaded (the front end's event loop).
 pub struct Wire {
     limiter: Limiter,
+    /// The node (for what it knows of the server's clock).
+    node: RedisBackend,
     sha: String,
     timeout: Duration,
     address: WireAddress,
@@ -119,6 +121,8 @@ struct Flight {
     now: Option<i64>,
     started: Option<Instant>,
     deadline: Instant,
+    /// The deadline on the server's clock the check's commands carry.
+    server_deadline: Option<i64>,
     stage: Stage,
     left: usize,
     replies: SmallVec<[Value; 2]>,
@@ -170,6 +174,7 @@ impl Wire {
         }
         Some(Wire {
             limiter,
+            node: node.clone(),
             sha: sha.to_string(),
             timeout,
             address,
@@ -217,7 +222,8 @@ impl Wire {
         };
         let sent_id = call_id.map_or_else(random_call_id, str::to_string);
         let mut request = Vec::new();
-        let header = Header::of(&plan, mode, &sent_id, sent.now);
+        let header = self.node.header(&plan, mode, &sent_id, sent.now);
+        let server_deadline = header.deadline;
         command(Some(&self.sha), &plan.keys, &plan.rules, &ext_refs(&plan), header).write_packed_command(&mut request);
         let (cached, sent_us, now, started) = (sent.cache.is_some(), sent.sent_us, sent.now, sent.started);
         let Plan { keys, rules: planned, ext, cost, .. } = plan;
@@ -237,6 +243,7 @@ impl Wire {
             now,
             started,
             deadline: Instant::now() + self.timeout,
+            server_deadline,
             stage: Stage::First,
             left: 1,
             replies: SmallVec::new(),
@@ -376,7 +383,7 @@ impl Wire {
     fn request(&self, f: &Flight, stage: Stage) -> Vec<u8> {
         let rules = f.rules.iter().map(|&at| f.g.rules.located(at)).collect();
         let plan = Plan { keys: f.keys.clone(), rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext.clone() };
-        let header = Header::of(&plan, f.mode, &f.sent_id, f.now);
+        let header = Header::of(&plan, f.mode, &f.sent_id, f.now).until(f.server_deadline);
         let ext = ext_refs(&plan);
         let mut out = Vec::new();
         match stage {
@@ -396,7 +403,10 @@ impl Wire {
         let rules = f.rules.iter().map(|&at| g.rules.located(at)).collect();
         let plan = Plan { keys: f.keys, rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext };
         let answer = match reply {
-            Ok(v) => parse_reply(&v, plan.keys.len(), &ext_refs(&plan)),
+            Ok(v) => {
+                self.node.server_time().observe_reply(&v, f.now);
+                parse_reply(&v, plan.keys.len(), &ext_refs(&plan))
+            }
             Err(Failure::Redis(e)) => {
                 // A cost above an override's limit (lua/extensions.lua).
                 let named = if plan.ext.is_empty() { None } else { override_error(&e, &plan.rules, plan.cost) };

@@ -1,7 +1,7 @@
 // Type-checked by `tsc --noEmit` (never run): the public API as a
 // TypeScript user writes it.
-import { ClientIp, ErrorCode, Limiter, ManualClock, METRICS_CONTENT_TYPE, Policy, VERSION } from 'throttlegate';
-import type { AcquireOptions, Decision, LimiterOptions, Metrics, Override, PolicyObject, RuleResult, Stats, TlsOptions } from 'throttlegate';
+import { ClientIp, ErrorCode, Limiter, ManualClock, METRICS_CONTENT_TYPE, parseRate, Policy, VERSION } from 'throttlegate';
+import type { AcquireOptions, Decision, LimiterOptions, Metrics, Override, PolicyObject, Rate, RuleResult, Stats, TlsOptions } from 'throttlegate';
 import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
 import { registerMetrics } from 'throttlegate/prometheus';
@@ -84,6 +84,18 @@ async function main(): Promise<void> {
     onDenied: (req, res, next, decision) => res.writeHead(429).end(decision.problemJson ?? ''),
   });
   createServer((req, res) => middleware(req, res, () => res.end('ok')));
+  const loginLimit = middleware.limit('5/minute');
+  const keyed = middleware.limit({ rate: '100 per hour', key: '{api_key}', name: 'api' });
+  createServer((req, res) => loginLimit(req, res, () => keyed(req, res, () => res.end('ok'))));
+  const model: Record<string, string> = fromObject.requestAttributes({
+    ip: '203.0.113.7', method: 'GET', route: '/users/:id', path: '/users/7?x=1', host: 'example.com',
+    headers: { 'x-api-key': 'k1', accept: ['a', 'b'] }, router: { caseInsensitive: true, ignoreTrailingSlash: true },
+  });
+  const sourced: string[] = fromObject.requestHeaders();
+  const warnings: string[] = fromObject.attributeWarnings(['ip', 'method']).concat(fromObject.attributeWarnings());
+  const added: string[] = fromObject.addRouteLimit({ rate: '5/minute', route: '/login', methods: ['POST'], key: '{ip}', name: 'login-route' });
+  const rates: Rate[] = parseRate('10/30s');
+  console.log(model, sourced, warnings, added, rates[0].limit + rates[0].windowMs);
   const metrics: Metrics | null = fromObject.metrics();
   const denied: number = metrics?.rules[0].denied ?? 0;
   const firstBound: number | undefined = metrics?.backendLatency.buckets[0].le;
@@ -102,10 +114,15 @@ async function main(): Promise<void> {
     onError: (err, request, reply) => reply.code(503).send({ code: err.code }),
   };
   await fastify.register(throttlegateFastify, fastifyOptions);
+  // @ts-expect-error a route limit is written on a route, not on the plugin
+  const misplaced: FastifyRateLimitOptions = { limiter: fromFile, rate: '5/minute' };
+  console.log(misplaced);
   await fastify.register(throttlegateFastify, { policy, limiterOptions: { url: 'redis://127.0.0.1:6379' }, onBackendError: 'deny' });
   fastify.get('/export', { config: { rateLimit: { cost: 5, skip: (request) => request.ip === '127.0.0.1' } } },
     async (request) => ({ remaining: request.rateLimit?.remaining ?? null }));
   fastify.get('/health', { config: { rateLimit: false } }, async () => 'ok');
+  fastify.post('/login', { config: { rateLimit: '5/minute' } }, async (request) => request.rateLimitAttributes ?? {});
+  fastify.post('/keys', { config: { rateLimit: { rate: '10/30s', key: '{api_key}', name: 'keys' } } }, async () => 'ok');
   await fastify.close();
   const estimated: Decision = await fromFile.check({ tenant: 't1' }, { cost: 100, callId: 'req-1' });
   const settled: number = await fromFile.settle(estimated, 42);

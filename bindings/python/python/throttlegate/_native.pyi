@@ -146,6 +146,7 @@ class Limiter:
         deny_cache: Optional[bool] = None,
         metrics: Optional[bool] = None,
         reload_on_change: Optional[bool] = None,
+        strict: Optional[bool] = None,
     ) -> Self: ...
     def check(self, attributes: _Attributes, cost: Optional[int] = None, *, call_id: Optional[str] = None) -> Decision: ...
     def check_async(
