@@ -46,13 +46,15 @@ if ARGV[1] == 's' then
     redis.call('PEXPIRE', key, math.ceil(window / 1000))
     return { now, 0, 1, limit - 1, 0, window }
   end
+  local h, extra, ids, oldest = 0, 0, '', first
+  if not general and string.byte(first, 1) == 45 then
+    local e, i = string.match(first, '^%-(%d+):(.*)$')
+    h, extra, ids = 1, tonumber(e), i
+    oldest = redis.call('LINDEX', key, 1)
+    -- (A header without entries, which no write leaves, is the general path's too.)
+    general = not oldest
+  end
   if not general then
-    local h, extra, ids, oldest = 0, 0, '', first
-    if string.byte(first, 1) == 45 then
-      local e, i = string.match(first, '^%-(%d+):(.*)$')
-      h, extra, ids = 1, tonumber(e), i
-      oldest = redis.call('LINDEX', key, 1)
-    end
     local floor = now - window
     local units = 1
     local t = tonumber(oldest)
