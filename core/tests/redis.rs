@@ -1091,6 +1091,30 @@ async fn a_log_of_the_previous_version_is_converted_and_counted_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_of_the_previous_version_on_the_servers_clock() {
+    // The short form (with its deadline prefix) hands the old key to the general path.
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 3, ms(60_000))]).unwrap())
+        .url(server.url())
+        .on_backend_error(FailureMode::Error)
+        .timeout(ms(2000))
+        .build()
+        .unwrap();
+    let a = ip("8.8.8.8");
+    let key = l.keys(&a)[0].clone();
+    let time = server.command(&["TIME"]).unwrap();
+    let mut parts = time.lines().map(|p| p.parse::<i64>().unwrap());
+    let now = parts.next().unwrap() * 1_000_000 + parts.next().unwrap();
+    old_log(&server, &key, &[(now - 1_000_000, "x", 2)], 60_000);
+    let d = l.check(&a, 1).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 0));
+    assert_eq!(server.command(&["TYPE", &key]).unwrap(), "+list");
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed);
+    assert!(d.retry_after > ms(55_000) && d.retry_after <= ms(59_000), "{:?}", d.retry_after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_another_kind_is_an_error_never_an_empty_log() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
