@@ -1,5 +1,6 @@
--- Third in the script, reached by every mode but "s" (single_rule.lua has
--- returned for that one). Reads the arguments of the general form and leaves,
+-- Third in the script, reached by every mode but "s" and "f"
+-- (single_rule.lua has returned for those, or rewritten ARGV into the
+-- general form of the same check). Reads the arguments of the general form and leaves,
 -- as locals for the files after it: mode, now, monotonic (true when now came
 -- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it),
 -- uses_log / uses_bucket / uses_counters / uses_period (which algorithms

@@ -34,20 +34,32 @@ end
 
 -- Sized for one rule up front; more rules grow it.
 local out = { now, replayed, 0, 0, 0, 0 }
--- Rules carry values from decision to commit, at 3i-2 .. 3i: a token bucket
+-- Rules carry values from decision to commit, at 3i-2 .. 3i: a log its
+-- header's state, extra and ids (see swl_decide); a token bucket
 -- the micro-tokens left, the stamp and the state as read (false when absent);
 -- a sliding window of counters its "ids" field as read (false when absent or
 -- not read) and its oldest and newest sub-windows stored (false when none);
 -- a period counter the end of its period and its state as read (false when
 -- absent or over).
 local held
+-- A log's newest entry time, when deciding read it (rule i at [i]).
+local newest_of
 local all_pass = true
 for i = 1, n do
   local code = ARGV[3 * i + 2]
   local allowed, remaining, retry_after, reset_after
   if code == 'w' or code == 'W' then
-    allowed, remaining, retry_after, reset_after =
+    local hdr, extra, ids, newest
+    allowed, remaining, retry_after, reset_after, hdr, extra, ids, newest =
       swl_decide(KEYS[i], now, cost, tonumber(ARGV[3 * i + 3]), tonumber(ARGV[3 * i + 4]), monotonic)
+    held = held or {}
+    held[3 * i - 2] = hdr
+    held[3 * i - 1] = extra
+    held[3 * i] = ids
+    if newest then
+      newest_of = newest_of or {}
+      newest_of[i] = newest
+    end
   elseif code == 'b' or code == 'B' then
     local left, stamp, stored
     allowed, remaining, retry_after, reset_after, left, stamp, stored =
@@ -72,6 +84,11 @@ for i = 1, n do
     held[3 * i - 2] = end_us
     held[3 * i - 1] = stored
   else
+    for j = 1, i - 1 do
+      if ARGV[3 * j + 2] == 'w' or ARGV[3 * j + 2] == 'W' then
+        swl_flush(KEYS[j], held[3 * j - 2], held[3 * j - 1], held[3 * j])
+      end
+    end
     return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(code))
   end
   out[4 * i - 1] = allowed
@@ -108,7 +125,8 @@ if mode ~= 'p' and all_pass then
     if out[4 * i - 1] == 1 then
       local code = ARGV[3 * i + 2]
       if code == 'w' or code == 'W' then
-        swl_commit(KEYS[i], now, cost, out[4 * i + 2], call_id)
+        swl_commit(KEYS[i], now, cost, out[4 * i + 2], tonumber(ARGV[3 * i + 4]), stored_id, held[3 * i - 2],
+          held[3 * i - 1], held[3 * i], newest_of and newest_of[i])
       elseif code == 'k' or code == 'K' then
         sw_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
           held[3 * i - 1] or nil, held[3 * i] or nil)
@@ -117,6 +135,15 @@ if mode ~= 'p' and all_pass then
       else
         tb_commit(KEYS[i], held[3 * i - 1], held[3 * i - 2], out[4 * i + 2], stored_id, held[3 * i] or nil)
       end
+    elseif ARGV[3 * i + 2] == 'w' or ARGV[3 * i + 2] == 'W' then
+      swl_flush(KEYS[i], held[3 * i - 2], held[3 * i - 1], held[3 * i])
+    end
+  end
+elseif uses_log then
+  -- Nothing recorded: a log whose deciding dropped entries gets its header back.
+  for i = 1, n do
+    if ARGV[3 * i + 2] == 'w' or ARGV[3 * i + 2] == 'W' then
+      swl_flush(KEYS[i], held[3 * i - 2], held[3 * i - 1], held[3 * i])
     end
   end
 end

@@ -11,7 +11,47 @@
 -- argument.
 
 local ids_of, counter_id, drop_counter_window, seen, give_back
+local log_check_time, without_log_id, log_rewrite
 if mode == 'u' or mode == 'C' or mode == 'x' then
+  -- For a log: the time of the check `call_id` among the ids its header
+  -- keeps, while it still counts (any time when `window` is nil), then the
+  -- header's extra and ids; nil when not found.
+  log_check_time = function(key, call_id, window)
+    local extra, ids = swl_head(key, false)
+    for t, id in string.gmatch(ids, '(%d+)@([^,]+)') do
+      if id == call_id then
+        t = tonumber(t)
+        if window == nil or t + window > now then
+          return t, extra, ids
+        end
+      end
+    end
+    return nil
+  end
+
+  -- A log's ids without the first "<t>@<call_id>".
+  without_log_id = function(ids, t, call_id)
+    local kept, target, found = {}, string.format('%d@', t) .. call_id, false
+    for e in string.gmatch(ids, '[^,]+') do
+      if e == target and not found then
+        found = true
+      else
+        kept[#kept + 1] = e
+      end
+    end
+    return table.concat(kept, ',')
+  end
+
+  -- A log's header after its entries changed: `extra` and `ids`; the key is
+  -- deleted when no unit is left.
+  log_rewrite = function(key, extra, ids)
+    if redis.call('LLEN', key) - 1 + extra <= 0 then
+      redis.call('DEL', key)
+      return
+    end
+    redis.call('LSET', key, 0, swl_header(extra, ids))
+  end
+
   -- The call ids recorded in a stored bucket or period counter ("" when none).
   ids_of = function(stored)
     return string.match(stored, '^-?%d+:%d+:(.*)$') or ''
@@ -64,7 +104,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- admissions recorded in a bucket.
   seen = function(code, key, call_id, spec)
     if code == 'w' or code == 'W' then
-      return redis.call('ZSCORE', key, call_id) ~= false
+      return log_check_time(key, call_id, tonumber(spec)) ~= nil
     end
     if code == 'k' or code == 'K' then
       local _, j = counter_id(key, call_id, spec)
@@ -94,17 +134,15 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- ended) is not refunded (a brief over-restriction, never an over-admission).
   give_back = function(code, key, cost, capacity, call_id, spec)
     if code == 'w' or code == 'W' then
-      local members = { call_id }
-      for i = 2, cost do
-        members[#members + 1] = call_id .. ':' .. i
-        if #members == 1000 then
-          redis.call('ZREM', key, unpack(members))
-          members = {}
-        end
+      local t, extra, ids = log_check_time(key, call_id, nil)
+      if t == nil then
+        return
       end
-      if #members > 0 then
-        redis.call('ZREM', key, unpack(members))
+      ids = without_log_id(ids, t, call_id)
+      if redis.call('LREM', key, 1, swl_entry(t, cost)) == 1 then
+        extra = extra - (cost - 1)
       end
+      log_rewrite(key, extra, ids)
       return
     end
     if code == 'k' or code == 'K' then

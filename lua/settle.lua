@@ -39,14 +39,6 @@ if mode == 'x' then
   local estimate_s, actual_s = string.match(ARGV[4], '^(%d+):(%d+)$')
   local estimate, actual = tonumber(estimate_s), tonumber(actual_s)
 
-  -- Members of one check in a log: unit 1 is the call id itself.
-  local function member(k)
-    if k == 1 then
-      return call_id
-    end
-    return call_id .. ':' .. k
-  end
-
   -- A list of ids without the first `target` (nil when it is absent).
   local function without(list, target)
     local kept, found = {}, false
@@ -64,44 +56,27 @@ if mode == 'x' then
   end
 
   local function settle_log(key, a, window)
-    local t = redis.call('ZSCORE', key, call_id)
-    if not t then
+    local t, extra, ids = log_check_time(key, call_id, window)
+    if t == nil then
       return 0
     end
-    t = tonumber(t)
-    if t + window <= now then
-      return 0
+    local entry = swl_entry(t, estimate)
+    if a == 0 then
+      if redis.call('LREM', key, 1, entry) == 0 then
+        return 0
+      end
+      extra = extra - (estimate - 1)
+    else
+      local at = redis.call('LPOS', key, entry)
+      if not at then
+        return 0
+      end
+      if a ~= estimate then
+        redis.call('LSET', key, at, swl_entry(t, a))
+      end
+      extra = extra + a - estimate
     end
-    if a < estimate then
-      local gone = {}
-      for k = a + 1, estimate do
-        gone[#gone + 1] = member(k)
-        if #gone == 1000 then
-          redis.call('ZREM', key, unpack(gone))
-          gone = {}
-        end
-      end
-      if #gone > 0 then
-        redis.call('ZREM', key, unpack(gone))
-      end
-    elseif a > estimate then
-      local args = {}
-      for k = estimate + 1, a do
-        args[#args + 1] = t
-        args[#args + 1] = member(k)
-        if #args == 2000 then
-          redis.call('ZADD', key, unpack(args))
-          args = {}
-        end
-      end
-      if #args > 0 then
-        redis.call('ZADD', key, unpack(args))
-      end
-    end
-    if a >= 1 then
-      redis.call('ZREM', key, call_id)
-      redis.call('ZADD', key, t, call_id .. ':settled')
-    end
+    log_rewrite(key, extra, without_log_id(ids, t, call_id))
     return 1
   end
 

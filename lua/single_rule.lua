@@ -12,7 +12,12 @@
 --
 -- Returns the general form for one key (see args.lua): { now, 0, allowed,
 -- remaining, retry_after_us, reset_after_us }, step for step what swl_decide
--- and swl_commit answer at cost 1 (see sliding_window_log.lua). Defines
+-- and swl_commit answer at cost 1 (see sliding_window_log.lua for the
+-- list it reads and writes). Its common case only: anything else (a key of
+-- an older version or of another kind, an entry newer than `now`, more
+-- expired entries than it read, a denial that needs more than the oldest
+-- unit) it hands, before writing anything, to the general path, by rewriting
+-- ARGV into the general form of the same check and not returning. Defines
 -- nothing: any other mode falls through to args.lua with no local left behind
 -- (both short forms keep their locals inside their `if` blocks).
 if ARGV[1] == 's' then
@@ -20,41 +25,117 @@ if ARGV[1] == 's' then
   local now = ARGV[5]
   local limit = tonumber(ARGV[3])
   local window = tonumber(ARGV[4])
-  local reset_after = window
-  local count
-  if now == nil or now == '' then
-    -- The server's clock: no member can be newer than `now`, so an admission
-    -- resets after exactly the window.
+  local clock = now == nil or now == ''
+  if clock then
+    -- The server's clock (read by deadline.lua already when the call has a deadline).
     now = server_now
     if not now then
       local t = redis.call('TIME')
       now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     end
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-    count = redis.call('ZCARD', key)
   else
-    -- The caller's clock: members written at a later time may be newer than
-    -- `now`, so an admission looks the newest up, as swl_decide does when
-    -- not `monotonic`.
     now = tonumber(now)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-    count = redis.call('ZCARD', key)
-    if count > 0 and count < limit then
-      local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) + window - now
-      if newest > reset_after then
-        reset_after = newest
+  end
+  -- The front of the log (see sliding_window_log.lua): a log without a
+  -- header holds only checks of one unit, so its units are its length; with
+  -- one, they are its entries plus the header's extra.
+  local first = redis.pcall('LINDEX', key, 0)
+  local general = type(first) == 'table'
+  if not general and not first then
+    redis.call('RPUSH', key, now)
+    redis.call('PEXPIRE', key, math.ceil(window / 1000))
+    return { now, 0, 1, limit - 1, 0, window }
+  end
+  local h, extra, ids, oldest = 0, 0, '', first
+  if not general and string.byte(first, 1) == 45 then
+    local e, i = string.match(first, '^%-(%d+):(.*)$')
+    h, extra, ids = 1, tonumber(e), i
+    oldest = redis.call('LINDEX', key, 1)
+    -- (A header without entries, which no write leaves, is the general path's too.)
+    general = not oldest
+  end
+  if not general then
+    local floor = now - window
+    local units = 1
+    local t = tonumber(oldest)
+    if not t then
+      local a, b = string.match(oldest, '^(%d+):(%d+)$')
+      t, units = tonumber(a), tonumber(b)
+    end
+    -- Drop the entries that have left the window, from the front (up to 8
+    -- of them here; more, the general path does).
+    local k = 0
+    if t <= floor then
+      local got = redis.call('LRANGE', key, h, h + 7)
+      t = nil
+      for j = 1, #got do
+        local a, b = string.match(got[j], '^(%d+):?(%d*)$')
+        a, b = tonumber(a), tonumber(b) or 1
+        if a > floor then
+          t, units = a, b
+          break
+        end
+        k = k + 1
+        extra = extra - (b - 1)
       end
+      if t == nil and #got < 8 then
+        -- All of it has left: the log starts again with this check.
+        redis.call('DEL', key)
+        redis.call('RPUSH', key, now)
+        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        return { now, 0, 1, limit - 1, 0, window }
+      end
+      general = t == nil
+    end
+    local newest
+    if not general and not clock then
+      -- The caller's clock: an entry newer than `now` needs an ordered insert.
+      newest = tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
+      general = newest > now
+    end
+    local count
+    if not general then
+      count = redis.call('LLEN', key) - h - k + extra
+      -- A denial that needs more than the oldest entry's units is the
+      -- general path's, unless every entry is one unit (no header).
+      general = count >= limit and count - limit + 1 > units and h == 1
+    end
+    if not general then
+      if count >= limit and count - limit + 1 > units then
+        -- One unit per entry: the (count - limit + 1)-th oldest must leave.
+        t = tonumber(redis.call('LINDEX', key, k + count - limit))
+      end
+      if k > 0 then
+        redis.call('LTRIM', key, k, -1)
+      end
+      if count < limit then
+        redis.call('RPUSH', key, now)
+      end
+      if k > 0 and h == 1 then
+        redis.call('LSET', key, 0, string.format('-%d:', extra) .. ids)
+      end
+      if count < limit then
+        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        return { now, 0, 1, limit - count - 1, 0, window }
+      end
+      -- Denied: wait until the oldest units needed have left.
+      newest = newest or tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
+      return { now, 0, 0, 0, t + window - now, newest + window - now }
     end
   end
-  if count < limit then
-    redis.call('ZADD', key, now, ARGV[2])
-    redis.call('PEXPIRE', key, math.ceil(reset_after / 1000))
-    return { now, 0, 1, limit - count - 1, 0, reset_after }
+  -- The general form of the same check (args.lua), for check.lua to answer.
+  local call_id = ARGV[2]
+  ARGV[1] = 'c'
+  if clock then
+    ARGV[2] = ''
+  else
+    ARGV[2] = ARGV[5]
   end
-  -- Denied: wait until the oldest member in the window has left it.
-  local oldest = tonumber(redis.call('ZRANGE', key, count - limit, count - limit, 'WITHSCORES')[2])
-  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  return { now, 0, 0, limit - count, oldest + window - now, newest + window - now }
+  ARGV[3] = call_id
+  ARGV[4] = '1'
+  ARGV[5] = 'w'
+  ARGV[6] = string.format('%d', limit)
+  ARGV[7] = string.format('%d', window)
 end
 
 -- Mode "f": the same for one fixed-window rule that is not in shadow mode,

@@ -20,9 +20,14 @@ pub(crate) struct Outcome {
     pub blocked: bool,
 }
 
-/// A sliding-window log: admission times (sorted) and, once any call asked
-/// for deduplication, the id of the call behind each (0 for none) in a
-/// parallel queue, so a log of calls without ids costs 8 bytes per unit.
+/// How many recent call ids a sliding-window log remembers (as many as a
+/// bucket; the header of `lua/sliding_window_log.lua`).
+pub(crate) const LOG_IDS: usize = TB_IDS;
+
+/// A sliding-window log: admission times (sorted, one per unit) and the ids
+/// of the last [`LOG_IDS`] admitted calls that asked for deduplication, with
+/// their times (boxed and absent until one does: most logs never have one),
+/// so a log of calls without ids costs 8 bytes per unit.
 ///
 /// The oldest and newest times are also kept beside the entries, so the
 /// usual decision (nothing has left the window) reads no entry at all: with
@@ -30,10 +35,9 @@ pub(crate) struct Outcome {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Log {
     times: VecDeque<i64>,
-    /// `None`, or one id per entry of `times` (boxed: most logs never have
-    /// one, and the log sits in the hash table's entry, which stays small).
-    #[allow(clippy::box_collection)] // 8 bytes in the entry instead of 32
-    ids: Option<Box<VecDeque<u64>>>,
+    /// (time, call id) of recent admissions with an id, oldest first.
+    #[allow(clippy::box_collection)] // 8 bytes in the entry instead of 24
+    ids: Option<Box<Vec<(i64, u64)>>>,
     /// The oldest entry's time (meaningless while the log is empty).
     first: i64,
     /// The newest entry's time (meaningless while the log is empty).
@@ -87,31 +91,48 @@ impl Log {
         }
     }
 
-    /// Mirror of the replay lookup for logs (`seen` in `lua/replay.lua`).
-    pub fn seen(&self, id: u64) -> bool {
-        self.ids.as_ref().is_some_and(|ids| ids.contains(&id))
+    /// The time of call `id` among the recent ids while its check still
+    /// counts (`log_check_time` in `lua/replay.lua`).
+    fn check_time(&self, now: i64, window: i64, id: u64) -> Option<(usize, i64)> {
+        let ids = self.ids.as_ref()?;
+        ids.iter().enumerate().find(|&(_, &(t, i))| i == id && t + window > now).map(|(at, &(t, _))| (at, t))
     }
 
-    /// Mirror of `swl_commit` (with the pruning `swl_decide` does first);
-    /// `id` 0 records no id.
-    pub fn commit(&mut self, now: i64, cost: u64, window: i64, id: u64) {
+    /// Mirror of the replay lookup for logs (`seen` in `lua/replay.lua`):
+    /// `id` is among the recent ids and its check still counts.
+    pub fn seen(&self, now: i64, window: i64, id: u64) -> bool {
+        self.check_time(now, window, id).is_some()
+    }
+
+    /// Mirror of the pruning `swl_decide` does first: the entries that have
+    /// left the window go.
+    pub fn prune(&mut self, now: i64, window: i64) {
         let floor = now - window;
         if !self.times.is_empty() && self.first <= floor {
             while matches!(self.times.front(), Some(&ts) if ts <= floor) {
                 self.times.pop_front();
-                if let Some(ids) = &mut self.ids {
-                    ids.pop_front();
-                }
             }
             if let Some(&ts) = self.times.front() {
                 self.first = ts;
             }
         }
+    }
+
+    /// Mirror of `swl_commit` (with the pruning `swl_decide` does first);
+    /// `id` 0 records no id. An id joins the recent ids, which lose those
+    /// whose check no longer counts and keep the newest [`LOG_IDS`].
+    pub fn commit(&mut self, now: i64, cost: u64, window: i64, id: u64) {
+        self.prune(now, window);
         if cost == 0 {
             return;
         }
-        if id != 0 && self.ids.is_none() {
-            self.ids = Some(Box::new(std::iter::repeat_n(0, self.times.len()).collect()));
+        if id != 0 {
+            let ids = self.ids.get_or_insert_with(Default::default);
+            ids.retain(|&(t, _)| t + window > now);
+            ids.push((now, id));
+            if ids.len() > LOG_IDS {
+                ids.remove(0);
+            }
         }
         if self.times.is_empty() {
             self.first = now;
@@ -121,18 +142,12 @@ impl Log {
         if now >= self.newest {
             // The usual case: the newest admission so far goes at the end.
             self.times.extend(std::iter::repeat_n(now, n));
-            if let Some(ids) = &mut self.ids {
-                ids.extend(std::iter::repeat_n(id, n));
-            }
             self.newest = now;
         } else {
             // A clock that stepped back: keep the entries sorted.
             let at = self.times.partition_point(|&ts| ts <= now);
             for _ in 0..n {
                 self.times.insert(at, now);
-                if let Some(ids) = &mut self.ids {
-                    ids.insert(at, id);
-                }
             }
             self.first = self.first.min(now);
         }
@@ -143,36 +158,28 @@ impl Log {
         self.times.len()
     }
 
-    /// Mirror of `settle_log` (`lua/settle.lua`): when the units of call
-    /// `id` are still in the window, leave `actual` of them (removing or
-    /// adding at the check's time) and mark them `settled` (the id a
-    /// second settle cannot find). False when the call is not found.
-    pub fn settle(&mut self, now: i64, id: u64, settled: u64, estimate: u64, actual: u64, window: i64) -> bool {
-        let Some(ids) = self.ids.as_mut() else { return false };
-        let Some(at) = ids.iter().position(|&i| i == id) else { return false };
-        let t = self.times[at];
-        if t + window <= now {
+    /// Mirror of `settle_log` (`lua/settle.lua`): when call `id` is among
+    /// the recent ids, its check still counts and its units are still
+    /// stored, the check holds `actual` units instead of `estimate` (units
+    /// removed or added at the check's time) and the id leaves the list, so
+    /// a second settle finds nothing. False when the call is not found.
+    pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64, window: i64) -> bool {
+        let Some((at, t)) = self.check_time(now, window, id) else { return false };
+        let start = self.times.partition_point(|&ts| ts < t);
+        let end = self.times.partition_point(|&ts| ts <= t);
+        if ((end - start) as u64) < estimate {
+            // Its units have left (dropped by a call with a later time), or
+            // `estimate` is not the check's cost.
             return false;
         }
-        let mut extra = estimate as i64 - actual as i64;
-        let mut k = 0;
-        while k < self.times.len() {
-            if ids[k] == id {
-                if extra > 0 {
-                    ids.remove(k);
-                    self.times.remove(k);
-                    extra -= 1;
-                    continue;
-                }
-                ids[k] = settled;
-            }
-            k += 1;
+        if let Some(ids) = self.ids.as_mut() {
+            ids.remove(at);
         }
-        if extra < 0 {
-            let at = self.times.partition_point(|&ts| ts <= t);
-            for _ in 0..(-extra) {
-                self.times.insert(at, t);
-                ids.insert(at, settled);
+        if actual < estimate {
+            self.times.drain(end - (estimate - actual) as usize..end);
+        } else {
+            for _ in estimate..actual {
+                self.times.insert(end, t);
             }
         }
         if let (Some(&first), Some(&newest)) = (self.times.front(), self.times.back()) {
@@ -571,24 +578,44 @@ mod tests {
         let mut log = Log::default();
         let w = 1_000;
         log.commit(100, 2, w, 0);
-        assert!(!log.seen(7));
+        assert!(!log.seen(100, w, 7));
         log.commit(200, 1, w, 7);
-        assert!(log.seen(7));
+        assert!(log.seen(200, w, 7));
         // A clock that stepped back: the entry goes in order, the newest stays.
         log.commit(150, 1, w, 9);
-        assert!(log.seen(9));
+        assert!(log.seen(150, w, 9));
         assert_eq!(log.times, [100, 100, 150, 200]);
-        assert_eq!(*log.ids.as_deref().unwrap(), [0, 0, 9, 7]);
+        assert_eq!(*log.ids.as_deref().unwrap(), [(200, 7), (150, 9)]);
         assert_eq!((log.first, log.newest), (100, 200));
         // The two oldest leave the window; the decision sees the other two.
         let o = log.decide(1_100, 1, 3, w);
         assert_eq!((o.allowed, o.remaining, o.reset_after_us), (true, 0, w));
         log.commit(1_100, 1, w, 0);
         assert_eq!(log.times, [150, 200, 1_100]);
-        assert_eq!(*log.ids.as_deref().unwrap(), [9, 7, 0]);
         assert_eq!((log.first, log.newest), (150, 1_100));
         let o = log.decide(1_100, 1, 3, w);
         assert_eq!((o.allowed, o.retry_after_us, o.reset_after_us), (false, 50, w));
+        // An id is remembered while its check counts.
+        assert!(log.seen(1_149, w, 9) && !log.seen(1_150, w, 9));
+    }
+
+    #[test]
+    fn log_remembers_the_last_64_ids_and_settles_once() {
+        let mut log = Log::default();
+        let w = 1_000_000;
+        for id in 1..=65u64 {
+            log.commit(id as i64, 1, w, id);
+        }
+        assert!(!log.seen(100, w, 1), "the oldest id left the 64");
+        assert!(log.seen(100, w, 2) && log.seen(100, w, 65));
+        // Settle call 65 (cost 1) up to 4, then once more: nothing.
+        assert!(log.settle(100, 65, 1, 4, w));
+        assert_eq!(log.len(), 68);
+        assert!(!log.settle(100, 65, 4, 1, w));
+        // A refund to zero takes the check's units away.
+        log.commit(300, 3, w, 99);
+        assert!(log.settle(400, 99, 3, 0, w));
+        assert_eq!((log.len(), log.newest), (68, 65));
     }
 
     #[test]

@@ -152,9 +152,9 @@ async fn denial_consumes_nothing_from_any_rule() {
     let keys = l.keys(&a);
     let snapshot = |server: &RedisServer| -> Vec<String> {
         vec![
-            server.command(&["ZRANGE", &keys[0], "0", "-1", "WITHSCORES"]).unwrap(),
+            server.command(&["LRANGE", &keys[0], "0", "-1"]).unwrap(),
             server.command(&["GET", &keys[1]]).unwrap(),
-            server.command(&["ZRANGE", &keys[2], "0", "-1", "WITHSCORES"]).unwrap(),
+            server.command(&["LRANGE", &keys[2], "0", "-1"]).unwrap(),
         ]
     };
     let before = snapshot(&server);
@@ -460,8 +460,8 @@ async fn client_time_setting_uses_the_host_clock() {
         .unwrap();
     assert!(l.check(&ip("1.2.3.4"), 1).await.unwrap().allowed);
     let key = &l.keys(&ip("1.2.3.4"))[0];
-    let members = server.command(&["ZRANGE", key, "0", "-1", "WITHSCORES"]).unwrap();
-    let score: i64 = members.lines().nth(1).unwrap().parse().unwrap();
+    // The log's one entry is the check's time.
+    let score: i64 = server.command(&["LINDEX", key, "0"]).unwrap().trim().parse().unwrap();
     let host_now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -502,7 +502,18 @@ async fn server_clock_single_rule_agrees_with_the_general_path() {
     assert!(close(d.reset_after, p.reset_after) && d.reset_after >= d.retry_after);
     assert!(!l.check(&a, 2).await.unwrap().allowed);
     // Denials consumed nothing.
-    assert_eq!(server.command(&["ZCARD", key]).unwrap(), "3");
+    assert_eq!(log_units(&server, key), 3);
+}
+
+/// The units a sliding-window log holds: the sum of its entries'
+/// (`"<time>"` one unit, `"<time>:<units>"`), after the header if any
+/// (`lua/sliding_window_log.lua`); 0 when the key is absent.
+fn log_units(server: &RedisServer, key: &str) -> u64 {
+    let list = server.command(&["LRANGE", key, "0", "-1"]).unwrap();
+    list.lines()
+        .filter(|e| !e.is_empty() && !e.starts_with('-'))
+        .map(|e| e.split_once(':').map_or(1, |(_, c)| c.parse().unwrap()))
+        .sum()
 }
 
 /// `evalsha` calls Redis has served so far.
@@ -818,10 +829,10 @@ async fn tiers_overrides_and_blocks_under_64_tasks() {
         assert_eq!(total, want, "case {n}: {total} admitted out of 256");
         // Every rule holds exactly the admitted units: denials wrote nothing.
         let keys = l.keys(&attrs);
-        assert_eq!(server.command(&["ZCARD", &keys[0]]).unwrap().trim(), want.to_string(), "case {n}");
+        assert_eq!(log_units(&server, &keys[0]), want as u64, "case {n}");
         let stored = server.command(&["GET", &keys[1]]).unwrap();
         assert!(stored.trim().ends_with(&format!(":{want}")), "case {n}: {stored}");
-        assert_eq!(server.command(&["ZCARD", &keys[2]]).unwrap().trim(), want.to_string(), "case {n}");
+        assert_eq!(log_units(&server, &keys[2]), want as u64, "case {n}");
         let block_key = format!("ip:#b{{{}}}", keys[2]).replace("ip:#b", &format!("{prefix}ip:#b"));
         let blocked = server.command(&["EXISTS", &block_key]).unwrap().trim() == "1";
         assert_eq!(blocked, n == 0, "case {n}: only the ip rule's own denial blocks");
@@ -998,8 +1009,10 @@ async fn acquire_serves_waiters_in_arrival_order_without_polling() {
         }
         let used = evalsha_calls(&server) - calls;
         let key = l.keys(&a).into_iter().find(|k| k.contains("record:")).unwrap();
-        let members = server.command(&["ZRANGE", &key, "0", "-1"]).unwrap();
-        let order: Vec<&str> = members.lines().collect();
+        // The log's header keeps the ids of its checks made with one, oldest first.
+        let header = server.command(&["LINDEX", &key, "0"]).unwrap();
+        let ids = header.trim().split_once(':').unwrap().1.to_string();
+        let order: Vec<&str> = ids.split(',').map(|e| e.split_once('@').unwrap().1).collect();
         let arrival: Vec<String> = (0..50).map(|i| format!("w{i:02}")).collect();
         assert_eq!(order, arrival, "{name}: admitted in arrival order");
         assert!(used <= 100, "{name}: {used} Redis calls for 50 acquires");
@@ -1022,4 +1035,186 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Ou
         std::task::Poll::Pending => std::task::Poll::Ready(None),
     })
     .await
+}
+
+/// The log as the previous version wrote it: a sorted set, one member per
+/// unit (`call_id`, `call_id:2`, ...), scored by the admission time.
+fn old_log(server: &RedisServer, key: &str, checks: &[(i64, &str, u64)], ttl_ms: u64) {
+    for &(t, id, cost) in checks {
+        for u in 1..=cost {
+            let member = if u == 1 { id.to_string() } else { format!("{id}:{u}") };
+            server.command(&["ZADD", key, &t.to_string(), &member]).unwrap();
+        }
+    }
+    server.command(&["PEXPIRE", key, &ttl_ms.to_string()]).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_of_the_previous_version_is_converted_and_counted_exactly() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("w", "ip:{ip}", 5, ms(60_000))], &clock);
+    // The short form (one rule, cost 1): 3 units stored 30 s and 10 s ago, one already out of the window.
+    let a = ip("1.1.1.1");
+    let key = l.keys(&a)[0].clone();
+    old_log(&server, &key, &[(T0 - 70_000_000, "gone", 1), (T0 - 30_000_000, "a", 2), (T0 - 10_000_000, "b", 1)], 50_000);
+    let d = l.check(&a, 1).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 1));
+    assert_eq!(server.command(&["TYPE", &key]).unwrap(), "+list");
+    let ttl: i64 = server.command(&["PTTL", &key]).unwrap().parse().unwrap();
+    assert!(ttl > 55_000, "an admission sets the TTL again: {ttl}");
+    assert_eq!(log_units(&server, &key), 4);
+    assert!(l.check(&a, 1).await.unwrap().allowed);
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed);
+    // The oldest stored units (two, at T0 - 30 s) leave first.
+    assert_eq!((d.remaining, d.retry_after, d.reset_after), (0, ms(30_000), ms(60_000)));
+
+    // The general path (a peek, then a check of cost 2), on another old key.
+    let b = ip("2.2.2.2");
+    let key = l.keys(&b)[0].clone();
+    old_log(&server, &key, &[(T0 - 20_000_000, "c", 3)], 40_000);
+    let p = l.peek(&b, 2).await.unwrap();
+    assert_eq!((p.allowed, p.remaining, p.reset_after), (true, 0, ms(60_000)));
+    let ttl: i64 = server.command(&["PTTL", &key]).unwrap().parse().unwrap();
+    assert!(ttl > 30_000 && ttl <= 40_000, "a peek keeps the old TTL: {ttl}");
+    let d = l.check(&b, 3).await.unwrap();
+    assert_eq!((d.allowed, d.remaining, d.retry_after), (false, 2, ms(40_000)));
+
+    // A settle of a check made before the upgrade finds nothing (ids are not carried over).
+    let c = ip("3.3.3.3");
+    let key = l.keys(&c)[0].clone();
+    old_log(&server, &key, &[(T0 - 1_000, "old", 2)], 60_000);
+    assert_eq!(l.settle_call(&c, "old", 2, 0).await.unwrap(), 0);
+    assert_eq!(log_units(&server, &key), 2);
+    assert_eq!(l.peek(&c, 1).await.unwrap().remaining, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_of_the_previous_version_on_the_servers_clock() {
+    // The short form (with its deadline prefix) hands the old key to the general path.
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 3, ms(60_000))]).unwrap())
+        .url(server.url())
+        .on_backend_error(FailureMode::Error)
+        .timeout(ms(2000))
+        .build()
+        .unwrap();
+    let a = ip("8.8.8.8");
+    let key = l.keys(&a)[0].clone();
+    let time = server.command(&["TIME"]).unwrap();
+    let mut parts = time.lines().map(|p| p.parse::<i64>().unwrap());
+    let now = parts.next().unwrap() * 1_000_000 + parts.next().unwrap();
+    old_log(&server, &key, &[(now - 1_000_000, "x", 2)], 60_000);
+    let d = l.check(&a, 1).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (true, 0));
+    assert_eq!(server.command(&["TYPE", &key]).unwrap(), "+list");
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed);
+    assert!(d.retry_after > ms(55_000) && d.retry_after <= ms(59_000), "{:?}", d.retry_after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_kind_is_an_error_never_an_empty_log() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("w", "ip:{ip}", 5, ms(60_000))], &clock);
+    let a = ip("4.4.4.4");
+    let key = l.keys(&a)[0].clone();
+    server.command(&["SET", &key, "not a log"]).unwrap();
+    for cost in [1, 2] {
+        let e = l.check(&a, cost).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
+        assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    }
+    assert_eq!(server.command(&["GET", &key]).unwrap(), "not a log");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_is_one_entry_whatever_its_cost() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = limiter(&server, vec![Rule::sliding_window_log("bulk", "t:{ip}", 1_000_000, ms(60_000))], &clock);
+    let a = ip("5.5.5.5");
+    let key = l.keys(&a)[0].clone();
+    for cost in [1, 100, 10_000, 500_000] {
+        assert!(l.check(&a, cost).await.unwrap().allowed);
+        clock.advance(ms(1));
+    }
+    // The header and one entry per check.
+    assert_eq!(server.command(&["LLEN", &key]).unwrap(), "5");
+    assert_eq!(log_units(&server, &key), 510_101);
+    let bytes: u64 = server.command(&["MEMORY", "USAGE", &key]).unwrap().parse().unwrap();
+    assert!(bytes < 400, "{bytes} bytes for 4 checks");
+    let d = l.check(&a, 500_000).await.unwrap();
+    assert_eq!((d.allowed, d.remaining), (false, 489_899));
+    // 10,101 units must leave: the first three checks' (the third made 2 ms after the first).
+    assert_eq!(d.retry_after, ms(59_998));
+}
+
+/// A tiny deterministic generator for the differential test below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_on_redis_agrees_with_the_embedded_log_step_for_step() {
+    // Checks (costs 1-4, some with call ids that come back), peeks and
+    // settles, on a clock that also steps back (entries inserted in order).
+    let server = RedisServer::start();
+    for seed in 1..=6u64 {
+        let stacked = seed % 2 == 0;
+        let mut rules = vec![Rule::sliding_window_log("w", "ip:{ip}", 12, ms(1000))];
+        if stacked {
+            rules.push(Rule::sliding_window_log("v", "v:{ip}", 9, ms(700)));
+        }
+        let (rc, mc) = (ManualClock::new(T0), ManualClock::new(T0));
+        let redis = Limiter::builder(Policy::new(rules.clone()).unwrap())
+            .url(server.url())
+            .prefix(format!("diff{seed}:"))
+            .timeout(ms(2000))
+            .on_backend_error(FailureMode::Error)
+            .clock(Clock::Manual(rc.clone()))
+            .build()
+            .unwrap();
+        let memory = Limiter::builder(Policy::new(rules).unwrap()).clock(Clock::Manual(mc.clone())).build().unwrap();
+        let mut rng = Lcg(seed);
+        let mut now = T0;
+        let mut made: Vec<(String, u64)> = Vec::new();
+        let a = ip("6.6.6.6");
+        for step in 0..600 {
+            now += rng.next(300) as i64 * 1000 - 100_000;
+            rc.set_us(now);
+            mc.set_us(now);
+            let what = rng.next(10);
+            if what < 7 {
+                let cost = 1 + rng.next(4);
+                let call_id = (rng.next(3) == 0).then(|| format!("c{}", rng.next(40)));
+                let o = CheckOptions { cost, call_id: call_id.clone() };
+                let (x, y) = (redis.check_with(&a, &o).await.unwrap(), memory.check_with(&a, &o).await.unwrap());
+                let key = |d: &throttlegate::Decision| (d.allowed, d.remaining, d.retry_after, d.reset_after);
+                assert_eq!(key(&x), key(&y), "seed {seed} step {step}: check {o:?}");
+                if let (true, Some(id)) = (x.allowed, call_id) {
+                    // A settle names the cost of the id's last check.
+                    made.retain(|(i, _)| *i != id);
+                    made.push((id, cost));
+                }
+            } else if what < 8 {
+                let cost = 1 + rng.next(4);
+                let (x, y) = (redis.peek(&a, cost).await.unwrap(), memory.peek(&a, cost).await.unwrap());
+                assert_eq!((x.allowed, x.remaining, x.retry_after), (y.allowed, y.remaining, y.retry_after), "seed {seed} step {step}: peek");
+            } else if !made.is_empty() {
+                let (id, cost) = made[rng.next(made.len() as u64) as usize].clone();
+                let actual = rng.next(7);
+                let x = redis.settle_call(&a, &id, cost, actual).await.unwrap();
+                let y = memory.settle_call(&a, &id, cost, actual).await.unwrap();
+                assert_eq!(x, y, "seed {seed} step {step}: settle {id} {cost} -> {actual}");
+            }
+        }
+    }
 }

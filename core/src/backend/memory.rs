@@ -44,6 +44,19 @@ struct Entry {
     expires_at: i64,
 }
 
+/// Deciding a log first drops its entries that have left the window, as
+/// `swl_decide` does (a later call on a clock that stepped back then no
+/// longer counts them, on either backend).
+fn prune_log(shard: &mut Shard, digest: Digest, args: RuleArgs, now: i64) {
+    if let RuleArgs::Window { window_us, .. } = args {
+        if let Some(Entry { state: State::Log(log), expires_at }) = shard.map.get_mut(&digest) {
+            if *expires_at > now {
+                log.prune(now, window_us);
+            }
+        }
+    }
+}
+
 /// A key's 128-bit digest: two independently seeded 64-bit hashes. Entries
 /// are stored under the digest rather than the string, so a lookup compares
 /// two integers instead of chasing a pointer to a string, and a new entry
@@ -200,7 +213,7 @@ impl MemoryBackend {
         if let Some(id) = dedupe {
             for i in 0..n {
                 let seen = match (guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), args[i]) {
-                    (Some(State::Log(log)), RuleArgs::Window { .. }) => log.seen(id),
+                    (Some(State::Log(log)), RuleArgs::Window { window_us, .. }) => log.seen(now, window_us, id),
                     (Some(State::Bucket(b)), RuleArgs::Bucket { .. }) => b.ids.contains(&id),
                     (Some(State::Counters(c)), RuleArgs::Counters { window_us, precision_us, .. }) => {
                         c.seen(now, window_us, precision_us, id)
@@ -221,6 +234,7 @@ impl MemoryBackend {
         let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
         for i in 0..n {
+            prune_log(&mut guards[slot(i)].1, digests[i], args[i], now);
             let (o, left) = decide_rule(guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), args[i], now, cost);
             if !o.allowed && !rules[i].args.shadow() {
                 all_pass = false;
@@ -278,6 +292,7 @@ impl MemoryBackend {
     /// overrides, blocks or a call id: one shard locked, no lists built.
     pub(crate) fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
         let mut shard = lock(&self.shards[Self::shard_of(digest)]);
+        prune_log(&mut shard, digest, args, now);
         let (o, left) = decide_rule(shard.live(digest, now).map(|e| &e.state), args, now, cost);
         if mode == Mode::Check && (o.allowed || args.shadow()) {
             if o.allowed {
@@ -325,7 +340,7 @@ impl MemoryBackend {
     /// `lua/settle.lua`. Which rules were settled.
     pub fn settle(&self, plan: &Plan<'_, Digest>, actual: u64, now: i64) -> Settled {
         let Some(call_id) = plan.call_id else { return Settled::from_elem(false, plan.keys.len()) };
-        let (id, settled_id) = (id_hash(call_id), id_hash(&format!("{call_id}:settled")));
+        let id = id_hash(call_id);
         let digests = &plan.keys[..];
         let n = digests.len();
         let idx: SmallVec<[usize; 4]> = digests.iter().map(|&d| Self::shard_of(d)).collect();
@@ -346,7 +361,7 @@ impl MemoryBackend {
             };
             let done = match (&mut entry.state, rule.args) {
                 (State::Log(log), RuleArgs::Window { window_us, .. }) => {
-                    let done = log.settle(now, id, settled_id, estimate, actual, window_us);
+                    let done = log.settle(now, id, estimate, actual, window_us);
                     if log.len() == 0 {
                         entry.state = State::Absent;
                     }
