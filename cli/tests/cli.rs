@@ -767,7 +767,7 @@ fn wrong_password_or_silent_server_fail_at_start() {
     let o = check(&format!("redis://cli-strict:wrong@127.0.0.1:{}", server.port()), "2s");
     assert_fails(&o, 3, &["backend", "strict: ", "PING"]);
     let o = check(&format!("redis://cli-strict:right@127.0.0.1:{}", server.port()), "2s");
-    assert_fails(&o, 3, &["backend", "check script"]);
+    assert_fails(&o, 3, &["backend", "check script", "refuses scripts", "+evalsha +eval +script|load", "Lua module"]);
     // A listener that accepts and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());

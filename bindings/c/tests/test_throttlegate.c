@@ -914,12 +914,16 @@ static void test_outages_logged_once(void) {
     snprintf(url, sizeof url, "redis://tgc-strict:wrong@127.0.0.1:%d", redis_port);
     OK(tg_limiter_options_set_url(o, url));
     EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_BACKEND, "strict:");
-    const char *noscript[] = {"ACL", "SETUSER", "tgc-strict", "-@scripting"};
-    reply = redis_command(4, noscript);
+    /* Scripts denied by ACL: the core's message names the cause and the fix. */
+    const char *noscript[] = {"ACL", "SETUSER", "tgc-strict", "-evalsha", "-eval"};
+    reply = redis_command(5, noscript);
     CHECK(reply != NULL && strncmp(reply, "+OK", 3) == 0, "ACL SETUSER: %s", reply ? reply : "no reply");
     snprintf(url, sizeof url, "redis://tgc-strict:right@127.0.0.1:%d", redis_port);
     OK(tg_limiter_options_set_url(o, url));
     EXPECT_RC(tg_limiter_new_with_options(policy, o, &l), TG_BACKEND, "check script");
+    CHECK(strstr(tg_last_error_message(), "refuses scripts: the URL's user may not run Lua scripts (NOPERM") != NULL
+              && strstr(tg_last_error_message(), "+evalsha +eval +script|load") != NULL,
+          "refused scripts message: %s", tg_last_error_message());
     tg_limiter_options_free(o);
     tg_policy_free(policy);
 }

@@ -1,12 +1,14 @@
 //! The backends that decide a [`Plan`](crate::plan::Plan): the embedded
 //! store ([`memory`]) in process, and over the network one Redis node
-//! ([`redis`]) or a Redis Cluster ([`cluster`]), both running the one check
-//! script ([`script`]).
+//! ([`redis`]), the primary named by Redis Sentinel ([`sentinel`]) or a
+//! Redis Cluster ([`cluster`]), all running the one check script
+//! ([`script`]).
 
 pub(crate) mod cluster;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod script;
+pub(crate) mod sentinel;
 
 use std::sync::RwLock;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use smallvec::SmallVec;
 
 use self::cluster::ClusterBackend;
 use self::redis::{RedisBackend, TlsOptions};
+use self::sentinel::SentinelBackend;
 use crate::algo::Outcome;
 use crate::error::{Error, Result};
 use crate::plan::{Mode, Plan};
@@ -86,10 +89,12 @@ impl ServerTime {
     }
 }
 
-/// A network backend: one Redis node or a Redis Cluster. Cheap to clone.
+/// A network backend: one Redis node, the primary named by Sentinel, or a
+/// Redis Cluster. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Remote {
     Redis(RedisBackend),
+    Sentinel(SentinelBackend),
     Cluster(ClusterBackend),
 }
 
@@ -101,12 +106,15 @@ impl Remote {
             url if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
                 Remote::Cluster(ClusterBackend::new(url, timeout, tls)?)
             }
+            url if url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://") => {
+                Remote::Sentinel(SentinelBackend::new(url, timeout, tls)?)
+            }
             url if ["redis://", "rediss://", "redis+unix://", "unix://"].iter().any(|s| url.starts_with(s)) => {
                 Remote::Redis(RedisBackend::new(url, timeout, tls)?)
             }
             url => {
                 return Err(Error::invalid_argument(format!(
-                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix://, redis+cluster:// or memory://"
+                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix://, redis+sentinel://, redis+cluster:// or memory://"
                 )))
             }
         }))
@@ -118,6 +126,7 @@ impl Remote {
         let call_id = call_id(plan, &mut random);
         match self {
             Remote::Redis(r) => r.eval(plan, call_id, mode, now).await,
+            Remote::Sentinel(s) => s.on_primary(|r| async move { r.eval(plan, call_id, mode, now).await }).await,
             Remote::Cluster(c) => c.eval(plan, call_id, mode, now).await,
         }
     }
@@ -130,13 +139,14 @@ impl Remote {
                 let mut random = None;
                 r.eval_blocking(plan, call_id(plan, &mut random), mode, now)
             }
-            Remote::Cluster(_) => block_on(bounded(timeout, self.eval(plan, mode, now)))?,
+            Remote::Sentinel(_) | Remote::Cluster(_) => block_on(bounded(timeout, self.eval(plan, mode, now)))?,
         }
     }
 
     async fn query<T: ::redis::FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T> {
         match self {
             Remote::Redis(r) => r.query(cmd).await,
+            Remote::Sentinel(s) => s.on_primary(|r| async move { r.query(cmd).await }).await,
             Remote::Cluster(c) => c.query(cmd).await,
         }
     }
@@ -144,6 +154,7 @@ impl Remote {
     async fn settle(&self, plan: &Plan<'_, String>, call_id: &str, actual: u64, now: Option<i64>) -> Result<Settled> {
         match self {
             Remote::Redis(r) => r.settle(plan, call_id, actual, now).await,
+            Remote::Sentinel(s) => s.on_primary(|r| async move { r.settle(plan, call_id, actual, now).await }).await,
             Remote::Cluster(c) => c.settle(plan, call_id, actual, now).await,
         }
     }
@@ -151,6 +162,7 @@ impl Remote {
     async fn reset(&self, keys: &[String]) -> Result<u64> {
         match self {
             Remote::Redis(r) => r.reset(keys).await,
+            Remote::Sentinel(s) => s.on_primary(|r| async move { r.reset(keys).await }).await,
             Remote::Cluster(c) => c.reset(keys).await,
         }
     }
@@ -158,6 +170,7 @@ impl Remote {
     async fn ping(&self) -> Result<()> {
         match self {
             Remote::Redis(r) => r.ping().await,
+            Remote::Sentinel(s) => s.on_primary(|r| async move { r.ping().await }).await,
             Remote::Cluster(c) => c.ping().await,
         }
     }
@@ -196,7 +209,8 @@ impl Remote {
 
     fn name(&self) -> &'static str {
         match self {
-            Remote::Redis(_) => "redis",
+            // The primary a Sentinel names is one Redis node.
+            Remote::Redis(_) | Remote::Sentinel(_) => "redis",
             Remote::Cluster(_) => "cluster",
         }
     }
@@ -261,7 +275,8 @@ impl Connection {
     pub(crate) fn redis_node(&self) -> Option<RedisBackend> {
         match self.get().ok()? {
             Remote::Redis(r) => Some(r),
-            Remote::Cluster(_) => None,
+            // Its address changes with a failover: the core's own calls follow it.
+            Remote::Sentinel(_) | Remote::Cluster(_) => None,
         }
     }
 

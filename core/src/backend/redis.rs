@@ -56,6 +56,12 @@ impl RedisBackend {
             }
             None => redis::Client::open(url).map_err(bad_url)?,
         };
+        RedisBackend::from_client(client, timeout).map_err(bad_url)
+    }
+
+    /// The backend of the server `client` leads to (a URL's, or the primary
+    /// a Sentinel named).
+    pub(crate) fn from_client(client: redis::Client, timeout: Duration) -> redis::RedisResult<RedisBackend> {
         // The client reads every reply of its connection setup, each within
         // the timeout it was given, even after one timed out: on a server
         // that does not answer, connecting would take that timeout once per
@@ -66,7 +72,7 @@ impl RedisBackend {
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let setup_replies = u32::from(settings.protocol().supports_resp3() || settings.password().is_some())
             + u32::from(settings.db() != 0);
-        let blocking = redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
+        let blocking = redis::Client::open(info.set_redis_settings(settings))?;
         Ok(RedisBackend(std::sync::Arc::new(RedisInner {
             client,
             blocking,
@@ -77,6 +83,11 @@ impl RedisBackend {
             sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
             time: ServerTime::default(),
         })))
+    }
+
+    /// True when `other` is this backend (a clone of it).
+    pub(crate) fn same(&self, other: &RedisBackend) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// The connection manager, made on first use (inside the runtime). It
