@@ -750,6 +750,24 @@ fn unreachable_backend_exits_3() {
     );
 }
 
+/// A `redis+sentinel://` URL: the one-shot commands run on the primary the
+/// sentinels name (the core's Sentinel path; failovers: core/tests/sentinel.rs).
+#[test]
+fn check_through_sentinel() {
+    let group = throttlegate_testkit::SentinelGroup::start();
+    let rules = temp_file("sentinel.toml", SMALL_POLICY);
+    let rules = rules.to_str().unwrap();
+    let url = group.url();
+    let o = bin().args(["check", "--rules", rules, "--redis", &url, "--json", "ip=203.0.113.8", "api_key=k1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json(&o)["remaining"], 2);
+    let o = bin().args(["peek", "--rules", rules, "--redis", &url, "--json", "ip=203.0.113.8"]).output().unwrap();
+    assert_eq!(json(&o)["remaining"], 2);
+    assert!(group.primary.command(&["DBSIZE"]).unwrap() != "0");
+    let o = run(&["check", "--rules", rules, "--redis", "redis+sentinel://127.0.0.1:1", "ip=1"]);
+    assert_fails(&o, 2, &["no SERVICE", "/SERVICE[/DB]"]);
+}
+
 /// One-shot commands start strict: a wrong password, a user who may not run
 /// the script, and a server that never answers fail at once (exit 3, one
 /// line naming the kind and the failed step), within the timeout.

@@ -1612,6 +1612,12 @@ int main(void) {
         printf("test: settle and acquire on %s\n", urls[i]);
         test_settle_and_acquire(urls[i]);
     }
+    /* Redis behind Sentinel (scripts/test-c.sh starts one on a server of its own). */
+    const char *sentinel_url = getenv("TG_SENTINEL_URL");
+    if (sentinel_url != NULL) {
+        printf("test: wiring on %s\n", sentinel_url);
+        test_wiring(sentinel_url);
+    }
     printf("test_throttlegate: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

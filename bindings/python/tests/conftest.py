@@ -74,6 +74,33 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class RedisSentinel:
+    """One redis-sentinel (Debian's package) monitoring `primary` as service
+    "tg" (quorum 1), on a free loopback port; `url` is its Sentinel URL."""
+
+    def __init__(self, primary: RedisServer) -> None:
+        exe = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
+        self.dir = tempfile.mkdtemp(prefix="throttlegate-sentinel-")
+        self.port = free_port()
+        conf = Path(self.dir) / "sentinel.conf"
+        conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"sentinel monitor tg 127.0.0.1 {primary.port} 1\n"
+        )
+        self.proc = subprocess.Popen([exe, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(self.port, self.proc, "redis-sentinel")
+        except BaseException:
+            self.stop()
+            raise
+        self.url = f"redis+sentinel://127.0.0.1:{self.port}/tg"
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class RedisCluster:
     """A local Redis Cluster owned by the test session: `primaries` primaries
     with one replica each, made by `redis-cli --cluster create`."""
