@@ -100,17 +100,22 @@ pub(crate) enum Remote {
 
 impl Remote {
     /// The backend named by `url`; `None` for the embedded one.
-    fn open(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<Option<Remote>> {
+    fn open(url: &str, timeout: Duration, tls: Option<&TlsOptions>, wait_replicas: u32) -> Result<Option<Remote>> {
         Ok(Some(match url.trim() {
             "" | "memory://" | "memory:" => return Ok(None),
             url if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
+                if wait_replicas > 0 {
+                    return Err(Error::invalid_argument(
+                        "wait_replicas: is for redis:// and redis+sentinel:// backends, not a Redis Cluster",
+                    ));
+                }
                 Remote::Cluster(ClusterBackend::new(url, timeout, tls)?)
             }
             url if url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://") => {
-                Remote::Sentinel(SentinelBackend::new(url, timeout, tls)?)
+                Remote::Sentinel(SentinelBackend::new(url, timeout, tls, wait_replicas)?)
             }
             url if ["redis://", "rediss://", "redis+unix://", "unix://"].iter().any(|s| url.starts_with(s)) => {
-                Remote::Redis(RedisBackend::new(url, timeout, tls)?)
+                Remote::Redis(RedisBackend::new(url, timeout, tls, wait_replicas)?)
             }
             url => {
                 return Err(Error::invalid_argument(format!(
@@ -224,6 +229,7 @@ pub(crate) struct Connection {
     url: String,
     timeout: Duration,
     tls: Option<TlsOptions>,
+    wait_replicas: u32,
     name: &'static str,
     /// The generation and backend; `None` once closed.
     live: RwLock<Option<(u64, Remote)>>,
@@ -232,13 +238,15 @@ pub(crate) struct Connection {
 impl Connection {
     /// The network backend named by `url` (`None` for the embedded one).
     /// Connections are made on first use, so this succeeds while Redis is down.
-    pub fn open(url: Option<&str>, timeout: Duration, tls: Option<TlsOptions>) -> Result<Option<Connection>> {
+    /// `wait_replicas`: replicas that must acknowledge each check (`WAIT`).
+    pub fn open(url: Option<&str>, timeout: Duration, tls: Option<TlsOptions>, wait_replicas: u32) -> Result<Option<Connection>> {
         let url = url.unwrap_or("");
-        let Some(remote) = Remote::open(url, timeout, tls.as_ref())? else { return Ok(None) };
+        let Some(remote) = Remote::open(url, timeout, tls.as_ref(), wait_replicas)? else { return Ok(None) };
         Ok(Some(Connection {
             url: url.to_string(),
             timeout,
             tls,
+            wait_replicas,
             name: remote.name(),
             live: RwLock::new(Some((fork_generation(), remote))),
         }))
@@ -262,7 +270,7 @@ impl Connection {
             None => Err(Error::closed()),
             Some((g, r)) if *g == generation => Ok(r.clone()),
             Some(slot) => {
-                let fresh = Remote::open(&self.url, self.timeout, self.tls.as_ref())?
+                let fresh = Remote::open(&self.url, self.timeout, self.tls.as_ref(), self.wait_replicas)?
                     .expect("a network URL stays one");
                 let inherited = std::mem::replace(slot, (generation, fresh.clone()));
                 std::mem::forget(inherited);

@@ -29,6 +29,7 @@ struct Inner {
     sentinels: tokio::sync::Mutex<SentinelClient>,
     primary: RwLock<Option<RedisBackend>>,
     timeout: Duration,
+    wait_replicas: u32,
 }
 
 /// What a `redis+sentinel://` URL says.
@@ -168,7 +169,7 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 impl SentinelBackend {
-    pub fn new(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<SentinelBackend> {
+    pub fn new(url: &str, timeout: Duration, tls: Option<&TlsOptions>, wait_replicas: u32) -> Result<SentinelBackend> {
         let u = SentinelUrl::parse(url)?;
         let addrs = u.sentinels.iter().map(|(host, port)| {
             if u.tls {
@@ -221,6 +222,7 @@ impl SentinelBackend {
             sentinels: tokio::sync::Mutex::new(sentinels),
             primary: RwLock::new(None),
             timeout,
+            wait_replicas,
         })))
     }
 
@@ -239,7 +241,7 @@ impl SentinelBackend {
             Error::new(e.kind(), format!("no primary from the sentinels: {e}"))
                 .set_temporary(e.is_temporary() || e.kind() == ErrorKind::Backend)
         })?;
-        let backend = RedisBackend::from_client(client, self.0.timeout)?;
+        let backend = RedisBackend::from_client(client, self.0.timeout, self.0.wait_replicas)?;
         *self.0.primary.write().unwrap_or_else(|p| p.into_inner()) = Some(backend.clone());
         Ok(backend)
     }

@@ -338,11 +338,13 @@ pub struct SentinelGroup {
 pub const SENTINEL_SERVICE: &str = "tg";
 
 impl SentinelGroup {
-    /// Start the group and wait until every sentinel knows the replica.
+    /// Start the group and wait until the replica is in sync and every
+    /// sentinel knows it and the other sentinels.
     pub fn start() -> SentinelGroup {
-        let primary = RedisServer::start();
+        // Replicas sync at once (not after the default 5 s delay).
+        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
         let replica_of = primary.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &replica_of]);
+        let replica = RedisServer::start_with(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &replica_of]);
         let dir = std::env::temp_dir().join(format!(
             "throttlegate-sentinel-{}-{}",
             std::process::id(),
@@ -382,7 +384,8 @@ impl SentinelGroup {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let ready = group.sentinels.iter().all(|(port, _)| {
+            let synced = group.primary.command(&["INFO", "replication"]).is_ok_and(|i| i.contains("state=online"));
+            let ready = synced && group.sentinels.iter().all(|(port, _)| {
                 sentinel_command(*port, &["SENTINEL", "REPLICAS", SENTINEL_SERVICE])
                     .map(|r| r.contains(&group.replica.port().to_string()))
                     .unwrap_or(false)
