@@ -317,3 +317,35 @@ fn admissions_lost_per_failover_without_and_with_wait_replicas() {
     assert!(lost_waiting <= 0, "{lost_waiting} admissions lost with wait_replicas = 1");
     assert!(admitted > 0);
 }
+
+/// `wait_replicas` on a server without replicas: every check is
+/// unacknowledged and answered by `on_backend_error` within the timeout
+/// (a peek waits for nothing); a cluster URL refuses the setting.
+#[test]
+fn wait_replicas_without_a_replica_follows_on_backend_error() {
+    let server = throttlegate_testkit::RedisServer::start();
+    let policy = |mode: &str| {
+        Policy::from_value(&serde_json::json!({
+            "wait_replicas": 1,
+            "timeout": "200ms",
+            "on_backend_error": mode,
+            "rules": [{ "name": "w", "key": "k:{k}", "limit": 10, "window": "1m" }],
+        }))
+        .unwrap()
+    };
+    let key = [("k", "w".to_string())];
+    let l = Limiter::builder(policy("deny")).url(server.url()).build().unwrap();
+    let started = Instant::now();
+    let d = l.check_blocking(&key, &CheckOptions { cost: 1, call_id: None }).unwrap();
+    assert!(!d.allowed && d.degraded);
+    assert!(started.elapsed() <= Duration::from_millis(200) + SLACK);
+    let l = Limiter::builder(policy("error")).url(server.url()).build().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let e = rt.block_on(l.check(&key, 1)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BackendUnavailable, "{e:?}");
+    assert!(e.to_string().contains("acknowledged by 0 of 1 replica(s)"), "{e}");
+    assert!(rt.block_on(l.peek(&key, 1)).unwrap().allowed);
+    let e = Limiter::builder(policy("error")).url("redis+cluster://127.0.0.1:1").build().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("wait_replicas"), "{e}");
+}
