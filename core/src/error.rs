@@ -321,7 +321,11 @@ pub(crate) fn scripts_refused(err: &redis::RedisError) -> Option<ScriptsRefused>
         return None;
     }
     let lua = text.contains("lua") || text.contains("engine");
-    let missing = text.contains("not found") || text.contains("not loaded") || text.contains("unknown engine");
+    // Valkey 9.1 without its Lua module: "Could not find scripting engine 'lua'".
+    let missing = text.contains("not found")
+        || text.contains("could not find")
+        || text.contains("not loaded")
+        || text.contains("unknown engine");
     (lua && missing).then_some(ScriptsRefused::NoLua)
 }
 
@@ -393,7 +397,7 @@ mod tests {
             scripts_refused(&unknown),
             Some(ScriptsRefused::UnknownCommand)
         );
-        let no_lua = server("ERR", "Engine 'LUA' not found");
+        let no_lua = server("ERR", "Could not find scripting engine 'lua'");
         assert_eq!(scripts_refused(&no_lua), Some(ScriptsRefused::NoLua));
         // A script's own error, a permission on a key, another unknown command: not refused scripts.
         assert_eq!(

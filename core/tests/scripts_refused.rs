@@ -110,3 +110,26 @@ fn renamed_away_script_commands_are_named() {
         .unwrap_err();
     assert_named(&e, "does not know EVALSHA/EVAL");
 }
+
+/// Valkey 9.1 with its Lua module unloaded (`MODULE UNLOAD lua`): the
+/// server has no scripting engine. Runs on the valkey-server that
+/// scripts/deps-valkey.sh installs (`make deps` does).
+#[test]
+fn valkey_without_its_lua_module_is_named() {
+    let bin = std::env::var("THROTTLEGATE_VALKEY_SERVER")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../.valkey/bin/valkey-server").to_string());
+    assert!(
+        std::path::Path::new(&bin).exists(),
+        "{bin} is missing: run scripts/deps-valkey.sh (make deps does) or set THROTTLEGATE_VALKEY_SERVER"
+    );
+    let server = RedisServer::start_bin(&bin, &["--enable-module-command", "yes"]);
+    assert_eq!(server.command(&["MODULE", "UNLOAD", "lua"]).unwrap(), "+OK");
+    let e = build(&server.url(), true).unwrap_err();
+    assert_named(&e, "no Lua engine");
+    let l = build(&server.url(), false).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let e = rt.block_on(l.check(&ip(), 1)).unwrap_err();
+    assert_named(&e, "no Lua engine");
+    let e = l.check_blocking(&ip(), &CheckOptions { cost: 1, call_id: None }).unwrap_err();
+    assert_named(&e, "no Lua engine");
+}

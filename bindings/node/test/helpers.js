@@ -9,7 +9,8 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 
-const REDIS_SERVER = process.env.REDIS_SERVER || 'redis-server';
+// $THROTTLEGATE_REDIS_SERVER (or $REDIS_SERVER): another Redis-compatible server (the Valkey pass).
+const REDIS_SERVER = process.env.THROTTLEGATE_REDIS_SERVER || process.env.REDIS_SERVER || 'redis-server';
 const REDIS_CLI = process.env.THROTTLEGATE_REDIS_CLI || 'redis-cli';
 
 /** A free TCP port on 127.0.0.1 (the kernel picks it). */

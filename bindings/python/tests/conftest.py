@@ -43,7 +43,8 @@ class RedisServer:
     """A redis-server process owned by the test session."""
 
     def __init__(self, *extra: str) -> None:
-        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+        # $THROTTLEGATE_REDIS_SERVER: another Redis-compatible server (the Valkey pass).
+        exe = os.environ.get("THROTTLEGATE_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
         self.dir = tempfile.mkdtemp(prefix="throttlegate-redis-")
         self.port = free_port()
         self.proc = subprocess.Popen(

@@ -131,7 +131,7 @@ impl Remote {
         let call_id = call_id(plan, &mut random);
         match self {
             Remote::Redis(r) => r.eval(plan, call_id, mode, now).await,
-            Remote::Sentinel(s) => s.on_primary(|r| async move { r.eval(plan, call_id, mode, now).await }).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.eval(plan, call_id, mode, now).await })).await,
             Remote::Cluster(c) => c.eval(plan, call_id, mode, now).await,
         }
     }
@@ -151,7 +151,7 @@ impl Remote {
     async fn query<T: ::redis::FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T> {
         match self {
             Remote::Redis(r) => r.query(cmd).await,
-            Remote::Sentinel(s) => s.on_primary(|r| async move { r.query(cmd).await }).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.query(cmd).await })).await,
             Remote::Cluster(c) => c.query(cmd).await,
         }
     }
@@ -159,7 +159,7 @@ impl Remote {
     async fn settle(&self, plan: &Plan<'_, String>, call_id: &str, actual: u64, now: Option<i64>) -> Result<Settled> {
         match self {
             Remote::Redis(r) => r.settle(plan, call_id, actual, now).await,
-            Remote::Sentinel(s) => s.on_primary(|r| async move { r.settle(plan, call_id, actual, now).await }).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.settle(plan, call_id, actual, now).await })).await,
             Remote::Cluster(c) => c.settle(plan, call_id, actual, now).await,
         }
     }
@@ -167,7 +167,7 @@ impl Remote {
     async fn reset(&self, keys: &[String]) -> Result<u64> {
         match self {
             Remote::Redis(r) => r.reset(keys).await,
-            Remote::Sentinel(s) => s.on_primary(|r| async move { r.reset(keys).await }).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.reset(keys).await })).await,
             Remote::Cluster(c) => c.reset(keys).await,
         }
     }
@@ -175,7 +175,7 @@ impl Remote {
     async fn ping(&self) -> Result<()> {
         match self {
             Remote::Redis(r) => r.ping().await,
-            Remote::Sentinel(s) => s.on_primary(|r| async move { r.ping().await }).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.ping().await })).await,
             Remote::Cluster(c) => c.ping().await,
         }
     }

@@ -28,6 +28,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The server binary (`redis-server` or another, e.g. Valkey's).
+    bin: String,
 }
 
 impl RedisServer {
@@ -38,6 +40,11 @@ impl RedisServer {
 
     /// Start a server with extra `--option value` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_bin(&redis_server_bin(), extra)
+    }
+
+    /// Start the server binary `bin` (a Redis-compatible server) with extra arguments.
+    pub fn start_bin(bin: &str, extra: &[&str]) -> RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("throttlegate-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -46,13 +53,14 @@ impl RedisServer {
             port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            bin: bin.to_string(),
         };
         s.spawn();
         s
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(redis_server_bin());
+        let mut cmd = Command::new(&self.bin);
         cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--bind")
