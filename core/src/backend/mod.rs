@@ -349,9 +349,12 @@ impl Drop for Connection {
     }
 }
 
-/// `call` within `timeout`, else the timeout error.
+/// `call` within `timeout`, else the timeout error. The client's own
+/// response timeout (a little longer) may still fire first on a loaded
+/// machine, when the runtime wakes late: it reads as the same error.
 async fn bounded<T>(timeout: Duration, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     match tokio::time::timeout(timeout, call).await {
+        Ok(Err(e)) if e.kind() == crate::ErrorKind::Timeout => Err(Error::timeout(timeout)),
         Ok(r) => r,
         Err(_) => Err(Error::timeout(timeout)),
     }
