@@ -614,7 +614,8 @@ static void test_backend_failures(void) {
     snprintf(url, sizeof url, "redis://tgc-noscript:pw@127.0.0.1:%d", redis_port);
     l = failing_limiter(policy, url, TG_FAILURE_ERROR, 60000);
     d = SENTINEL;
-    EXPECT_RC(tg_limiter_check(l, attrs, 1, 1, &d), TG_BACKEND, "error");
+    /* The core names the cause and the fix (README: When the server refuses scripts). */
+    EXPECT_RC(tg_limiter_check(l, attrs, 1, 1, &d), TG_BACKEND, "redis refuses scripts: the URL's user may not run Lua scripts");
     CHECK(d == SENTINEL, "decision written on failure");
     tg_limiter_free(l);
     tg_policy_free(policy);
