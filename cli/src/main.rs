@@ -8,13 +8,15 @@
 //! - `override set|clear|list` manage operator overrides (one key's limit);
 //! - `bench` measures a backend: checks per second and latency percentiles;
 //! - `lint` reads a policy for its mistakes, and `diff` compares two as a
-//!   reload does (which rules keep their state).
+//!   reload does (which rules keep their state);
+//! - `serve` runs Envoy's rate limit service and an HTTP check API.
 
 mod bench;
 mod error;
 mod oneshot;
 mod policy_tools;
 mod report;
+mod serve;
 mod override_cmd;
 mod simulate;
 mod traffic;
@@ -86,6 +88,9 @@ enum Command {
     /// removed or changed, and which keep their state.
     #[command(after_help = policy_tools::DIFF_AFTER_HELP)]
     Diff(policy_tools::DiffArgs),
+    /// Serve Envoy's rate limit service (gRPC) and an HTTP check API.
+    #[command(after_help = serve::AFTER_HELP)]
+    Serve(serve::ServeArgs),
     /// Print the Lua script every check runs in Redis (for `SCRIPT LOAD`,
     /// audits and benchmarks); its arguments are documented at its top.
     Script,
@@ -163,6 +168,7 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Bench(a) => bench::run(a),
         Command::Lint(a) => policy_tools::lint(a),
         Command::Diff(a) => policy_tools::diff(a),
+        Command::Serve(a) => serve::run(a),
         Command::Script => {
             print!("{}", throttlegate::CHECK_SCRIPT);
             Ok(0)

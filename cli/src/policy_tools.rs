@@ -54,7 +54,7 @@ Exit status:
 /// `throttlegate lint`.
 #[derive(Debug, Args)]
 pub struct LintArgs {
-    /// Policy file (TOML or JSON).
+    /// Policy file (TOML or JSON), or envoyproxy/ratelimit rules (YAML file or directory).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// The largest cost the application sends: rules with a lower limit are errors.
@@ -77,7 +77,7 @@ pub struct LintArgs {
 /// `throttlegate diff`.
 #[derive(Debug, Args)]
 pub struct DiffArgs {
-    /// The policy in force (TOML or JSON).
+    /// The policy in force (TOML or JSON, or envoyproxy/ratelimit YAML: a file or a directory).
     #[arg(value_name = "OLD")]
     pub old: PathBuf,
     /// The policy to reload.
@@ -88,13 +88,39 @@ pub struct DiffArgs {
     pub format: Format,
 }
 
+/// envoyproxy/ratelimit rules: a `.yaml`/`.yml` file or a directory of them.
+fn is_envoy_rules(path: &std::path::Path) -> bool {
+    path.is_dir() || matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+}
+
+/// A policy file, or envoyproxy/ratelimit rules compiled as `throttlegate serve` compiles them.
+fn load(path: &std::path::Path) -> CliResult<Policy> {
+    if is_envoy_rules(path) {
+        return Ok(throttlegate_server::rules::Rules::load(path)?.policy);
+    }
+    Ok(Policy::from_file(path)?)
+}
+
 fn plural(n: usize, word: &str) -> String {
     format!("{n} {word}{}", if n == 1 { "" } else { "s" })
 }
 
 pub fn lint(a: LintArgs) -> CliResult<u8> {
     let options = LintOptions { cost: a.cost, attributes: a.attributes, any_attributes: a.any_attributes };
-    let findings = lint::lint_file(&a.file, &options);
+    let findings = if is_envoy_rules(&a.file) {
+        // envoyproxy/ratelimit YAML: its rules' attributes are the descriptors', never a request model's.
+        match throttlegate_server::rules::Rules::load(&a.file) {
+            Ok(rules) => lint::lint(&rules.policy, &LintOptions { any_attributes: true, attributes: None, ..options }),
+            Err(e) => vec![lint::Finding {
+                severity: Severity::Error,
+                code: "invalid_policy",
+                rule: None,
+                message: e.message().to_string(),
+            }],
+        }
+    } else {
+        lint::lint_file(&a.file, &options)
+    };
     let errors = findings.iter().filter(|f| f.severity == Severity::Error).count();
     let warnings = findings.len() - errors;
     let file = a.file.display().to_string();
@@ -123,8 +149,8 @@ pub fn lint(a: LintArgs) -> CliResult<u8> {
 }
 
 pub fn diff(a: DiffArgs) -> CliResult<u8> {
-    let old = Policy::from_file(&a.old)?;
-    let new = Policy::from_file(&a.new)?;
+    let old = load(&a.old)?;
+    let new = load(&a.new)?;
     let d = PolicyDiff::between(&old, &new);
     let refused = d.check(&old, &new).err();
     match a.format {

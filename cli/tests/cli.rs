@@ -93,6 +93,7 @@ fn help_everywhere() {
         vec!["settle", "--help"],
         vec!["acquire", "--help"],
         vec!["bench", "--help"],
+        vec!["serve", "--help"],
         vec!["help", "simulate"],
     ] {
         let o = run(&args);
@@ -102,6 +103,7 @@ fn help_everywhere() {
     }
     assert!(stdout(&run(&["--help"])).contains("Exit status"));
     assert!(stdout(&run(&["simulate", "--help"])).contains("Scenario file"));
+    assert!(stdout(&run(&["serve", "--help"])).contains("[env: THROTTLEGATE_RULES="));
     let v = run(&["--version"]);
     assert_eq!(v.status.code(), Some(0));
     assert!(stdout(&v).contains("0.1.0"));

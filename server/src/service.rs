@@ -1,0 +1,391 @@
+//! What a request becomes: the descriptors of a `RateLimitRequest` mapped
+//! onto the attributes of the rules in force and checked in one stacked,
+//! all-or-nothing call of the core's [`Limiter`], and the decision turned
+//! back into the RLS answer. Nothing is decided here that the core does not
+//! decide, except envoyproxy/ratelimit's descriptor matching (which limit a
+//! descriptor reaches), `unlimited` and `requests_per_unit: 0`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use throttlegate::{CheckOptions, Decision, ErrorKind, Limiter, RuleResult};
+
+use crate::rls::{code, DescriptorStatus, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse};
+use crate::rules::{unit_of_window, Format, Limit, Rules};
+
+/// Why a request was refused before any check: a message naming what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRequest(pub String);
+
+/// A failed check: bad input, or the backend's failure (with `on_backend_error = "error"`).
+#[derive(Debug)]
+pub enum CheckError {
+    /// The request is malformed (gRPC `INVALID_ARGUMENT`, HTTP 400).
+    BadRequest(String),
+    /// The backend failed (gRPC `UNAVAILABLE`, HTTP 503).
+    Unavailable(String),
+    /// Anything else the core reported (gRPC `INTERNAL`, HTTP 500).
+    Internal(String),
+}
+
+impl From<throttlegate::Error> for CheckError {
+    fn from(e: throttlegate::Error) -> CheckError {
+        match e.kind() {
+            ErrorKind::InvalidArgument => CheckError::BadRequest(e.message().to_string()),
+            k if k.is_backend_failure() => CheckError::Unavailable(e.to_string()),
+            ErrorKind::Closed => CheckError::Unavailable(e.to_string()),
+            _ => CheckError::Internal(e.to_string()),
+        }
+    }
+}
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 1024;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 64;
+/// The longest key or value of an entry, and the longest domain, in bytes.
+pub const MAX_VALUE_LEN: usize = 4096;
+/// Per-domain request counts are kept for at most this many domains (the
+/// rules' own, then the first others seen); the rest count as `other`.
+const MAX_COUNTED_DOMAINS: usize = 256;
+
+/// The server's state: the limiter, the rules in force, and counters.
+pub struct State {
+    /// The limiter (its policy is the rules' policy).
+    pub limiter: Limiter,
+    rules: RwLock<Arc<Rules>>,
+    /// The rules file or directory, for reloads.
+    pub path: PathBuf,
+    /// Whether answers carry `RateLimit`, `RateLimit-Policy` and `Retry-After` in `response_headers_to_add`.
+    pub response_headers: bool,
+    domains: Mutex<BTreeMap<String, u64>>,
+    other_domains: AtomicU64,
+}
+
+/// One descriptor, as the check sees it.
+struct Planned {
+    /// The rule it reaches and the attribute value it gives, for a YAML limit.
+    rule: Option<String>,
+    /// The YAML limit's name (for `current_limit.name` and `replaces`).
+    name: Option<String>,
+    replaces: Vec<String>,
+    /// The descriptor's keys (native: the rules it touches are those keyed on them).
+    keys: Vec<String>,
+    unlimited: bool,
+    /// `requests_per_unit: 0`, with its unit.
+    zero: Option<i32>,
+    /// 0: peek.
+    cost: u64,
+}
+
+impl State {
+    /// A state around `limiter`, whose policy is `rules.policy`.
+    pub fn new(limiter: Limiter, rules: Rules, path: PathBuf, response_headers: bool) -> State {
+        State {
+            limiter,
+            rules: RwLock::new(Arc::new(rules)),
+            path,
+            response_headers,
+            domains: Mutex::new(BTreeMap::new()),
+            other_domains: AtomicU64::new(0),
+        }
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Read the rules again and put them in force (the limiter's reload: a
+    /// rule that keeps its name, key and algorithm keeps its state). A file
+    /// that does not read or validate is refused and the rules in force stay.
+    pub fn reload(&self) -> throttlegate::Result<throttlegate::PolicyDiff> {
+        let rules = Rules::load(&self.path)?;
+        let mut slot = self.rules.write().unwrap_or_else(|e| e.into_inner());
+        let diff = self.limiter.reload(rules.policy.clone())?;
+        *slot = Arc::new(rules);
+        Ok(diff)
+    }
+
+    fn count_domain(&self, domain: &str) {
+        let mut d = self.domains.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = d.get_mut(domain) {
+            *n += 1;
+        } else if d.len() < MAX_COUNTED_DOMAINS {
+            d.insert(domain.to_string(), 1);
+        } else {
+            self.other_domains.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Requests per domain (the first [`MAX_COUNTED_DOMAINS`] seen) and the others' count.
+    pub fn domain_counts(&self) -> (BTreeMap<String, u64>, u64) {
+        let d = self.domains.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        (d, self.other_domains.load(Ordering::Relaxed))
+    }
+
+    /// Check the descriptors of one `RateLimitRequest` (gRPC and `POST /json`).
+    pub async fn should_rate_limit(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, CheckError> {
+        if req.domain.is_empty() {
+            return Err(CheckError::BadRequest("domain: must not be empty".into()));
+        }
+        if req.domain.len() > MAX_VALUE_LEN {
+            return Err(CheckError::BadRequest(format!("domain: longer than {MAX_VALUE_LEN} bytes")));
+        }
+        if req.descriptors.is_empty() {
+            return Err(CheckError::BadRequest("descriptors: must not be empty".into()));
+        }
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(CheckError::BadRequest(format!(
+                "descriptors: {} descriptors, at most {MAX_DESCRIPTORS}",
+                req.descriptors.len()
+            )));
+        }
+        let rules = self.rules();
+        self.count_domain(&req.domain);
+        let request_cost = u64::from(req.hits_addend.max(1));
+        let mut planned = Vec::with_capacity(req.descriptors.len());
+        for (i, d) in req.descriptors.iter().enumerate() {
+            if d.limit.is_some() {
+                return Err(CheckError::BadRequest(format!(
+                    "descriptors[{i}].limit: a limit sent with the request is not supported; set it in the rules"
+                )));
+            }
+            if d.entries.len() > MAX_ENTRIES {
+                return Err(CheckError::BadRequest(format!("descriptors[{i}].entries: at most {MAX_ENTRIES}")));
+            }
+            let mut entries = Vec::with_capacity(d.entries.len());
+            for (j, e) in d.entries.iter().enumerate() {
+                if e.key.is_empty() {
+                    return Err(CheckError::BadRequest(format!("descriptors[{i}].entries[{j}].key: must not be empty")));
+                }
+                if e.key.len() > MAX_VALUE_LEN || e.value.len() > MAX_VALUE_LEN {
+                    return Err(CheckError::BadRequest(format!(
+                        "descriptors[{i}].entries[{j}]: key or value longer than {MAX_VALUE_LEN} bytes"
+                    )));
+                }
+                entries.push((e.key.as_str(), e.value.as_str()));
+            }
+            let cost = d.hits_addend.unwrap_or(request_cost);
+            let mut p = Planned {
+                rule: None,
+                name: None,
+                replaces: vec![],
+                keys: entries.iter().map(|(k, _)| k.to_string()).collect(),
+                unlimited: false,
+                zero: None,
+                cost,
+            };
+            let mut value = None;
+            if rules.format == Format::Envoy {
+                if let Some(m) = rules.domains.get(&req.domain).and_then(|l| l.matches(&entries)) {
+                    match m.limit {
+                        Limit::Rule { rule, name, replaces } => {
+                            p.rule = Some(rule.clone());
+                            p.name = name.clone();
+                            p.replaces = replaces.clone();
+                            value = Some(m.value);
+                        }
+                        Limit::Unlimited => p.unlimited = true,
+                        Limit::Zero { name, replaces, unit } => {
+                            p.zero = Some(*unit);
+                            p.name = name.clone();
+                            p.replaces = replaces.clone();
+                        }
+                    }
+                }
+            }
+            planned.push((p, value, entries));
+        }
+        // `replaces`: a limit named by another matched limit's `replaces` is dropped.
+        let replaced: Vec<String> = planned.iter().flat_map(|(p, _, _)| p.replaces.clone()).collect();
+        if !replaced.is_empty() {
+            for (p, value, _) in planned.iter_mut() {
+                if p.name.as_ref().is_some_and(|n| replaced.contains(n)) {
+                    p.rule = None;
+                    p.zero = None;
+                    *value = None;
+                }
+            }
+        }
+        // The attributes of the one check (and of the peek of descriptors with hits 0).
+        let mut check: HashMap<String, String> = HashMap::new();
+        let mut peek: HashMap<String, String> = HashMap::new();
+        let mut cost = None;
+        let mut blocked = false;
+        for (i, (p, value, entries)) in planned.iter().enumerate() {
+            let target = if p.cost == 0 { &mut peek } else { &mut check };
+            let mut add = |name: &str, v: &str, what: &str| -> Result<(), CheckError> {
+                match target.get(name) {
+                    Some(old) if old != v => Err(CheckError::BadRequest(format!(
+                        "descriptors[{i}]: {what} \"{name}\" is given another value by an earlier descriptor; one request checks each limit once"
+                    ))),
+                    Some(_) => Ok(()),
+                    None => {
+                        target.insert(name.to_string(), v.to_string());
+                        Ok(())
+                    }
+                }
+            };
+            match rules.format {
+                Format::Envoy => {
+                    if let (Some(rule), Some(v)) = (&p.rule, value) {
+                        add(rule, v, "the limit")?;
+                    }
+                }
+                Format::Native => {
+                    if !entries.is_empty() {
+                        add("domain", &req.domain, "the attribute")?;
+                    }
+                    for (k, v) in entries {
+                        add(k, v, "the attribute")?;
+                    }
+                }
+            }
+            if p.cost > 0 && (p.rule.is_some() || rules.format == Format::Native) {
+                match cost {
+                    None => cost = Some(p.cost),
+                    Some(c) if c != p.cost => {
+                        return Err(CheckError::BadRequest(format!(
+                            "descriptors[{i}].hits_addend: {} differs from an earlier descriptor's {c}; one all-or-nothing check has one cost",
+                            p.cost
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+            if p.zero.is_some() && p.cost > 0 {
+                blocked = true;
+            }
+        }
+        let cost = cost.unwrap_or(request_cost);
+        // The check: denied whole by a limit of 0, in which case nothing is counted and the rest is peeked.
+        let checked = if check.is_empty() {
+            None
+        } else if blocked {
+            Some(self.limiter.peek(&check, cost).await?)
+        } else {
+            let opts = CheckOptions { cost, call_id: None };
+            Some(self.limiter.check_with(&check, &opts).await?)
+        };
+        let peeked = if peek.is_empty() { None } else { Some(self.limiter.peek(&peek, 1).await?) };
+        let mut resp = RateLimitResponse { overall_code: code::OK, ..Default::default() };
+        if blocked || checked.as_ref().is_some_and(|d| !d.allowed) {
+            resp.overall_code = code::OVER_LIMIT;
+        }
+        let policy_rules = rules.policy.rules();
+        for (p, _, _) in &planned {
+            let decision = if rules.format == Format::Envoy && p.rule.is_none() {
+                None
+            } else if p.cost == 0 {
+                peeked.as_ref()
+            } else {
+                checked.as_ref()
+            };
+            let status = if p.unlimited {
+                DescriptorStatus { code: code::OK, limit_remaining: u32::MAX, ..Default::default() }
+            } else if let Some(unit) = p.zero {
+                let over = p.cost > 0;
+                DescriptorStatus {
+                    code: if over { code::OVER_LIMIT } else { code::OK },
+                    current_limit: Some(RateLimit { name: p.name.clone().unwrap_or_default(), requests_per_unit: 0, unit }),
+                    limit_remaining: 0,
+                    duration_until_reset: Some(prost_types::Duration { seconds: unit_seconds(unit) as i64, nanos: 0 }),
+                }
+            } else {
+                let results: Vec<&RuleResult> = match (decision, rules.format, &p.rule) {
+                    (Some(d), Format::Envoy, Some(rule)) => d.results.iter().filter(|r| r.rule.as_str() == rule).collect(),
+                    (Some(d), Format::Native, _) => d
+                        .results
+                        .iter()
+                        .filter(|r| {
+                            policy_rules.get(r.index).is_some_and(|rule| {
+                                placeholders(&rule.key).any(|a| p.keys.iter().any(|k| k == a))
+                            })
+                        })
+                        .collect(),
+                    _ => vec![],
+                };
+                // A peek reports what a request of its cost would leave; nothing was taken.
+                let peeked_cost = if p.cost == 0 { 1 } else if blocked { cost } else { 0 };
+                // The YAML's limits are named by their `name` only, as envoyproxy/ratelimit's are
+                // (Envoy puts it in X-RateLimit-Limit); a native rule by its own name.
+                let name = match rules.format {
+                    Format::Envoy => Some(p.name.as_deref().unwrap_or("")),
+                    Format::Native => None,
+                };
+                status_of(decision, &results, name, peeked_cost)
+            };
+            if status.code == code::OVER_LIMIT {
+                resp.overall_code = code::OVER_LIMIT;
+            }
+            resp.statuses.push(status);
+        }
+        if self.response_headers {
+            if let Some(d) = checked.as_ref().or(peeked.as_ref()) {
+                for (k, v) in d.headers_with(self.limiter.header_options()) {
+                    if matches!(k, "RateLimit" | "RateLimit-Policy" | "Retry-After") {
+                        resp.response_headers_to_add.push(HeaderValue { key: k.to_string(), value: v, raw_value: vec![] });
+                    }
+                }
+            }
+            if blocked && !resp.response_headers_to_add.iter().any(|h| h.key == "Retry-After") {
+                let wait = planned.iter().filter_map(|(p, _, _)| p.zero).map(unit_seconds).max().unwrap_or(1);
+                resp.response_headers_to_add.push(HeaderValue { key: "Retry-After".into(), value: wait.to_string(), raw_value: vec![] });
+            }
+        }
+        Ok(resp)
+    }
+}
+
+fn unit_seconds(unit: i32) -> u64 {
+    crate::rules::UNITS.iter().find(|u| u.2 == unit).map_or(1, |u| u.1)
+}
+
+/// The attribute names a key template names (`{name}`).
+pub fn placeholders(template: &str) -> impl Iterator<Item = &str> {
+    template.split('{').skip(1).filter_map(|s| s.split_once('}').map(|(name, _)| name))
+}
+
+/// A descriptor's status from the results of the rules it reached: the
+/// most restrictive of them (a denying one first, then the fewest remaining).
+fn status_of(decision: Option<&Decision>, results: &[&RuleResult], name: Option<&str>, peeked_cost: u64) -> DescriptorStatus {
+    let enforced: Vec<&&RuleResult> = results.iter().filter(|r| !r.shadow).collect();
+    let pick = enforced
+        .iter()
+        .filter(|r| !r.allowed)
+        .max_by_key(|r| r.retry_after)
+        .or_else(|| enforced.iter().min_by_key(|r| (r.remaining, r.reset_after)))
+        .copied()
+        .or_else(|| results.first());
+    match pick {
+        Some(r) => {
+            let over = !r.allowed && !r.shadow;
+            let wait = if over { r.retry_after } else { r.reset_after };
+            let remaining = if r.allowed { (r.remaining + peeked_cost).min(r.limit) } else { r.remaining };
+            DescriptorStatus {
+                code: if over { code::OVER_LIMIT } else { code::OK },
+                current_limit: Some(RateLimit {
+                    name: name.unwrap_or(r.rule.as_str()).to_string(),
+                    requests_per_unit: u32::try_from(r.limit).unwrap_or(u32::MAX),
+                    unit: unit_of_window(r.window),
+                }),
+                limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+                duration_until_reset: Some(duration(wait)),
+            }
+        }
+        // A degraded decision (the backend failed, `on_backend_error`) has no results.
+        None => DescriptorStatus {
+            code: if decision.is_some_and(|d| d.degraded && !d.allowed) { code::OVER_LIMIT } else { code::OK },
+            ..Default::default()
+        },
+    }
+}
+
+fn duration(d: Duration) -> prost_types::Duration {
+    // Whole seconds, rounded up, as RateLimit-Reset and Envoy's X-RateLimit-Reset read them.
+    prost_types::Duration { seconds: throttlegate::ceil_secs(d) as i64, nanos: 0 }
+}
