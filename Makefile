@@ -50,8 +50,9 @@ test-node:
 test-c:
 	scripts/test-c.sh
 
-## The second server: Valkey 9.1 in place of redis-server for the vectors (Rust, Python, Node, C),
-## the core's Redis, reliability, outage and Cluster suites (after test-python, test-node, test-c).
+## The second server: Valkey 9.1 in place of redis-server for the vectors (Rust, Python, Node, C;
+## Cluster vectors in Python and Node), the core's Redis, reliability and outage suites and the
+## refused-script tests (after test-python, test-node, test-c).
 test-valkey:
 	scripts/test-valkey.sh
 
