@@ -219,7 +219,7 @@ describe('strict', () => {
         code: 'backend',
         message: /check script.*refuses scripts: .*NOPERM.*\+evalsha \+eval \+script\|load/,
       });
-      const lazy = new Limiter(BIG, { url: right, onBackendError: 'error' });
+      const lazy = new Limiter(BIG, { url: right, onBackendError: 'error', logger: null });
       await assert.rejects(lazy.check({ ip: '203.0.113.1' }), { code: 'backend', message: /^redis refuses scripts: .*Lua module/ });
     } finally {
       await hole.close();
