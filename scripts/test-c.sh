@@ -30,6 +30,7 @@ need pkg-config pkg-config
 need valgrind valgrind
 need openssl openssl
 need redis-cli redis-tools
+need redis-sentinel redis-sentinel
 
 step "cargo test (unit tests, header staleness) and build with test hooks"
 "$CARGO" test -p throttlegate-c
@@ -180,6 +181,26 @@ done
 if ! cluster_ok; then echo "the Redis Cluster did not become ok" >&2; exit 1; fi
 export TG_REDIS_CLUSTER_URL="redis+cluster://$(IFS=,; echo "${CLUSTER_NODES[*]}")"
 echo "Redis Cluster on $TG_REDIS_CLUSTER_URL"
+
+step "start a redis-sentinel watching a redis-server of its own"
+start_redis
+SENTINEL_PRIMARY=$STARTED_PORT
+for _ in $(seq 1 20); do
+  port=$((20000 + RANDOM % 30000))
+  port_free "$port" || continue
+  mkdir -p "$REDIS_DIR/sentinel-$port"
+  printf 'port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor tg 127.0.0.1 %s 1\n' \
+    "$port" "$REDIS_DIR/sentinel-$port" "$SENTINEL_PRIMARY" >"$REDIS_DIR/sentinel-$port/sentinel.conf"
+  redis-sentinel "$REDIS_DIR/sentinel-$port/sentinel.conf" >/dev/null 2>&1 &
+  PIDS+=("$!")
+  for _ in $(seq 1 100); do
+    if redis_ping "$port"; then break 2; fi
+    sleep 0.05
+  done
+done
+redis_ping "$port" || { echo "could not start redis-sentinel" >&2; exit 1; }
+export TG_SENTINEL_URL="redis+sentinel://127.0.0.1:$port/tg"
+echo "Sentinel on $TG_SENTINEL_URL"
 
 # The bad-input vectors (tests/vectors/errors) go through the same runner,
 # which tells them by their `cases` array.

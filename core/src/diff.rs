@@ -112,7 +112,7 @@ impl PolicyDiff {
     /// Compare `old` with `new`.
     pub fn between(old: &Policy, new: &Policy) -> PolicyDiff {
         let (old_v, new_v) = (old.to_value(), new.to_value());
-        let settings = ["prefix", "timeout", "on_backend_error", "attributes"]
+        let settings = ["prefix", "timeout", "on_backend_error", "wait_replicas", "attributes"]
             .iter()
             .filter(|f| old_v[**f] != new_v[**f])
             .map(|f| SettingChange { field: f.to_string(), old: old_v[*f].clone(), new: new_v[*f].clone() })
@@ -221,6 +221,7 @@ impl PolicyDiff {
             let note = match s.field.as_str() {
                 "prefix" => " (every key is new: no rule keeps its state)",
                 "timeout" => " (a reload keeps the limiter's timeout; applies when a limiter is made)",
+                "wait_replicas" => " (a reload keeps the limiter's wait_replicas; applies when a limiter is made)",
                 _ => "",
             };
             out.push_str(&format!("setting {}: {} -> {}{note}\n", s.field, s.old, s.new));

@@ -252,6 +252,11 @@ impl From<redis::RedisError> for Error {
                 .set_temporary(false)
                 .with_source(err);
         }
+        if let Some(cause) = scripts_refused(&err) {
+            return Error::new(ErrorKind::Backend, scripts_refused_message(cause))
+                .set_temporary(false)
+                .with_source(err);
+        }
         let unavailable = err.is_io_error()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
@@ -286,6 +291,58 @@ impl From<redis::RedisError> for Error {
     }
 }
 
+/// Why a server refuses to run the check script, when that is what an
+/// error says: its user lacks the permission (`NOPERM` from an ACL denying
+/// `EVALSHA`, `EVAL` or `SCRIPT`), the command is unknown (renamed or
+/// removed), or the server has no Lua engine (Valkey 9.1 with its Lua
+/// module left out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScriptsRefused {
+    NoPermission,
+    UnknownCommand,
+    NoLua,
+}
+
+/// The cause of a refused script in `err`, if that is what it is.
+pub(crate) fn scripts_refused(err: &redis::RedisError) -> Option<ScriptsRefused> {
+    let text = format!("{} {}", err.code().unwrap_or(""), err.detail().unwrap_or("")).to_lowercase();
+    let text = if text.trim().is_empty() { err.to_string().to_lowercase() } else { text };
+    let scripting = ["'evalsha'", "'eval'", "'script", "`evalsha`", "`eval`", "`script", "'fcall"]
+        .iter()
+        .any(|c| text.contains(c));
+    if matches!(err.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)) || text.starts_with("noperm") {
+        return scripting.then_some(ScriptsRefused::NoPermission);
+    }
+    if text.contains("unknown command") && scripting {
+        return Some(ScriptsRefused::UnknownCommand);
+    }
+    // An error raised while the script runs is the script's, not the engine's.
+    if text.contains("user_script") || text.contains("error running script") {
+        return None;
+    }
+    let lua = text.contains("lua") || text.contains("engine");
+    // Valkey 9.1 without its Lua module: "Could not find scripting engine 'lua'".
+    let missing = text.contains("not found")
+        || text.contains("could not find")
+        || text.contains("not loaded")
+        || text.contains("unknown engine");
+    (lua && missing).then_some(ScriptsRefused::NoLua)
+}
+
+/// The one message of a refused script: the cause and the fix.
+fn scripts_refused_message(cause: ScriptsRefused) -> String {
+    let what = match cause {
+        ScriptsRefused::NoPermission => "the URL's user may not run Lua scripts (NOPERM: an ACL denies EVALSHA/EVAL)",
+        ScriptsRefused::UnknownCommand => "the server does not know EVALSHA/EVAL (the commands are renamed or disabled)",
+        ScriptsRefused::NoLua => "the server has no Lua engine (its Lua module is not loaded)",
+    };
+    format!(
+        "redis refuses scripts: {what}; throttlegate decides every check in one Lua script, so the server must run it: \
+         grant the user `+evalsha +eval +script|load` (ACL SETUSER <user> +evalsha +eval +script|load), \
+         keep the commands enabled (no rename-command), and on Valkey 9.1+ load the Lua module (loadmodule <path>/libvalkeylua.so)"
+    )
+}
+
 /// The TLS failure inside a Redis client error, if that is what it is.
 ///
 /// The client keeps its I/O errors behind an `Arc<dyn Error>`, which hides
@@ -311,4 +368,58 @@ fn tls_failure(err: &redis::RedisError) -> Option<String> {
         cur = e.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_scripts_are_told_from_other_errors() {
+        let server = |code: &str, detail: &str| {
+            redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "An error was signalled by the server",
+                format!("{code} {detail}"),
+            ))
+        };
+        let noperm = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+            "NoPerm",
+            "this user has no permissions to run the 'evalsha' command".to_string(),
+        ));
+        assert_eq!(scripts_refused(&noperm), Some(ScriptsRefused::NoPermission));
+        let unknown = server(
+            "ERR",
+            "unknown command 'evalsha', with args beginning with: 'abc'",
+        );
+        assert_eq!(
+            scripts_refused(&unknown),
+            Some(ScriptsRefused::UnknownCommand)
+        );
+        let no_lua = server("ERR", "Could not find scripting engine 'lua'");
+        assert_eq!(scripts_refused(&no_lua), Some(ScriptsRefused::NoLua));
+        // A script's own error, a permission on a key, another unknown command: not refused scripts.
+        assert_eq!(
+            scripts_refused(&server("ERR", "user_script:12: table not found")),
+            None
+        );
+        let key = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+            "NoPerm",
+            "No permissions to access a key".to_string(),
+        ));
+        assert_eq!(scripts_refused(&key), None);
+        assert_eq!(
+            scripts_refused(&server("ERR", "unknown command 'foo'")),
+            None
+        );
+        let e = Error::from(noperm);
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(
+            e.message()
+                .contains("ACL SETUSER <user> +evalsha +eval +script|load"),
+            "{e}"
+        );
+    }
 }

@@ -75,7 +75,7 @@ pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     default_precision, format_utc_offset, parse_utc_offset, Algorithm, FailureMode, Period, Policy, Rule,
     DEFAULT_PREFIX, DEFAULT_SUB_WINDOWS, DEFAULT_TIMEOUT, MAX_LIMIT, MAX_NAME_LEN, MAX_PREFIX_LEN,
-    MAX_QUOTA_LIMIT, MAX_REFILL_RATE, MAX_SUB_WINDOWS, MAX_TIMEOUT, MAX_UTC_OFFSET_MINUTES, MAX_WINDOW,
+    MAX_QUOTA_LIMIT, MAX_REFILL_RATE, MAX_SUB_WINDOWS, MAX_TIMEOUT, MAX_UTC_OFFSET_MINUTES, MAX_WAIT_REPLICAS, MAX_WINDOW,
     MIN_REFILL_RATE, MIN_UTC_OFFSET_MINUTES,
 };
 

@@ -439,6 +439,8 @@ pub struct Policy {
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) on_backend_error: FailureMode,
+    /// Replicas that must acknowledge a check before it is answered (`WAIT`).
+    pub(crate) wait_replicas: u32,
     pub(crate) rules: Vec<Rule>,
     pub(crate) templates: Vec<KeyTemplate>,
     /// The `[attributes]` table: attribute name -> lower-case header name.
@@ -452,6 +454,7 @@ impl PartialEq for Policy {
         self.prefix == other.prefix
             && self.timeout == other.timeout
             && self.on_backend_error == other.on_backend_error
+            && self.wait_replicas == other.wait_replicas
             && self.rules == other.rules
             && self.attributes == other.attributes
     }
@@ -504,6 +507,7 @@ impl Policy {
             prefix,
             timeout,
             on_backend_error,
+            wait_replicas: 0,
             rules,
             templates,
             attributes: Vec::new(),
@@ -543,6 +547,7 @@ impl Policy {
         let mut p = Policy::with_settings(all, self.prefix, self.timeout, self.on_backend_error)?;
         p.attributes = self.attributes;
         p.source = self.source;
+        p.wait_replicas = self.wait_replicas;
         Ok(p)
     }
 
@@ -637,6 +642,9 @@ impl Policy {
             "on_backend_error".into(),
             Value::from(self.on_backend_error.as_str()),
         );
+        if self.wait_replicas > 0 {
+            top.insert("wait_replicas".into(), Value::from(self.wait_replicas));
+        }
         let rules = self
             .rules
             .iter()
@@ -728,6 +736,24 @@ impl Policy {
         Ok(self)
     }
 
+    /// How many replicas must acknowledge a check before it is answered
+    /// (`wait_replicas`, default 0): the Redis backends send `WAIT` after
+    /// the check script, in the same round trip, so an admission a failover
+    /// could lose (asynchronous replication) is never answered. A check
+    /// that is not acknowledged within the timeout is answered by
+    /// `on_backend_error`. Ignored by the embedded backend.
+    pub fn wait_replicas(&self) -> u32 {
+        self.wait_replicas
+    }
+
+    /// The same rules with another `wait_replicas` (at most
+    /// [`MAX_WAIT_REPLICAS`]).
+    pub fn with_wait_replicas(mut self, replicas: u32) -> Result<Policy> {
+        validate_wait_replicas(replicas as u64).map_err(|m| Error::invalid_argument(format!("wait_replicas: {m}")))?;
+        self.wait_replicas = replicas;
+        Ok(self)
+    }
+
     /// The same rules with another timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Result<Policy> {
         validate_timeout(timeout).map_err(|m| Error::invalid_argument(format!("timeout: {m}")))?;
@@ -761,6 +787,16 @@ fn validate_prefix(prefix: &str) -> Result<(), String> {
         return Err(format!(
             "{prefix:?} contains {c:?}; a prefix is printable ASCII without spaces or braces"
         ));
+    }
+    Ok(())
+}
+
+/// The most replicas `wait_replicas` may ask for.
+pub const MAX_WAIT_REPLICAS: u32 = 16;
+
+fn validate_wait_replicas(n: u64) -> Result<(), String> {
+    if n > MAX_WAIT_REPLICAS as u64 {
+        return Err(format!("at most {MAX_WAIT_REPLICAS} replicas, got {n}"));
     }
     Ok(())
 }
@@ -866,7 +902,7 @@ fn validate_rule(rule: &Rule) -> Result<(), String> {
 
 // ---- parsing from a JSON value tree ---------------------------------------
 
-const TOP_FIELDS: &[&str] = &["prefix", "timeout", "on_backend_error", "attributes", "rules"];
+const TOP_FIELDS: &[&str] = &["prefix", "timeout", "on_backend_error", "wait_replicas", "attributes", "rules"];
 
 /// The header an `[attributes]` entry reads, checked: `header:<name>`.
 fn parse_attribute_source(name: &str, source: &str) -> Result<String, String> {
@@ -1028,9 +1064,19 @@ fn parse_policy(value: &Value) -> Result<Policy, String> {
             sources.push((name.clone(), get_string(v, &format!("attributes.{name}"))?.to_string()));
         }
     }
-    Policy::with_settings(rules, prefix, timeout, on_backend_error)
+    let wait_replicas = match obj.get("wait_replicas") {
+        Some(v) => {
+            let n = get_count(v, "wait_replicas")?;
+            validate_wait_replicas(n).map_err(|m| format!("wait_replicas: {m}"))?;
+            n as u32
+        }
+        None => 0,
+    };
+    let mut policy = Policy::with_settings(rules, prefix, timeout, on_backend_error)
         .and_then(|p| p.with_attribute_sources(&sources))
-        .map_err(|e| e.message().to_string())
+        .map_err(|e| e.message().to_string())?;
+    policy.wait_replicas = wait_replicas;
+    Ok(policy)
 }
 
 fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {

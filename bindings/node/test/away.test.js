@@ -216,9 +216,15 @@ describe('strict', () => {
       assert.match(await redis.command(['ACL', 'SETUSER', 'node-strict', 'on', '>right', '~*', '+@all']), /^\+OK/);
       const wrong = `redis://node-strict:wrong@127.0.0.1:${redis.port}`;
       assert.throws(() => new Limiter(BIG, { url: wrong, strict: true }), { code: 'backend', message: /PING/ });
-      assert.match(await redis.command(['ACL', 'SETUSER', 'node-strict', '-@scripting']), /^\+OK/);
+      // Scripts denied by ACL: the core's one message names the cause and the fix, at start-up and at the first check.
+      assert.match(await redis.command(['ACL', 'SETUSER', 'node-strict', '-evalsha', '-eval']), /^\+OK/);
       const right = `redis://node-strict:right@127.0.0.1:${redis.port}`;
-      assert.throws(() => new Limiter(BIG, { url: right, strict: true }), { code: 'backend', message: /check script/ });
+      assert.throws(() => new Limiter(BIG, { url: right, strict: true }), {
+        code: 'backend',
+        message: /check script.*refuses scripts: .*NOPERM.*\+evalsha \+eval \+script\|load/,
+      });
+      const lazy = new Limiter(BIG, { url: right, onBackendError: 'error', logger: null });
+      await assert.rejects(lazy.check({ ip: '203.0.113.1' }), { code: 'backend', message: /^redis refuses scripts: .*Lua module/ });
     } finally {
       await hole.close();
       await redis.stop();

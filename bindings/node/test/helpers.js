@@ -9,7 +9,8 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 
-const REDIS_SERVER = process.env.REDIS_SERVER || 'redis-server';
+// $THROTTLEGATE_REDIS_SERVER (or $REDIS_SERVER): another Redis-compatible server (the Valkey pass).
+const REDIS_SERVER = process.env.THROTTLEGATE_REDIS_SERVER || process.env.REDIS_SERVER || 'redis-server';
 const REDIS_CLI = process.env.THROTTLEGATE_REDIS_CLI || 'redis-cli';
 
 /** A free TCP port on 127.0.0.1 (the kernel picks it). */
@@ -252,7 +253,48 @@ async function pinToCpus(redis) {
   }
 }
 
+/**
+ * One redis-sentinel (Debian's package; $THROTTLEGATE_REDIS_SENTINEL
+ * overrides it) monitoring the redis-server on `primaryPort` as service
+ * "tg" (quorum 1), on a free port. Resolves to `{ port, url, stop() }`,
+ * `url` being its `redis+sentinel://` URL.
+ */
+async function startSentinel(primaryPort) {
+  const port = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'throttlegate-sentinel-'));
+  const conf = path.join(dir, 'sentinel.conf');
+  fs.writeFileSync(conf, `port ${port}\nbind 127.0.0.1\ndir ${dir}\nsentinel monitor tg 127.0.0.1 ${primaryPort} 1\n`);
+  const child = spawn(process.env.THROTTLEGATE_REDIS_SENTINEL || 'redis-sentinel', [conf], { stdio: 'ignore' });
+  let exited = false;
+  child.once('exit', () => {
+    exited = true;
+  });
+  const stop = () =>
+    new Promise((resolve) => {
+      const done = () => {
+        fs.rmSync(dir, { recursive: true, force: true });
+        resolve();
+      };
+      if (exited) return done();
+      child.once('exit', done);
+      child.kill('SIGKILL');
+    });
+  for (let i = 0; i < 200 && !exited; i++) {
+    try {
+      if ((await redisCommand(port, ['PING'])).startsWith('+PONG')) {
+        return { port, url: `redis+sentinel://127.0.0.1:${port}/tg`, stop };
+      }
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  await stop();
+  throw new Error('redis-sentinel did not start');
+}
+
 module.exports = {
+  startSentinel,
   pinToCpus,
   startRedisAt,
   freePort,

@@ -43,7 +43,8 @@ class RedisServer:
     """A redis-server process owned by the test session."""
 
     def __init__(self, *extra: str) -> None:
-        exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+        # $THROTTLEGATE_REDIS_SERVER: another Redis-compatible server (the Valkey pass).
+        exe = os.environ.get("THROTTLEGATE_REDIS_SERVER") or shutil.which("redis-server") or "/usr/bin/redis-server"
         self.dir = tempfile.mkdtemp(prefix="throttlegate-redis-")
         self.port = free_port()
         self.proc = subprocess.Popen(
@@ -67,6 +68,33 @@ class RedisServer:
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
             s.sendall(payload)
             return s.recv(65536)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisSentinel:
+    """One redis-sentinel (Debian's package) monitoring `primary` as service
+    "tg" (quorum 1), on a free loopback port; `url` is its Sentinel URL."""
+
+    def __init__(self, primary: RedisServer) -> None:
+        exe = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
+        self.dir = tempfile.mkdtemp(prefix="throttlegate-sentinel-")
+        self.port = free_port()
+        conf = Path(self.dir) / "sentinel.conf"
+        conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"sentinel monitor tg 127.0.0.1 {primary.port} 1\n"
+        )
+        self.proc = subprocess.Popen([exe, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for_port(self.port, self.proc, "redis-sentinel")
+        except BaseException:
+            self.stop()
+            raise
+        self.url = f"redis+sentinel://127.0.0.1:{self.port}/tg"
 
     def stop(self) -> None:
         self.proc.kill()

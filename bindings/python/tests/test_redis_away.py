@@ -249,7 +249,13 @@ def test_strict_fails_fast(hole: BlackHole, redis_server: RedisServer) -> None:
     assert b"+OK" in redis_server.command("ACL", "SETUSER", "py-strict", "on", ">right", "~*", "+@all")
     with pytest.raises(tg.BackendError, match="PING"):
         tg.Limiter([BIG], url=f"redis://py-strict:wrong@127.0.0.1:{redis_server.port}/0", strict=True)
-    assert b"+OK" in redis_server.command("ACL", "SETUSER", "py-strict", "-@scripting")
-    with pytest.raises(tg.BackendError, match="check script"):
-        tg.Limiter([BIG], url=f"redis://py-strict:right@127.0.0.1:{redis_server.port}/0", strict=True)
+    # Scripts denied by ACL: the core's one message names the cause and the fix, at start-up and at the first check.
+    assert b"+OK" in redis_server.command("ACL", "SETUSER", "py-strict", "-evalsha", "-eval")
+    denied = f"redis://py-strict:right@127.0.0.1:{redis_server.port}/0"
+    with pytest.raises(tg.BackendError, match=r"check script.*refuses scripts: .*NOPERM.*\+evalsha \+eval \+script\|load"):
+        tg.Limiter([BIG], url=denied, strict=True)
+    lazy = tg.Limiter([BIG], url=denied, on_backend_error="error")
+    with pytest.raises(tg.BackendError, match=r"^redis refuses scripts: .*Lua module") as caught:
+        lazy.check({"ip": "203.0.113.1"})
+    assert not caught.value.temporary
     assert redis_server.command("ACL", "DELUSER", "py-strict") == b":1\r\n"

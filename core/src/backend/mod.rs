@@ -1,12 +1,14 @@
 //! The backends that decide a [`Plan`](crate::plan::Plan): the embedded
 //! store ([`memory`]) in process, and over the network one Redis node
-//! ([`redis`]) or a Redis Cluster ([`cluster`]), both running the one check
-//! script ([`script`]).
+//! ([`redis`]), the primary named by Redis Sentinel ([`sentinel`]) or a
+//! Redis Cluster ([`cluster`]), all running the one check script
+//! ([`script`]).
 
 pub(crate) mod cluster;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod script;
+pub(crate) mod sentinel;
 
 use std::sync::RwLock;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use smallvec::SmallVec;
 
 use self::cluster::ClusterBackend;
 use self::redis::{RedisBackend, TlsOptions};
+use self::sentinel::SentinelBackend;
 use crate::algo::Outcome;
 use crate::error::{Error, Result};
 use crate::plan::{Mode, Plan};
@@ -86,27 +89,37 @@ impl ServerTime {
     }
 }
 
-/// A network backend: one Redis node or a Redis Cluster. Cheap to clone.
+/// A network backend: one Redis node, the primary named by Sentinel, or a
+/// Redis Cluster. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Remote {
     Redis(RedisBackend),
+    Sentinel(SentinelBackend),
     Cluster(ClusterBackend),
 }
 
 impl Remote {
     /// The backend named by `url`; `None` for the embedded one.
-    fn open(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<Option<Remote>> {
+    fn open(url: &str, timeout: Duration, tls: Option<&TlsOptions>, wait_replicas: u32) -> Result<Option<Remote>> {
         Ok(Some(match url.trim() {
             "" | "memory://" | "memory:" => return Ok(None),
             url if url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
+                if wait_replicas > 0 {
+                    return Err(Error::invalid_argument(
+                        "wait_replicas: is for redis:// and redis+sentinel:// backends, not a Redis Cluster",
+                    ));
+                }
                 Remote::Cluster(ClusterBackend::new(url, timeout, tls)?)
             }
+            url if url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://") => {
+                Remote::Sentinel(SentinelBackend::new(url, timeout, tls, wait_replicas)?)
+            }
             url if ["redis://", "rediss://", "redis+unix://", "unix://"].iter().any(|s| url.starts_with(s)) => {
-                Remote::Redis(RedisBackend::new(url, timeout, tls)?)
+                Remote::Redis(RedisBackend::new(url, timeout, tls, wait_replicas)?)
             }
             url => {
                 return Err(Error::invalid_argument(format!(
-                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix://, redis+cluster:// or memory://"
+                    "url: {url:?} has an unsupported scheme; use redis://, rediss://, redis+unix://, redis+sentinel://, redis+cluster:// or memory://"
                 )))
             }
         }))
@@ -118,6 +131,7 @@ impl Remote {
         let call_id = call_id(plan, &mut random);
         match self {
             Remote::Redis(r) => r.eval(plan, call_id, mode, now).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.eval(plan, call_id, mode, now).await })).await,
             Remote::Cluster(c) => c.eval(plan, call_id, mode, now).await,
         }
     }
@@ -130,13 +144,14 @@ impl Remote {
                 let mut random = None;
                 r.eval_blocking(plan, call_id(plan, &mut random), mode, now)
             }
-            Remote::Cluster(_) => block_on(bounded(timeout, self.eval(plan, mode, now)))?,
+            Remote::Sentinel(_) | Remote::Cluster(_) => block_on(bounded(timeout, self.eval(plan, mode, now)))?,
         }
     }
 
     async fn query<T: ::redis::FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T> {
         match self {
             Remote::Redis(r) => r.query(cmd).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.query(cmd).await })).await,
             Remote::Cluster(c) => c.query(cmd).await,
         }
     }
@@ -144,6 +159,7 @@ impl Remote {
     async fn settle(&self, plan: &Plan<'_, String>, call_id: &str, actual: u64, now: Option<i64>) -> Result<Settled> {
         match self {
             Remote::Redis(r) => r.settle(plan, call_id, actual, now).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.settle(plan, call_id, actual, now).await })).await,
             Remote::Cluster(c) => c.settle(plan, call_id, actual, now).await,
         }
     }
@@ -151,6 +167,7 @@ impl Remote {
     async fn reset(&self, keys: &[String]) -> Result<u64> {
         match self {
             Remote::Redis(r) => r.reset(keys).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.reset(keys).await })).await,
             Remote::Cluster(c) => c.reset(keys).await,
         }
     }
@@ -158,6 +175,7 @@ impl Remote {
     async fn ping(&self) -> Result<()> {
         match self {
             Remote::Redis(r) => r.ping().await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.ping().await })).await,
             Remote::Cluster(c) => c.ping().await,
         }
     }
@@ -196,7 +214,8 @@ impl Remote {
 
     fn name(&self) -> &'static str {
         match self {
-            Remote::Redis(_) => "redis",
+            // The primary a Sentinel names is one Redis node.
+            Remote::Redis(_) | Remote::Sentinel(_) => "redis",
             Remote::Cluster(_) => "cluster",
         }
     }
@@ -210,6 +229,7 @@ pub(crate) struct Connection {
     url: String,
     timeout: Duration,
     tls: Option<TlsOptions>,
+    wait_replicas: u32,
     name: &'static str,
     /// The generation and backend; `None` once closed.
     live: RwLock<Option<(u64, Remote)>>,
@@ -218,13 +238,15 @@ pub(crate) struct Connection {
 impl Connection {
     /// The network backend named by `url` (`None` for the embedded one).
     /// Connections are made on first use, so this succeeds while Redis is down.
-    pub fn open(url: Option<&str>, timeout: Duration, tls: Option<TlsOptions>) -> Result<Option<Connection>> {
+    /// `wait_replicas`: replicas that must acknowledge each check (`WAIT`).
+    pub fn open(url: Option<&str>, timeout: Duration, tls: Option<TlsOptions>, wait_replicas: u32) -> Result<Option<Connection>> {
         let url = url.unwrap_or("");
-        let Some(remote) = Remote::open(url, timeout, tls.as_ref())? else { return Ok(None) };
+        let Some(remote) = Remote::open(url, timeout, tls.as_ref(), wait_replicas)? else { return Ok(None) };
         Ok(Some(Connection {
             url: url.to_string(),
             timeout,
             tls,
+            wait_replicas,
             name: remote.name(),
             live: RwLock::new(Some((fork_generation(), remote))),
         }))
@@ -248,7 +270,7 @@ impl Connection {
             None => Err(Error::closed()),
             Some((g, r)) if *g == generation => Ok(r.clone()),
             Some(slot) => {
-                let fresh = Remote::open(&self.url, self.timeout, self.tls.as_ref())?
+                let fresh = Remote::open(&self.url, self.timeout, self.tls.as_ref(), self.wait_replicas)?
                     .expect("a network URL stays one");
                 let inherited = std::mem::replace(slot, (generation, fresh.clone()));
                 std::mem::forget(inherited);
@@ -261,7 +283,8 @@ impl Connection {
     pub(crate) fn redis_node(&self) -> Option<RedisBackend> {
         match self.get().ok()? {
             Remote::Redis(r) => Some(r),
-            Remote::Cluster(_) => None,
+            // Its address changes with a failover: the core's own calls follow it.
+            Remote::Sentinel(_) | Remote::Cluster(_) => None,
         }
     }
 

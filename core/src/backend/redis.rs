@@ -39,13 +39,15 @@ pub(crate) struct RedisInner {
     sha: String,
     /// The server's clock, for each check's deadline.
     time: ServerTime,
+    /// Replicas that must acknowledge a check (`WAIT` after it; 0: none).
+    wait_replicas: u32,
 }
 
 /// Idle blocking connections kept at most (one per thread that calls at once).
 const MAX_IDLE: usize = 64;
 
 impl RedisBackend {
-    pub fn new(url: &str, timeout: Duration, tls: Option<&TlsOptions>) -> Result<RedisBackend> {
+    pub fn new(url: &str, timeout: Duration, tls: Option<&TlsOptions>, wait_replicas: u32) -> Result<RedisBackend> {
         let bad_url = |e: redis::RedisError| {
             Error::invalid_argument(format!("url: {url:?} is not a valid Redis URL")).with_source(e)
         };
@@ -56,6 +58,12 @@ impl RedisBackend {
             }
             None => redis::Client::open(url).map_err(bad_url)?,
         };
+        RedisBackend::from_client(client, timeout, wait_replicas).map_err(bad_url)
+    }
+
+    /// The backend of the server `client` leads to (a URL's, or the primary
+    /// a Sentinel named).
+    pub(crate) fn from_client(client: redis::Client, timeout: Duration, wait_replicas: u32) -> redis::RedisResult<RedisBackend> {
         // The client reads every reply of its connection setup, each within
         // the timeout it was given, even after one timed out: on a server
         // that does not answer, connecting would take that timeout once per
@@ -66,7 +74,7 @@ impl RedisBackend {
         let settings = info.redis_settings().clone().set_skip_set_lib_name();
         let setup_replies = u32::from(settings.protocol().supports_resp3() || settings.password().is_some())
             + u32::from(settings.db() != 0);
-        let blocking = redis::Client::open(info.set_redis_settings(settings)).map_err(bad_url)?;
+        let blocking = redis::Client::open(info.set_redis_settings(settings))?;
         Ok(RedisBackend(std::sync::Arc::new(RedisInner {
             client,
             blocking,
@@ -76,7 +84,18 @@ impl RedisBackend {
             idle: Mutex::new(Vec::new()),
             sha: redis::Script::new(CHECK_SCRIPT).get_hash().to_string(),
             time: ServerTime::default(),
+            wait_replicas,
         })))
+    }
+
+    /// Replicas that must acknowledge each check (`WAIT`; 0: none).
+    pub(crate) fn wait_replicas(&self) -> u32 {
+        self.0.wait_replicas
+    }
+
+    /// True when `other` is this backend (a clone of it).
+    pub(crate) fn same(&self, other: &RedisBackend) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// The connection manager, made on first use (inside the runtime). It
@@ -110,14 +129,14 @@ impl RedisBackend {
         let ext = ext_refs(plan);
         let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
         let answer: redis::RedisResult<Vec<i64>> = async {
-            match cmd.query_async(&mut conn).await {
+            match self.send(&cmd, mode, &mut conn).await {
                 Err(e) if is_noscript(&e) => {
                     redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).query_async::<String>(&mut conn).await?;
-                    match cmd.query_async(&mut conn).await {
+                    match self.send(&cmd, mode, &mut conn).await {
                         // Flushed again between the load and the retry: send the
                         // script itself, which cannot miss.
                         Err(e) if is_noscript(&e) => {
-                            command(None, &plan.keys, &plan.rules, &ext, header).query_async(&mut conn).await
+                            self.send(&command(None, &plan.keys, &plan.rules, &ext, header), mode, &mut conn).await
                         }
                         other => other,
                     }
@@ -136,6 +155,41 @@ impl RedisBackend {
         };
         self.0.time.observe_reply(&reply, now);
         parse_reply(&reply, plan.keys.len(), &ext)
+    }
+
+    /// Send a check's script command; with `wait_replicas`, a check (not a
+    /// peek) is followed by `WAIT` in the same pipeline, and a check the
+    /// replicas did not acknowledge in time is an error.
+    async fn send(&self, cmd: &redis::Cmd, mode: Mode, conn: &mut ConnectionManager) -> redis::RedisResult<Vec<i64>> {
+        match self.wait_for(mode) {
+            None => cmd.query_async(conn).await,
+            Some((n, ms)) => {
+                let (reply, acked): (Vec<i64>, u64) =
+                    redis::pipe().add_command(cmd.clone()).cmd("WAIT").arg(n).arg(ms).query_async(conn).await?;
+                not_acknowledged(n, ms, acked)?;
+                Ok(reply)
+            }
+        }
+    }
+
+    /// [`RedisBackend::send`] on a blocking connection.
+    fn send_blocking(&self, cmd: &redis::Cmd, mode: Mode, conn: &mut redis::Connection) -> redis::RedisResult<Vec<i64>> {
+        match self.wait_for(mode) {
+            None => cmd.query(conn),
+            Some((n, ms)) => {
+                let (reply, acked): (Vec<i64>, u64) =
+                    redis::pipe().add_command(cmd.clone()).cmd("WAIT").arg(n).arg(ms).query(conn)?;
+                not_acknowledged(n, ms, acked)?;
+                Ok(reply)
+            }
+        }
+    }
+
+    /// The replicas a call in `mode` waits for and `WAIT`'s timeout in
+    /// milliseconds (half the call's timeout, so its answer is read in time).
+    fn wait_for(&self, mode: Mode) -> Option<(u32, u64)> {
+        let n = self.0.wait_replicas;
+        (n > 0 && mode == Mode::Check).then(|| (n, (self.0.timeout.as_millis() as u64 / 2).max(1)))
     }
 
     /// The header of a plan sent now: a check on the server's clock carries
@@ -175,15 +229,17 @@ impl RedisBackend {
         let ext = ext_refs(plan);
         let cmd = command(Some(&self.0.sha), &plan.keys, &plan.rules, &ext, header);
         let (mut conn, mut shortened) = self.take(deadline)?;
-        let reply = match cmd.query::<Vec<i64>>(&mut conn) {
+        let reply = match self.send_blocking(&cmd, mode, &mut conn) {
             Err(e) if is_noscript(&e) => (|| {
                 shortened = true;
                 self.bound(&conn, deadline)?;
                 redis::cmd("SCRIPT").arg("LOAD").arg(CHECK_SCRIPT).query::<String>(&mut conn)?;
                 self.bound(&conn, deadline)?;
-                match cmd.query(&mut conn) {
+                match self.send_blocking(&cmd, mode, &mut conn) {
                     // Flushed again in between: the script itself cannot miss.
-                    Err(e) if is_noscript(&e) => command(None, &plan.keys, &plan.rules, &ext, header).query(&mut conn),
+                    Err(e) if is_noscript(&e) => {
+                        self.send_blocking(&command(None, &plan.keys, &plan.rules, &ext, header), mode, &mut conn)
+                    }
                     other => other,
                 }
             })(),
@@ -301,6 +357,20 @@ impl RedisBackend {
         redis::cmd("PING").query_async::<String>(&mut conn).await?;
         Ok(())
     }
+}
+
+/// The error of a check that fewer than `n` replicas acknowledged within
+/// `ms` (`WAIT` answered `acked`): the backend is unavailable as far as this
+/// check is concerned (answered by `on_backend_error`).
+fn not_acknowledged(n: u32, ms: u64, acked: u64) -> redis::RedisResult<()> {
+    if acked >= n as u64 {
+        return Ok(());
+    }
+    Err(redis::RedisError::from((
+        redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+        "wait_replicas",
+        format!("the check was acknowledged by {acked} of {n} replica(s) within {ms} ms (WAIT)"),
+    )))
 }
 
 /// TLS settings for `rediss://` URLs beyond the system's trust store.

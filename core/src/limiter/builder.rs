@@ -253,7 +253,7 @@ impl LimiterBuilder {
         };
         let tls = (o.tls_root_cert.is_some() || o.tls_client_cert.is_some())
             .then_some(TlsOptions { root_cert_pem: o.tls_root_cert, client_cert_pem: o.tls_client_cert });
-        let remote = Connection::open(o.url.as_deref(), policy.timeout, tls)?;
+        let remote = Connection::open(o.url.as_deref(), policy.timeout, tls, policy.wait_replicas)?;
         let memory = remote.is_none().then(MemoryBackend::new);
         let deny_cache = (o.deny_cache && remote.is_some()).then(DenyCache::new);
         let rules = Rules::compile(&policy, o.key_secret.as_deref());

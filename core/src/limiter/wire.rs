@@ -138,9 +138,13 @@ impl Limiter {
     /// A [`Wire`] for this limiter, when its backend is one Redis node
     /// reached over plain TCP or a Unix socket with RESP2 (`None` for the
     /// embedded backend, a cluster, TLS, RESP3, or once closed: use the
-    /// async methods there).
+    /// async methods there; also with `wait_replicas`, whose `WAIT` only
+    /// the core's own calls send).
     pub fn wire(&self) -> Option<Wire> {
         let node = self.inner.remote.as_ref()?.redis_node()?;
+        if node.wait_replicas() > 0 {
+            return None;
+        }
         Wire::new(self.clone(), &node)
     }
 }

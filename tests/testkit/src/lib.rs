@@ -28,6 +28,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The server binary (`redis-server` or another, e.g. Valkey's).
+    bin: String,
 }
 
 impl RedisServer {
@@ -38,6 +40,11 @@ impl RedisServer {
 
     /// Start a server with extra `--option value` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_bin(&redis_server_bin(), extra)
+    }
+
+    /// Start the server binary `bin` (a Redis-compatible server) with extra arguments.
+    pub fn start_bin(bin: &str, extra: &[&str]) -> RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("throttlegate-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -46,13 +53,14 @@ impl RedisServer {
             port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            bin: bin.to_string(),
         };
         s.spawn();
         s
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(redis_server_bin());
+        let mut cmd = Command::new(&self.bin);
         cmd.arg("--port")
             .arg(self.port.to_string())
             .arg("--bind")
@@ -318,5 +326,139 @@ impl RedisCluster {
     /// The node id (`CLUSTER MYID`) of `node`.
     pub fn node_id(node: &RedisServer) -> String {
         node.command(&["CLUSTER", "MYID"]).unwrap_or_default()
+    }
+}
+
+/// A primary, one replica and three sentinels (quorum 2) monitoring them as
+/// service `"tg"`, on free loopback ports, with Debian's `redis-sentinel`
+/// (`THROTTLEGATE_REDIS_SENTINEL` overrides it). A primary is found down
+/// after 1 s; a failover completes within a few seconds.
+pub struct SentinelGroup {
+    /// The first primary, then a replica after a failover.
+    pub primary: RedisServer,
+    /// The replica, the primary after a failover.
+    pub replica: RedisServer,
+    sentinels: Vec<(u16, Child)>,
+    dir: PathBuf,
+}
+
+/// The service name the sentinels of a [`SentinelGroup`] monitor.
+pub const SENTINEL_SERVICE: &str = "tg";
+
+impl SentinelGroup {
+    /// Start the group and wait until the replica is in sync and every
+    /// sentinel knows it and the other sentinels.
+    pub fn start() -> SentinelGroup {
+        // Replicas sync at once (not after the default 5 s delay).
+        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
+        let replica_of = primary.port().to_string();
+        let replica = RedisServer::start_with(&["--repl-diskless-sync-delay", "0", "--replicaof", "127.0.0.1", &replica_of]);
+        let dir = std::env::temp_dir().join(format!(
+            "throttlegate-sentinel-{}-{}",
+            std::process::id(),
+            primary.port()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let bin = std::env::var("THROTTLEGATE_REDIS_SENTINEL")
+            .unwrap_or_else(|_| "redis-sentinel".to_string());
+        let mut sentinels = Vec::new();
+        for i in 0..3 {
+            let port = free_port();
+            let conf = dir.join(format!("sentinel-{i}.conf"));
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 2\n\
+                     sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
+                     sentinel failover-timeout {SENTINEL_SERVICE} 4000\nsentinel parallel-syncs {SENTINEL_SERVICE} 1\n",
+                    dir.display(),
+                    primary.port()
+                ),
+            )
+            .expect("sentinel config");
+            let child = Command::new(&bin)
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("cannot start redis-sentinel: install Debian's redis-sentinel (make test does) or set THROTTLEGATE_REDIS_SENTINEL");
+            sentinels.push((port, child));
+        }
+        let group = SentinelGroup {
+            primary,
+            replica,
+            sentinels,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let synced = group.primary.command(&["INFO", "replication"]).is_ok_and(|i| i.contains("state=online"));
+            let ready = synced && group.sentinels.iter().all(|(port, _)| {
+                sentinel_command(*port, &["SENTINEL", "REPLICAS", SENTINEL_SERVICE])
+                    .map(|r| r.contains(&group.replica.port().to_string()))
+                    .unwrap_or(false)
+                    && sentinel_command(*port, &["SENTINEL", "SENTINELS", SENTINEL_SERVICE])
+                        .map(|r| r.matches("127.0.0.1").count() >= 2)
+                        .unwrap_or(false)
+            });
+            if ready {
+                return group;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels did not see the replica and each other within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis+sentinel://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>/tg`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(p, _)| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+sentinel://{}/{SENTINEL_SERVICE}", hosts.join(","))
+    }
+
+    /// The sentinels' ports.
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|(p, _)| *p).collect()
+    }
+
+    /// Run one command on the first sentinel.
+    pub fn sentinel(&self, args: &[&str]) -> std::io::Result<String> {
+        sentinel_command(self.sentinels[0].0, args)
+    }
+
+    /// The port of the primary the first sentinel names now.
+    pub fn primary_port(&self) -> Option<u16> {
+        let r = self
+            .sentinel(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE])
+            .ok()?;
+        r.lines().nth(1)?.parse().ok()
+    }
+}
+
+fn sentinel_command(port: u16, args: &[&str]) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    stream.write_all(req.as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    read_reply(&mut reader)
+}
+
+impl Drop for SentinelGroup {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.sentinels {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
