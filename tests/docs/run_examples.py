@@ -198,6 +198,8 @@ class Runner:
             # envoyproxy/ratelimit's rules, which lint (and serve) read.
             p = self.file("rules.yaml", src)
             run([CLI, "lint", "--any-attributes", str(p)], self.work, ok=(0, 1))
+            # The latest rules are rules.yaml too, for a `throttlegate serve` line after them.
+            (self.work / "rules.yaml").write_text(src)
             return
         # An Envoy configuration fragment: it parses, and its filter and types are those of
         # examples/serve/envoy.yaml, which the serve suite runs with a real Envoy.
