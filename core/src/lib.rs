@@ -49,7 +49,7 @@ pub mod health;
 pub mod diff;
 pub mod lint;
 pub mod http;
-pub mod rate;
+
 
 pub use backend::script::CHECK_SCRIPT;
 pub use attributes::AttributeBuf;
@@ -65,7 +65,7 @@ pub use limiter::{
 };
 pub use limiter::{Wire, WireAddress, WireOutcomes};
 pub use http::{HttpRequest, RouterRules, REQUEST_MODEL};
-pub use rate::{parse_rate, Rate};
+pub use policy::rate::{self as rate, parse_rate, Rate};
 pub use limiter::{RouteLimit, ROUTE_LIMIT_KEY};
 pub use health::{HealthEvent, HealthSink, OutageCause};
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};

@@ -16,6 +16,7 @@ use crate::duration::{format_duration, parse_duration};
 use crate::error::{Error, ErrorKind, Result};
 pub use crate::key::MAX_NAME_LEN;
 use crate::key::{validate_name, KeyTemplate};
+pub mod rate;
 pub mod tiers;
 
 pub use tiers::{Block, TierLimit, Tiers};
@@ -1141,7 +1142,7 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
                     return Err(format!("{at}: {f}: does not apply with rate (the rate gives the limit and the window)"));
                 }
             }
-            let rates = crate::rate::parse_rate(text).map_err(|e| format!("{at}: {}", e.message()))?;
+            let rates = rate::parse_rate(text).map_err(|e| format!("{at}: {}", e.message()))?;
             if rates.len() != 1 {
                 return Err(format!("{at}: rate: {text:?} gives {} limits; a rule has one (write a rule per limit)", rates.len()));
             }

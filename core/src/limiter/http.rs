@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::http::{normalize_host, normalize_method, normalize_path, normalize_route, HttpRequest};
 use crate::key::MAX_NAME_LEN;
 use crate::policy::Rule;
-use crate::rate::parse_rate;
+use crate::policy::rate::parse_rate;
 
 /// A limit on one route, written where the route is declared
 /// (`@throttle.limit("5/minute")`, `limit('5/minute')`, a Fastify route's
