@@ -163,6 +163,20 @@ const CASE_INSENSITIVE: u32 = 1;
 /// What `_requestModel` reads from `flags`: the router ignores a trailing slash.
 const IGNORE_TRAILING_SLASH: u32 = 2;
 
+/// The headers the policy's `[attributes]` reads, taken from the object
+/// `headers` (`what` names it in errors); absent ones are left out.
+fn policy_headers(env: &Env, limiter: &throttlegate::Limiter, headers: &Unknown<'_>, what: &str) -> Result<Vec<(String, String)>, Error> {
+    let mut out = Vec::new();
+    for name in limiter.request_headers() {
+        let value = prop(env, headers, &name, what)?;
+        let label = format!("{what}[{name:?}]");
+        if let Some(value) = convert::header(env, Some(&value), &label)? {
+            out.push((name, value));
+        }
+    }
+    Ok(out)
+}
+
 #[napi]
 impl Limiter {
     /// The attributes of an HTTP request per the core's request model: `ip`
@@ -203,13 +217,7 @@ impl Limiter {
             let given = prop(env, &request, "headers", what)?;
             if !matches!(type_of(&given)?, ValueType::Undefined | ValueType::Null) {
                 expect_object(&given, "request.headers")?;
-                for name in self.inner.request_headers() {
-                    let value = prop(env, &given, &name, "request.headers")?;
-                    let label = format!("request.headers[{name:?}]");
-                    if let Some(value) = convert::header(env, Some(&value), &label)? {
-                        headers.push((name, value));
-                    }
-                }
+                headers = policy_headers(env, &self.inner, &given, "request.headers")?;
             }
             let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
             let req = throttlegate::HttpRequest {
@@ -298,13 +306,7 @@ impl Limiter {
             let mut given: Vec<(String, String)> = Vec::new();
             if let Some(h) = headers.as_ref() {
                 if matches!(type_of(h)?, ValueType::Object) {
-                    for name in self.inner.request_headers() {
-                        let value = prop(env, h, &name, "headers")?;
-                        let label = format!("headers[{name:?}]");
-                        if let Some(value) = convert::header(env, Some(&value), &label)? {
-                            given.push((name, value));
-                        }
-                    }
+                    given = policy_headers(env, &self.inner, h, "headers")?;
                 }
             }
             let pairs: Vec<(&str, &str)> = given.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
