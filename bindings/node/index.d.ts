@@ -573,6 +573,12 @@ export interface RuleMetrics {
   backendErrors: number
   /** The backend did not answer within the timeout. */
   timeouts: number
+  /** Checks settled on this rule. */
+  settles: number
+  /** Units settles gave back on this rule. */
+  settleRefunded: number
+  /** Units settles took on this rule beyond the check's cost. */
+  settleDebited: number
 }
 
 /** One rule, in the policy-file structure (snake_case names, as in the file). */
@@ -656,6 +662,12 @@ export interface Stats {
   backendErrors: number
   /** Calls that ran out of time (counted also as degraded or error). */
   timeouts: number
+  /** Settles that corrected at least one rule (`settle()`, `settleCall()`). */
+  settled: number
+  /** Units settles gave back, summed over the rules they corrected. */
+  refunded: number
+  /** Units settles took beyond the checks' costs, summed over the rules they corrected. */
+  debited: number
 }
 
 /**

@@ -61,3 +61,48 @@ fn metrics_can_be_turned_off() {
     assert!(l.metrics_text().is_none());
     assert_eq!(l.stats().calls, 1, "the totals still count");
 }
+
+/// Settles are counted in the totals (`stats()`) and per rule: the checks
+/// settled, the units given back and the units taken beyond the checks'
+/// costs (the actual cost capped at each rule's limit); a second settle of
+/// the same call id changes nothing and counts nothing.
+fn settles_are_counted(l: &Limiter) {
+    let policy = Policy::new(vec![
+        Rule::sliding_window_log("log", "ip:{ip}", 10, Duration::from_secs(60)),
+        Rule::token_bucket("bucket", "b:{ip}", 5, 0.001),
+    ])
+    .unwrap();
+    l.reload(policy).unwrap();
+    let a = [("ip", "192.0.2.9")];
+    let with_id = |id: &str, cost| CheckOptions { cost, call_id: Some(id.into()) };
+    let d = l.check_blocking(&a, &with_id("one", 4)).unwrap();
+    assert!(d.allowed);
+    assert_eq!(l.settle_blocking(&d, 1).unwrap(), 2);
+    assert_eq!(l.settle_blocking(&d, 0).unwrap(), 0, "settled once");
+    assert!(l.check_blocking(&a, &with_id("two", 2)).unwrap().allowed);
+    assert_eq!(l.settle_call_blocking(&a, "two", 2, 7).unwrap(), 2);
+    let s = l.stats();
+    assert_eq!((s.settled, s.refunded, s.debited), (2, 3 + 3, 5 + 3));
+    let m = l.metrics().unwrap();
+    let per_rule: Vec<_> = m.rules.iter().map(|r| (r.rule.as_str(), r.settles, r.settle_refunded, r.settle_debited)).collect();
+    assert_eq!(per_rule, [("log", 2, 3, 5), ("bucket", 2, 3, 3)]);
+    let text = m.to_text();
+    for line in [
+        "throttlegate_settles_total{rule=\"log\"} 2",
+        "throttlegate_settle_refunded_total{rule=\"bucket\"} 3",
+        "throttlegate_settle_debited_total{rule=\"log\"} 5",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn settles_are_counted_on_the_embedded_backend() {
+    settles_are_counted(&Limiter::in_memory(policy()));
+}
+
+#[test]
+fn settles_are_counted_on_redis() {
+    let server = RedisServer::start();
+    settles_are_counted(&Limiter::builder(policy()).url(server.url()).build().unwrap());
+}

@@ -359,6 +359,19 @@ typedef struct tg_stats {
      * Calls that ran out of time (counted also as degraded or error).
      */
     uint64_t timeouts;
+    /**
+     * Settles that corrected at least one rule (`tg_limiter_settle()`,
+     * `tg_limiter_settle_call()`).
+     */
+    uint64_t settled;
+    /**
+     * Units settles gave back, summed over the rules they corrected.
+     */
+    uint64_t refunded;
+    /**
+     * Units settles took beyond the checks' costs, summed over the rules they corrected.
+     */
+    uint64_t debited;
 } tg_stats;
 
 /**
@@ -398,6 +411,18 @@ typedef struct tg_rule_metrics {
      * The backend did not answer within the timeout.
      */
     uint64_t timeouts;
+    /**
+     * Checks settled on this rule.
+     */
+    uint64_t settles;
+    /**
+     * Units settles gave back on this rule.
+     */
+    uint64_t settle_refunded;
+    /**
+     * Units settles took on this rule beyond the check's cost.
+     */
+    uint64_t settle_debited;
 } tg_rule_metrics;
 
 /**

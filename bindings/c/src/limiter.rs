@@ -83,6 +83,13 @@ pub struct tg_stats {
     pub backend_errors: u64,
     /// Calls that ran out of time (counted also as degraded or error).
     pub timeouts: u64,
+    /// Settles that corrected at least one rule (`tg_limiter_settle()`,
+    /// `tg_limiter_settle_call()`).
+    pub settled: u64,
+    /// Units settles gave back, summed over the rules they corrected.
+    pub refunded: u64,
+    /// Units settles took beyond the checks' costs, summed over the rules they corrected.
+    pub debited: u64,
 }
 
 /// Make options with every setting at its default.
@@ -591,6 +598,9 @@ pub unsafe extern "C" fn tg_limiter_stats(limiter: *const tg_limiter, out: *mut 
             degraded_denied: s.degraded_denied,
             backend_errors: s.backend_errors,
             timeouts: s.timeouts,
+            settled: s.settled,
+            refunded: s.refunded,
+            debited: s.debited,
         };
         Ok(())
     })
@@ -658,6 +668,12 @@ pub struct tg_rule_metrics {
     pub backend_errors: u64,
     /// The backend did not answer within the timeout.
     pub timeouts: u64,
+    /// Checks settled on this rule.
+    pub settles: u64,
+    /// Units settles gave back on this rule.
+    pub settle_refunded: u64,
+    /// Units settles took on this rule beyond the check's cost.
+    pub settle_debited: u64,
 }
 
 /// The latency of backend calls (Redis round trips), filled by
@@ -709,6 +725,9 @@ pub unsafe extern "C" fn tg_limiter_rule_metrics(
             degraded_denied: r.degraded_denied,
             backend_errors: r.backend_errors,
             timeouts: r.timeouts,
+            settles: r.settles,
+            settle_refunded: r.settle_refunded,
+            settle_debited: r.settle_debited,
         };
         Ok(())
     })

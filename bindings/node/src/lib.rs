@@ -298,6 +298,12 @@ pub struct Stats {
     pub backend_errors: i64,
     /// Calls that ran out of time (counted also as degraded or error).
     pub timeouts: i64,
+    /// Settles that corrected at least one rule (`settle()`, `settleCall()`).
+    pub settled: i64,
+    /// Units settles gave back, summed over the rules they corrected.
+    pub refunded: i64,
+    /// Units settles took beyond the checks' costs, summed over the rules they corrected.
+    pub debited: i64,
 }
 
 /// One rule's counters since the limiter was made (see `Limiter.metrics()`).
@@ -321,6 +327,12 @@ pub struct RuleMetrics {
     pub backend_errors: i64,
     /// The backend did not answer within the timeout.
     pub timeouts: i64,
+    /// Checks settled on this rule.
+    pub settles: i64,
+    /// Units settles gave back on this rule.
+    pub settle_refunded: i64,
+    /// Units settles took on this rule beyond the check's cost.
+    pub settle_debited: i64,
 }
 
 /// A bucket of the backend latency histogram.
@@ -434,6 +446,9 @@ fn metrics(m: throttlegate::Metrics) -> Metrics {
                 degraded_denied: n(r.degraded_denied),
                 backend_errors: n(r.backend_errors),
                 timeouts: n(r.timeouts),
+                settles: n(r.settles),
+                settle_refunded: n(r.settle_refunded),
+                settle_debited: n(r.settle_debited),
             })
             .collect(),
         backend_latency: LatencyHistogram {
@@ -1071,6 +1086,9 @@ impl Limiter {
             degraded_denied: s.degraded_denied as i64,
             backend_errors: s.backend_errors as i64,
             timeouts: s.timeouts as i64,
+            settled: s.settled as i64,
+            refunded: s.refunded as i64,
+            debited: s.debited as i64,
         }
     }
 

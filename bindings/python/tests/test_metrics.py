@@ -65,7 +65,8 @@ def test_the_families_are_the_cores_in_both_expositions(redis_server: object, pr
     assert core is not None
     assert [f["name"] for f in tg.METRIC_FAMILIES] == [
         "throttlegate_checks", "throttlegate_decisions", "throttlegate_backend_errors",
-        "throttlegate_timeouts", "throttlegate_policy_reloads", "throttlegate_policy_reload_errors",
+        "throttlegate_timeouts", "throttlegate_settles", "throttlegate_settle_refunded",
+        "throttlegate_settle_debited", "throttlegate_policy_reloads", "throttlegate_policy_reload_errors",
         "throttlegate_backend_call_seconds",
     ]
     for f in tg.METRIC_FAMILIES:

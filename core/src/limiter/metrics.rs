@@ -65,11 +65,12 @@ pub struct MetricFamily {
 
 /// Every metric family, in exposition order: the per-rule counters
 /// `throttlegate_checks`, `throttlegate_decisions` (by outcome, see
-/// [`OUTCOMES`]), `throttlegate_backend_errors` and `throttlegate_timeouts`,
-/// the policy's counters `throttlegate_policy_reloads` and
+/// [`OUTCOMES`]), `throttlegate_backend_errors`, `throttlegate_timeouts`,
+/// `throttlegate_settles`, `throttlegate_settle_refunded` and
+/// `throttlegate_settle_debited`, the policy's counters `throttlegate_policy_reloads` and
 /// `throttlegate_policy_reload_errors` (no labels), then the
 /// `throttlegate_backend_call_seconds` histogram (no labels).
-pub const METRIC_FAMILIES: [MetricFamily; 7] = [
+pub const METRIC_FAMILIES: [MetricFamily; 10] = [
     MetricFamily {
         name: "throttlegate_checks",
         help: "Checks and peeks each rule applied to.",
@@ -94,6 +95,27 @@ pub const METRIC_FAMILIES: [MetricFamily; 7] = [
     MetricFamily {
         name: "throttlegate_timeouts",
         help: "Backend calls that ran out of time, per rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_settles",
+        help: "Checks settled to their actual cost, per rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_settle_refunded",
+        help: "Units settles gave back (the actual cost below the check's), per rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_settle_debited",
+        help: "Units settles took beyond the check's cost, per rule.",
         kind: MetricKind::Counter,
         labels: &["rule"],
         unit: None,
@@ -156,12 +178,19 @@ pub struct RuleMetrics {
     pub backend_errors: u64,
     /// The backend did not answer within the timeout (counted also as degraded or error).
     pub timeouts: u64,
+    /// Checks settled ([`crate::Limiter::settle`], [`crate::Limiter::settle_call`]) on this rule.
+    pub settles: u64,
+    /// Units settles gave back on this rule (the check's cost less the
+    /// actual cost, capped at the rule's limit).
+    pub settle_refunded: u64,
+    /// Units settles took on this rule beyond the check's cost.
+    pub settle_debited: u64,
 }
 
 impl RuleMetrics {
     /// Every counter with its name (the names every front end uses), in
     /// declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 8] {
+    pub fn fields(&self) -> [(&'static str, u64); 11] {
         [
             ("checks", self.checks),
             ("allowed", self.allowed),
@@ -171,6 +200,9 @@ impl RuleMetrics {
             ("degraded_denied", self.degraded_denied),
             ("backend_errors", self.backend_errors),
             ("timeouts", self.timeouts),
+            ("settles", self.settles),
+            ("settle_refunded", self.settle_refunded),
+            ("settle_debited", self.settle_debited),
         ]
     }
 
@@ -218,6 +250,9 @@ impl Metrics {
     /// `throttlegate_decisions_total{rule,outcome}`,
     /// `throttlegate_backend_errors_total{rule}`,
     /// `throttlegate_timeouts_total{rule}`,
+    /// `throttlegate_settles_total{rule}`,
+    /// `throttlegate_settle_refunded_total{rule}`,
+    /// `throttlegate_settle_debited_total{rule}`,
     /// `throttlegate_policy_reloads_total`,
     /// `throttlegate_policy_reload_errors_total` and the
     /// `throttlegate_backend_call_seconds` histogram, then `# EOF`. Only the
@@ -250,6 +285,9 @@ impl Metrics {
                         .collect(),
                     "throttlegate_backend_errors" => per_rule(|r| r.backend_errors),
                     "throttlegate_timeouts" => per_rule(|r| r.timeouts),
+                    "throttlegate_settles" => per_rule(|r| r.settles),
+                    "throttlegate_settle_refunded" => per_rule(|r| r.settle_refunded),
+                    "throttlegate_settle_debited" => per_rule(|r| r.settle_debited),
                     "throttlegate_policy_reloads" => vec![(vec![], self.reloads)],
                     "throttlegate_policy_reload_errors" => vec![(vec![], self.reload_errors)],
                     other => unreachable!("no counter family {other}"),
@@ -314,6 +352,9 @@ struct RuleCells {
     degraded_denied: AtomicU64,
     backend_errors: AtomicU64,
     timeouts: AtomicU64,
+    settles: AtomicU64,
+    settle_refunded: AtomicU64,
+    settle_debited: AtomicU64,
 }
 
 /// The backend latency histogram's atomics.
@@ -394,6 +435,15 @@ impl RuleCounters {
         }
     }
 
+    /// Count a settle that corrected the rule at `index`: `refunded` units
+    /// given back, `debited` taken beyond the check's cost.
+    pub fn settled(&self, index: usize, refunded: u64, debited: u64) {
+        let Some(c) = self.cells(index) else { return };
+        add(&c.settles);
+        c.settle_refunded.fetch_add(refunded, Ordering::Relaxed);
+        c.settle_debited.fetch_add(debited, Ordering::Relaxed);
+    }
+
     /// Time one backend call.
     pub fn observe(&self, took: Duration) {
         let secs = took.as_secs_f64();
@@ -420,6 +470,9 @@ impl RuleCounters {
                     degraded_denied: sum(|c| &c.degraded_denied),
                     backend_errors: sum(|c| &c.backend_errors),
                     timeouts: sum(|c| &c.timeouts),
+                    settles: sum(|c| &c.settles),
+                    settle_refunded: sum(|c| &c.settle_refunded),
+                    settle_debited: sum(|c| &c.settle_debited),
                 };
                 m.checks = m.allowed + m.denied + m.shadow_denied + m.degraded_allowed + m.degraded_denied + m.backend_errors;
                 m
@@ -473,7 +526,11 @@ mod tests {
         c.count(&[result(0, true, false)], true);
         c.failed([0, 1].into_iter(), true, true);
         c.observe(Duration::from_micros(700));
+        c.settled(1, 3, 0);
+        c.settled(1, 0, 2);
         let m = c.read();
+        assert_eq!((m.rules[1].settles, m.rules[1].settle_refunded, m.rules[1].settle_debited), (2, 3, 2));
+        assert_eq!(m.rules[0].settles, 0);
         assert_eq!((m.rules[0].checks, m.rules[0].allowed, m.rules[0].denied, m.rules[0].degraded_allowed), (4, 1, 1, 1));
         assert_eq!((m.rules[1].checks, m.rules[1].shadow_denied, m.rules[1].backend_errors, m.rules[1].timeouts), (2, 1, 1, 1));
         assert_eq!(m.backend_latency.count, 1);
@@ -486,6 +543,9 @@ mod tests {
             "throttlegate_decisions_total{rule=\"b\",outcome=\"shadow_denied\"} 1",
             "throttlegate_backend_errors_total{rule=\"b\"} 1",
             "throttlegate_policy_reloads_total 0",
+            "throttlegate_settles_total{rule=\"b\"} 2",
+            "throttlegate_settle_refunded_total{rule=\"b\"} 3",
+            "throttlegate_settle_debited_total{rule=\"a\"} 0",
             "# UNIT throttlegate_backend_call_seconds seconds",
             "throttlegate_backend_call_seconds_bucket{le=\"0.001\"} 1",
             "throttlegate_backend_call_seconds_count 1",
@@ -502,8 +562,8 @@ mod tests {
             assert!(text.lines().any(|l| l == kind), "missing {kind:?}");
         }
         let counters = m.counters();
-        assert_eq!(counters.len(), 6);
-        assert_eq!(counters[4].samples, [(vec![], 0)]);
+        assert_eq!(counters.len(), 9);
+        assert_eq!(counters[7].samples, [(vec![], 0)]);
         let decisions = &counters[1];
         assert_eq!(decisions.family.labels, ["rule", "outcome"]);
         assert_eq!(decisions.samples.len(), 2 * OUTCOMES.len());

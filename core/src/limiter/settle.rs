@@ -139,7 +139,7 @@ impl Limiter {
         let Some(ticket) = self.decision_ticket(decision)? else { return Ok(0) };
         let g = self.inner.current.load_full();
         let plan = ticket_plan(&g, ticket);
-        self.settle_plan(plan, actual_cost).await
+        self.settle_plan(&g, plan, actual_cost).await
     }
 
     /// [`Limiter::settle`] by call id, without the decision (for a settle
@@ -156,7 +156,7 @@ impl Limiter {
         check_actual(actual_cost)?;
         let g = self.inner.current.load_full();
         let plan = g.rules.plan(&AttrRef(attrs), estimated_cost, Some(call_id), str::to_string)?;
-        self.settle_plan(plan, actual_cost).await
+        self.settle_plan(&g, plan, actual_cost).await
     }
 
     /// [`Limiter::settle`] for callers without an event loop.
@@ -180,13 +180,13 @@ impl Limiter {
             check_actual(actual_cost)?;
             let g = self.inner.current.load_full();
             let plan = g.rules.plan(&AttrRef(attrs), estimated_cost, Some(call_id), str::to_string)?;
-            return self.settle_in_memory(&plan, actual_cost);
+            return self.settle_in_memory(&g, &plan, actual_cost);
         }
         runtime::block_on(self.settle_call(attrs, call_id, estimated_cost, actual_cost))?
     }
 
     /// A settle's plan decided by the embedded backend, in place.
-    fn settle_in_memory(&self, plan: &Plan<'_, String>, actual: u64) -> Result<u32> {
+    fn settle_in_memory(&self, g: &Generation, plan: &Plan<'_, String>, actual: u64) -> Result<u32> {
         let Some(memory) = &self.inner.memory else { return Err(Error::closed()) };
         let digests = Plan {
             keys: plan.keys.iter().map(|k| memory.digest(k)).collect(),
@@ -195,7 +195,34 @@ impl Limiter {
             call_id: plan.call_id,
             ext: Default::default(),
         };
-        Ok(memory.settle(&digests, actual, self.local_now()).iter().filter(|&&b| b).count() as u32)
+        let settled = memory.settle(&digests, actual, self.local_now());
+        Ok(self.count_settled(g, plan, &settled, actual))
+    }
+
+    /// Count a settle's corrections in the totals and, when metrics are
+    /// on, per rule (in the counters of the policy `g` the plan was made
+    /// on); returns the number of rules settled. A rule settled to
+    /// `actual` (capped at its limit, as the backends cap it) gave back
+    /// what the check's cost exceeded it by, or took what it exceeded the cost by.
+    fn count_settled(&self, g: &Generation, plan: &Plan<'_, String>, settled: &[bool], actual: u64) -> u32 {
+        let (mut rules, mut refunded, mut debited) = (0u32, 0u64, 0u64);
+        for (rule, _) in plan.rules.iter().zip(settled).filter(|(_, &done)| done) {
+            let actual = actual.min(rule.limit);
+            let (back, taken) = (plan.cost.saturating_sub(actual), actual.saturating_sub(plan.cost));
+            rules += 1;
+            refunded += back;
+            debited += taken;
+            if let Some(m) = &g.metrics {
+                m.settled(rule.index, back, taken);
+            }
+        }
+        if rules > 0 {
+            let c = &self.inner.counters;
+            super::Counters::bump(&c.settled);
+            c.refunded.fetch_add(refunded, std::sync::atomic::Ordering::Relaxed);
+            c.debited.fetch_add(debited, std::sync::atomic::Ordering::Relaxed);
+        }
+        rules
     }
 
     /// [`Limiter::settle`] answered in place on the embedded backend.
@@ -205,7 +232,7 @@ impl Limiter {
         let Some(ticket) = self.decision_ticket(decision)? else { return Ok(0) };
         let g = self.inner.current.load_full();
         let plan = ticket_plan(&g, ticket);
-        self.settle_in_memory(&plan, actual_cost)
+        self.settle_in_memory(&g, &plan, actual_cost)
     }
 
     /// The decision's ticket; `None` when there is nothing to settle, an
@@ -222,12 +249,12 @@ impl Limiter {
         }
     }
 
-    async fn settle_plan(&self, plan: Plan<'_, String>, actual: u64) -> Result<u32> {
+    async fn settle_plan(&self, g: &Generation, plan: Plan<'_, String>, actual: u64) -> Result<u32> {
         if plan.keys.is_empty() {
             return Ok(0);
         }
         let settled = match (&self.inner.memory, &self.inner.remote) {
-            (Some(_), _) => return self.settle_in_memory(&plan, actual),
+            (Some(_), _) => return self.settle_in_memory(g, &plan, actual),
             (None, Some(remote)) => {
                 let now = match &self.inner.clock {
                     crate::clock::Clock::Backend => None,
@@ -246,7 +273,7 @@ impl Limiter {
             }
             (None, None) => return Err(Error::closed()),
         };
-        Ok(settled.iter().filter(|&&b| b).count() as u32)
+        Ok(self.count_settled(g, &plan, &settled, actual))
     }
 
     /// Wait until a check of `cost` is admitted, at most `timeout`: returns

@@ -22,12 +22,19 @@ pub struct Stats {
     pub backend_errors: u64,
     /// Calls that ran out of time (counted also as degraded or error).
     pub timeouts: u64,
+    /// Settles that corrected at least one rule ([`crate::Limiter::settle`],
+    /// [`crate::Limiter::settle_call`]).
+    pub settled: u64,
+    /// Units settles gave back, summed over the rules they corrected.
+    pub refunded: u64,
+    /// Units settles took beyond the checks' costs, summed over the rules they corrected.
+    pub debited: u64,
 }
 
 impl Stats {
     /// Every counter with its name (the names every front end uses), in
     /// declaration order.
-    pub fn fields(&self) -> [(&'static str, u64); 7] {
+    pub fn fields(&self) -> [(&'static str, u64); 10] {
         [
             ("calls", self.calls),
             ("allowed", self.allowed),
@@ -36,6 +43,9 @@ impl Stats {
             ("degraded_denied", self.degraded_denied),
             ("backend_errors", self.backend_errors),
             ("timeouts", self.timeouts),
+            ("settled", self.settled),
+            ("refunded", self.refunded),
+            ("debited", self.debited),
         ]
     }
 }
@@ -68,6 +78,9 @@ pub(crate) struct Counters {
     pub degraded_denied: AtomicU64,
     pub backend_errors: AtomicU64,
     pub timeouts: AtomicU64,
+    pub settled: AtomicU64,
+    pub refunded: AtomicU64,
+    pub debited: AtomicU64,
 }
 
 impl Counters {
@@ -100,6 +113,9 @@ impl Counters {
             degraded_denied: get(&self.degraded_denied),
             backend_errors: get(&self.backend_errors),
             timeouts: get(&self.timeouts),
+            settled: get(&self.settled),
+            refunded: get(&self.refunded),
+            debited: get(&self.debited),
         }
     }
 }
