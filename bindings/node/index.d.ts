@@ -115,9 +115,11 @@ export declare class Limiter {
    * that does not parse, or one in which a rule keeps its name and key
    * but changes its algorithm, and after `close()`; the old policy then
    * stays in force, and the refusal is counted by `reloadStatus()` (for a
-   * file, one that does not parse too).
+   * file, one that does not parse too). Returns what changed (the
+   * core's `PolicyDiff`): per rule its change and whether its state was
+   * kept, and the settings that differ.
    */
-  reload(policy: Policy | string | PolicyObject): void
+  reload(policy: Policy | string | PolicyObject): PolicyDiff
   /**
    * How reloads went: applied, refused, the last refusal's message, the
    * watched file. Background reloads (`reloadOnChange`) report their
@@ -491,6 +493,14 @@ export interface PeekOptions {
   cost?: number
 }
 
+/** What a reload changed: the core's `PolicyDiff` (as `throttlegate diff --json`). */
+export interface PolicyDiff {
+  /** The new policy's rules in its order, then the removed rules in the old order. */
+  rules: Array<RuleChange>
+  /** Policy-wide settings that differ. */
+  settings: Array<SettingChange>
+}
+
 /** A policy in the policy-file structure (what a TOML or JSON policy file holds). */
 export interface PolicyObject {
   /** The rules, in order. */
@@ -551,6 +561,18 @@ export interface RouterRules {
   caseInsensitive?: boolean
   /** `/login/` reaches the route `/login`. */
   ignoreTrailingSlash?: boolean
+}
+
+/** How one rule differs after a reload (see `Limiter.reload()`). */
+export interface RuleChange {
+  /** The rule's name. */
+  name: string
+  /** How it changed. */
+  change: 'unchanged' | 'changed' | 'replaced' | 'added' | 'removed' | 'conflict'
+  /** True when the rule's stored state is used by the new policy. */
+  stateKept: boolean
+  /** The fields that differ, in the file format's names, sorted. */
+  fields: Array<string>
 }
 
 /** One rule's counters since the limiter was made (see `Limiter.metrics()`). */
@@ -644,6 +666,16 @@ export interface RuleResult {
   resetAfterMs: number
   /** The window advertised in headers, in milliseconds (for a bucket: the time it takes to refill). */
   windowMs: number
+}
+
+/** A policy-wide setting that a reload changed. */
+export interface SettingChange {
+  /** `prefix`, `timeout`, `on_backend_error`, `wait_replicas` or `attributes`. */
+  field: string
+  /** The old value, in the file format. */
+  old: any
+  /** The new value, in the file format. */
+  new: any
 }
 
 /** Counters since a limiter was made, for operators. */

@@ -932,7 +932,8 @@ tg_result tg_limiter_backend_latency(const struct tg_limiter *limiter, struct tg
 tg_result tg_limiter_metrics_text(const struct tg_limiter *limiter, char **out);
 
 /**
- * Release a string made by `tg_limiter_metrics_text()`. `NULL` is a no-op.
+ * Release a string made by `tg_limiter_metrics_text()`, `tg_limiter_reload()`
+ * or `tg_limiter_reload_file()`. `NULL` is a no-op.
  */
 void tg_string_free(char *text);
 
@@ -944,21 +945,29 @@ void tg_string_free(char *text);
  * key secret) apply to the new policy as they did to the first; the
  * timeout stays the limiter's. The limiter keeps its own copy of `policy`.
  * On failure the old policy stays in force (and the refusal is counted by
- * `tg_limiter_reload_status()`).
+ * `tg_limiter_reload_status()`); the result code and
+ * `tg_last_error_message()` say why.
+ *
+ * When applied and `diff` is not NULL, `*diff` receives what changed, the
+ * core's policy diff as JSON text (the same as `throttlegate diff --json`:
+ * `{"rules":[{"name","change","state_kept","fields"}],"settings":[{"field","old","new"}]}`),
+ * a new string to release with `tg_string_free()`; on failure it is set to NULL.
  *
  * Errors: `TG_NULL_POINTER`, `TG_INVALID_POLICY` (a rule keeps its name and
  * key but changes its algorithm; the message names it), `TG_CLOSED`.
  */
-tg_result tg_limiter_reload(const struct tg_limiter *limiter, const struct tg_policy *policy);
+tg_result tg_limiter_reload(const struct tg_limiter *limiter,
+                            const struct tg_policy *policy,
+                            char **diff);
 
 /**
  * Read the policy file `path` (as `tg_policy_from_file()` does) and
  * `tg_limiter_reload()` it. A file that cannot be read or parsed is
- * refused, and counted, like any other refusal.
+ * refused, and counted, like any other refusal. `diff` as for `tg_limiter_reload()`.
  *
  * Errors: `TG_NULL_POINTER`, `TG_IO`, `TG_INVALID_POLICY`, `TG_CLOSED`.
  */
-tg_result tg_limiter_reload_file(const struct tg_limiter *limiter, const char *path);
+tg_result tg_limiter_reload_file(const struct tg_limiter *limiter, const char *path, char **diff);
 
 /**
  * Watch the policy's file (a policy made by `tg_policy_from_file()`) and

@@ -767,7 +767,8 @@ pub unsafe extern "C" fn tg_limiter_metrics_text(limiter: *const tg_limiter, out
     })
 }
 
-/// Release a string made by `tg_limiter_metrics_text()`. `NULL` is a no-op.
+/// Release a string made by `tg_limiter_metrics_text()`, `tg_limiter_reload()`
+/// or `tg_limiter_reload_file()`. `NULL` is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn tg_string_free(text: *mut c_char) {
     crate::ffi_value((), || {
@@ -784,34 +785,69 @@ pub unsafe extern "C" fn tg_string_free(text: *mut c_char) {
 /// key secret) apply to the new policy as they did to the first; the
 /// timeout stays the limiter's. The limiter keeps its own copy of `policy`.
 /// On failure the old policy stays in force (and the refusal is counted by
-/// `tg_limiter_reload_status()`).
+/// `tg_limiter_reload_status()`); the result code and
+/// `tg_last_error_message()` say why.
+///
+/// When applied and `diff` is not NULL, `*diff` receives what changed, the
+/// core's policy diff as JSON text (the same as `throttlegate diff --json`:
+/// `{"rules":[{"name","change","state_kept","fields"}],"settings":[{"field","old","new"}]}`),
+/// a new string to release with `tg_string_free()`; on failure it is set to NULL.
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_INVALID_POLICY` (a rule keeps its name and
 /// key but changes its algorithm; the message names it), `TG_CLOSED`.
 #[no_mangle]
-pub unsafe extern "C" fn tg_limiter_reload(limiter: *const tg_limiter, policy: *const tg_policy) -> tg_result {
+pub unsafe extern "C" fn tg_limiter_reload(
+    limiter: *const tg_limiter,
+    policy: *const tg_policy,
+    diff: *mut *mut c_char,
+) -> tg_result {
     ffi(|| {
+        let diff = diff_out(diff);
         let limiter = &in_ref(limiter, "limiter")?.limiter;
         let policy = in_ref(policy, "policy")?;
-        limiter.reload(policy.policy.clone())?;
+        let changes = limiter.reload(policy.policy.clone())?;
+        give_diff(diff, changes);
         Ok(())
     })
 }
 
+/// The optional `diff` out-parameter of a reload, set to NULL until the reload is applied.
+unsafe fn diff_out<'a>(diff: *mut *mut c_char) -> Option<&'a mut *mut c_char> {
+    let diff = diff.as_mut();
+    if let Some(d) = diff {
+        *d = std::ptr::null_mut();
+        return Some(d);
+    }
+    None
+}
+
+/// Write an applied reload's diff as JSON text to the caller's `diff`, when it asked for it.
+fn give_diff(diff: Option<&mut *mut c_char>, changes: throttlegate::PolicyDiff) {
+    if let Some(d) = diff {
+        *d = crate::decision::to_cstring(changes.to_json().to_string()).into_raw();
+    }
+}
+
 /// Read the policy file `path` (as `tg_policy_from_file()` does) and
 /// `tg_limiter_reload()` it. A file that cannot be read or parsed is
-/// refused, and counted, like any other refusal.
+/// refused, and counted, like any other refusal. `diff` as for `tg_limiter_reload()`.
 ///
 /// Errors: `TG_NULL_POINTER`, `TG_IO`, `TG_INVALID_POLICY`, `TG_CLOSED`.
 #[no_mangle]
-pub unsafe extern "C" fn tg_limiter_reload_file(limiter: *const tg_limiter, path: *const c_char) -> tg_result {
+pub unsafe extern "C" fn tg_limiter_reload_file(
+    limiter: *const tg_limiter,
+    path: *const c_char,
+    diff: *mut *mut c_char,
+) -> tg_result {
     ffi(|| {
+        let diff = diff_out(diff);
         let limiter = &in_ref(limiter, "limiter")?.limiter;
         if path.is_null() {
             return Err(Fail::null("path"));
         }
         let path = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(std::ffi::CStr::from_ptr(path).to_bytes());
-        limiter.reload_file(path)?;
+        let changes = limiter.reload_file(path)?;
+        give_diff(diff, changes);
         Ok(())
     })
 }

@@ -1475,14 +1475,22 @@ static void test_reload(const char *url) {
     tg_attribute attrs[] = {{"ip", "198.51.100.9"}};
     check_info(l, attrs, 1, 1);
     check_info(l, attrs, 1, 1);
-    OK(tg_limiter_reload(l, five));
+    char *diff = NULL;
+    OK(tg_limiter_reload(l, five, &diff));
+    CHECK(diff != NULL && strstr(diff, "\"name\":\"per-ip\"") != NULL && strstr(diff, "\"change\":\"changed\"") != NULL &&
+              strstr(diff, "\"state_kept\":true") != NULL && strstr(diff, "\"fields\":[\"limit\"]") != NULL &&
+              strstr(diff, "\"settings\":[]") != NULL,
+          "diff: %s", diff ? diff : "NULL");
+    tg_string_free(diff);
     tg_decision_info info = check_info(l, attrs, 1, 1);
     CHECK(info.allowed && info.limit == 5 && info.remaining == 2, "after reload: limit %" PRIu64 " remaining %" PRIu64,
           info.limit, info.remaining);
-    EXPECT_RC(tg_limiter_reload(l, bucket), TG_INVALID_POLICY, "changed from sliding_window_log to token_bucket");
+    diff = (char *)"not touched";
+    EXPECT_RC(tg_limiter_reload(l, bucket, &diff), TG_INVALID_POLICY, "changed from sliding_window_log to token_bucket");
+    CHECK(diff == NULL, "a refused reload gives no diff");
     info = check_info(l, attrs, 1, 1);
     CHECK(info.limit == 5 && info.remaining == 1, "the old policy stayed: remaining %" PRIu64, info.remaining);
-    EXPECT_RC(tg_limiter_reload_file(l, "/nonexistent/rules.toml"), TG_IO, "cannot read policy file");
+    EXPECT_RC(tg_limiter_reload_file(l, "/nonexistent/rules.toml", NULL), TG_IO, "cannot read policy file");
     tg_reload_status s;
     OK(tg_limiter_reload_status(l, &s));
     CHECK(s.reloads == 1 && s.errors == 2 && s.watching == 0, "status %" PRIu64 " %" PRIu64, s.reloads, s.errors);
@@ -1497,12 +1505,12 @@ static void test_reload(const char *url) {
     CHECK(text != NULL && strstr(text, "throttlegate_policy_reload_errors_total 2\n") != NULL, "metrics: %s",
           text ? text : "NULL");
     tg_string_free(text);
-    EXPECT_RC(tg_limiter_reload(NULL, five), TG_NULL_POINTER, "limiter");
-    EXPECT_RC(tg_limiter_reload(l, NULL), TG_NULL_POINTER, "policy");
-    EXPECT_RC(tg_limiter_reload_file(l, NULL), TG_NULL_POINTER, "path");
+    EXPECT_RC(tg_limiter_reload(NULL, five, NULL), TG_NULL_POINTER, "limiter");
+    EXPECT_RC(tg_limiter_reload(l, NULL, NULL), TG_NULL_POINTER, "policy");
+    EXPECT_RC(tg_limiter_reload_file(l, NULL, NULL), TG_NULL_POINTER, "path");
     EXPECT_RC(tg_limiter_reload_last_error(l, NULL, NULL), TG_NULL_POINTER, "out");
     OK(tg_limiter_close(l));
-    EXPECT_RC(tg_limiter_reload(l, five), TG_CLOSED, "closed");
+    EXPECT_RC(tg_limiter_reload(l, five, NULL), TG_CLOSED, "closed");
     tg_limiter_free(l);
 
     /* reload_on_change: a policy read from a file, the file replaced. */

@@ -162,7 +162,7 @@ static tg_result reload_step(tg_limiter *limiter, const json_value *step) {
     char *text = strndup(policy_json->raw, policy_json->raw_len);
     tg_policy *policy = NULL;
     tg_result rc = tg_policy_from_str(text, &policy);
-    if (rc == TG_OK) rc = tg_limiter_reload(limiter, policy);
+    if (rc == TG_OK) rc = tg_limiter_reload(limiter, policy, NULL);
     tg_policy_free(policy);
     free(text);
     return rc;

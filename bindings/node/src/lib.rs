@@ -261,6 +261,62 @@ pub struct ReloadStatus {
     pub watching: Option<String>,
 }
 
+/// How one rule differs after a reload (see `Limiter.reload()`).
+#[napi(object)]
+pub struct RuleChange {
+    /// The rule's name.
+    pub name: String,
+    /// How it changed.
+    #[napi(ts_type = "'unchanged' | 'changed' | 'replaced' | 'added' | 'removed' | 'conflict'")]
+    pub change: String,
+    /// True when the rule's stored state is used by the new policy.
+    pub state_kept: bool,
+    /// The fields that differ, in the file format's names, sorted.
+    pub fields: Vec<String>,
+}
+
+/// A policy-wide setting that a reload changed.
+#[napi(object)]
+pub struct SettingChange {
+    /// `prefix`, `timeout`, `on_backend_error`, `wait_replicas` or `attributes`.
+    pub field: String,
+    /// The old value, in the file format.
+    pub old: serde_json::Value,
+    /// The new value, in the file format.
+    pub new: serde_json::Value,
+}
+
+/// What a reload changed: the core's `PolicyDiff` (as `throttlegate diff --json`).
+#[napi(object)]
+pub struct PolicyDiff {
+    /// The new policy's rules in its order, then the removed rules in the old order.
+    pub rules: Vec<RuleChange>,
+    /// Policy-wide settings that differ.
+    pub settings: Vec<SettingChange>,
+}
+
+impl From<throttlegate::PolicyDiff> for PolicyDiff {
+    fn from(d: throttlegate::PolicyDiff) -> PolicyDiff {
+        PolicyDiff {
+            rules: d
+                .rules
+                .iter()
+                .map(|r| RuleChange {
+                    name: r.name.clone(),
+                    change: r.kind.as_str().to_string(),
+                    state_kept: r.state_kept(),
+                    fields: r.fields.clone(),
+                })
+                .collect(),
+            settings: d
+                .settings
+                .into_iter()
+                .map(|s| SettingChange { field: s.field, old: s.old, new: s.new })
+                .collect(),
+        }
+    }
+}
+
 /// One override of a rule's key, as `Limiter.overrides` lists it.
 #[napi(object)]
 pub struct Override {
@@ -948,16 +1004,18 @@ impl Limiter {
     /// that does not parse, or one in which a rule keeps its name and key
     /// but changes its algorithm, and after `close()`; the old policy then
     /// stays in force, and the refusal is counted by `reloadStatus()` (for a
-    /// file, one that does not parse too).
+    /// file, one that does not parse too). Returns what changed (the
+    /// core's `PolicyDiff`): per rule its change and whether its state was
+    /// kept, and the settings that differ.
     #[napi(ts_args_type = "policy: Policy | string | PolicyObject")]
-    pub fn reload(&self, env: &Env, policy: Unknown<'_>) -> Result<(), Code> {
+    pub fn reload(&self, env: &Env, policy: Unknown<'_>) -> Result<PolicyDiff, Code> {
         guard(|| {
             self.names.reloaded();
-            match convert::policy_path(env, &policy)? {
+            let diff = match convert::policy_path(env, &policy)? {
                 Some(path) => self.inner.reload_file(path)?,
                 None => self.inner.reload(convert::any_policy(env, &policy)?)?,
             };
-            Ok(())
+            Ok(diff.into())
         })
     }
 

@@ -47,7 +47,19 @@ describe('reload', () => {
       const limiter = new Limiter({ rules: [rule(3)] }, { url, keyPrefix: freshPrefix('r') });
       await limiter.check(IP);
       await limiter.check(IP);
-      assert.equal(limiter.reload({ rules: [rule(5)] }), undefined);
+      assert.deepEqual(limiter.reload({ rules: [rule(5)] }), {
+        rules: [{ name: 'per-ip', change: 'changed', stateKept: true, fields: ['limit'] }],
+        settings: [],
+      });
+      assert.equal(limiter.reload({ rules: [rule(5)] }).rules[0].change, 'unchanged');
+      const other = { name: 'other', key: 'u:{u}', limit: 1, window: '1s' };
+      assert.deepEqual(
+        limiter.reload({ rules: [rule(5), other] }).rules.map((r) => [r.name, r.change, r.stateKept]),
+        [['per-ip', 'unchanged', true], ['other', 'added', false]],
+      );
+      assert.deepEqual(limiter.reload({ rules: [rule(5)] }).rules[1], {
+        name: 'other', change: 'removed', stateKept: false, fields: [],
+      });
       let d = await limiter.check(IP);
       assert.deepEqual([d.limit, d.remaining, d.rule], [5, 2, 'per-ip']);
       const bucket = { name: 'per-ip', key: 'ip:{ip}', algorithm: 'token_bucket', capacity: 5, refill_rate: 1 };
@@ -62,7 +74,7 @@ describe('reload', () => {
         message: /bad-\w+\.toml: rules\[0\] \("per-ip"\): limit: must be between 1 and 1000000000, not 0$/,
       });
       const s = limiter.reloadStatus();
-      assert.deepEqual([s.reloads, s.errors, s.watching], [1, 2, undefined]);
+      assert.deepEqual([s.reloads, s.errors, s.watching], [4, 2, undefined]);
       assert.match(s.lastError, /limit: must be between/);
       d = await limiter.check(IP);
       assert.deepEqual([d.limit, d.remaining], [5, 1], 'the old policy and its state stayed');

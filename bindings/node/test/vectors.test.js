@@ -79,7 +79,11 @@ async function replay(file, url) {
       else if (op === 'reset') call = limiter.reset(step.attributes || {});
       else if (op === 'reload') {
         // Synchronous: a refusal throws; as a Promise, it compares like the others.
-        call = new Promise((resolve) => resolve(limiter.reload(step.policy)));
+        // It returns what changed (checked to have its two lists; the vectors expect {}).
+        call = new Promise((resolve) => resolve(limiter.reload(step.policy))).then((diff) => {
+          assert.deepEqual(Object.keys(diff).sort(), ['rules', 'settings'], where);
+          return {};
+        });
       } else if (op === 'override_set') call = limiter.setOverride(step.rule, step.attributes || {}, step.limit).then(() => ({}));
       else if (op === 'override_clear') call = limiter.clearOverride(step.rule, step.attributes || {}).then((cleared) => ({ cleared }));
       else if (op === 'overrides') {
@@ -107,7 +111,7 @@ async function replay(file, url) {
       }
       const got = await call;
       if (op === 'reload') {
-        assert.deepEqual([got, step.expect], [undefined, {}], where);
+        assert.deepEqual([got, step.expect], [{}, {}], where);
       } else if (op === 'reset') {
         assert.deepEqual({ deleted: got }, step.expect, where);
       } else if (op.startsWith('override')) {

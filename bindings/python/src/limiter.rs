@@ -436,8 +436,11 @@ impl Limiter {
     /// which a rule keeps its name and key but changes its algorithm, and
     /// `ClosedError` after `close()`; the old policy then stays in force
     /// (a file that does not parse, and every refusal, is counted by
-    /// `reload_status()`).
-    fn reload(&self, py: Python<'_>, policy: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// `reload_status()`). Returns what changed, as the core's `PolicyDiff`
+    /// (and `throttlegate diff --json`): `{"rules": [{"name", "change",
+    /// "state_kept", "fields"}], "settings": [{"field", "old", "new"}]}`,
+    /// `change` one of `unchanged`, `changed`, `replaced`, `added`, `removed`.
+    fn reload<'py>(&self, py: Python<'py>, policy: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         guard(py, || {
             let answer = if policy.is_instance_of::<pyo3::types::PyString>() || policy.hasattr("__fspath__")? {
                 let path: std::path::PathBuf = policy
@@ -447,7 +450,8 @@ impl Limiter {
             } else {
                 self.inner.reload(Policy::resolve(policy)?)
             };
-            answer.map(|_| ()).map_err(|e| core_to_py(py, &e))
+            let diff = answer.map_err(|e| core_to_py(py, &e))?;
+            convert::from_json(py, &diff.to_json())
         })
     }
 

@@ -43,7 +43,17 @@ def test_reload_keeps_the_state_of_kept_rules_and_refuses_bad_policies(backend_u
     limiter = tg.Limiter(rules(3), backend_url, prefix=prefix)
     limiter.check(IP)
     limiter.check(IP)
-    assert limiter.reload(rules(5)) is None
+    changes = limiter.reload(rules(5))
+    assert changes == {
+        "rules": [{"name": "per-ip", "change": "changed", "state_kept": True, "fields": ["limit"]}],
+        "settings": [],
+    }
+    assert limiter.reload(rules(5))["rules"][0]["change"] == "unchanged"
+    added = limiter.reload([rules(5)[0], {"name": "other", "key": "u:{u}", "limit": 1, "window": "1s"}])
+    assert [(r["name"], r["change"], r["state_kept"]) for r in added["rules"]] == [
+        ("per-ip", "unchanged", True), ("other", "added", False)
+    ]
+    assert limiter.reload(rules(5))["rules"][1] == {"name": "other", "change": "removed", "state_kept": False, "fields": []}
     d = limiter.check(IP)
     assert (d.limit, d.remaining) == (5, 2)
     assert limiter.policy.to_dict()["rules"][0]["limit"] == 5
@@ -58,7 +68,7 @@ def test_reload_keeps_the_state_of_kept_rules_and_refuses_bad_policies(backend_u
     with pytest.raises(tg.InvalidPolicyError):
         limiter.reload({"rules": []})
     status = limiter.reload_status()
-    assert (status["reloads"], status["errors"], status["watching"]) == (1, 2, None)
+    assert (status["reloads"], status["errors"], status["watching"]) == (4, 2, None)
     assert status["last_error"] == str(e.value)
     d = limiter.check(IP)
     assert (d.limit, d.remaining) == (5, 1), "the old policy and its state stayed"

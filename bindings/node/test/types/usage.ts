@@ -1,7 +1,7 @@
 // Type-checked by `tsc --noEmit` (never run): the public API as a
 // TypeScript user writes it.
 import { ClientIp, ErrorCode, Limiter, ManualClock, METRICS_CONTENT_TYPE, parseRate, Policy, VERSION } from 'throttlegate';
-import type { AcquireOptions, Decision, LimiterOptions, Metrics, Override, PolicyObject, Rate, RuleResult, Stats, TlsOptions } from 'throttlegate';
+import type { AcquireOptions, Decision, LimiterOptions, Metrics, Override, PolicyDiff, PolicyObject, Rate, RuleResult, Stats, TlsOptions } from 'throttlegate';
 import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
 import { registerMetrics } from 'throttlegate/prometheus';
@@ -103,6 +103,9 @@ async function main(): Promise<void> {
   const contentType: string = METRICS_CONTENT_TYPE;
   const names: string[] = registerMetrics(fromObject, { registerMetric: () => undefined });
   console.log(denied, firstBound, text, contentType, names);
+  const changes: PolicyDiff = fromObject.reload({ rules: [{ name: 'a', key: '{ip}', limit: 1, window: '1m' }] });
+  const kept: boolean[] = changes.rules.filter((r) => r.change !== 'removed').map((r) => r.stateKept);
+  console.log(kept, changes.settings.map((s) => s.field));
   await middleware.limiter.close();
   const fastify = Fastify();
   const fastifyOptions: FastifyRateLimitOptions = {
