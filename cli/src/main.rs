@@ -14,6 +14,7 @@
 mod bench;
 mod error;
 mod oneshot;
+mod outcome;
 mod policy_tools;
 mod report;
 mod serve;

@@ -18,7 +18,7 @@ use throttlegate::duration::format_duration;
 use throttlegate::Policy;
 
 use crate::error::{CliError, CliResult};
-use crate::simulate::{algorithm_text, clock_text, pct, top_clients, Counts, Report};
+use crate::outcome::{algorithm_text, clock_text, pct, top_clients, Counts, Report};
 use crate::traffic::Scenario;
 
 /// The page: the traffic, then one column per policy.

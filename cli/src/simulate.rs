@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::{json, Value};
 use throttlegate::duration::format_duration;
-use throttlegate::{Algorithm, Clock, Limiter, ManualClock, Policy};
+use throttlegate::{Clock, Limiter, ManualClock, Policy};
 
 use crate::error::{CliError, CliResult, EXIT_OK};
+use crate::outcome::{algorithm_text, clock_text, pct, top_clients, ClientTotals, Counts, Interval, Report, RuleTotals};
 use crate::traffic::{
     load_scenario, parse_attr_flags, templates_for_policy, AttributeTemplates, ClientPicker, Phase,
     PhaseDefaults, Rng, Scenario,
@@ -125,54 +126,6 @@ fn default_interval(total: Duration) -> Duration {
         .find(|&s| s as f64 >= target)
         .unwrap_or(86400);
     Duration::from_secs(s)
-}
-
-/// Requests allowed and denied (by a rule, or by the whole policy).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Counts {
-    pub allowed: u64,
-    pub denied: u64,
-    /// Shadow rules: denials of requests the policy admitted.
-    pub would_deny_admitted: u64,
-}
-
-/// One rule over the whole run.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RuleTotals {
-    pub applied: u64,
-    pub allowed: u64,
-    pub denied: u64,
-    /// Denials where this rule was the headline (most restrictive) rule.
-    pub caused: u64,
-    /// Shadow rules: would have denied a request that was admitted.
-    pub would_deny_admitted: u64,
-}
-
-/// One interval of the run: the policy's decisions and each rule's.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Interval {
-    pub total: Counts,
-    /// In policy order.
-    pub rules: Vec<Counts>,
-}
-
-/// One client (in one phase) over the whole run.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ClientTotals {
-    pub requests: u64,
-    pub denied: u64,
-    /// Its fixed attributes (`ip=10.0.0.3 api_key=api_key-3`).
-    pub label: String,
-}
-
-/// What one policy did to the traffic.
-pub(crate) struct Report {
-    pub interval: Duration,
-    pub intervals: Vec<Interval>,
-    pub rules: Vec<RuleTotals>,
-    pub phases: Vec<Counts>,
-    pub clients: HashMap<(usize, u64), ClientTotals>,
-    pub total: Counts,
 }
 
 fn client_label(templates: &AttributeTemplates, attrs: &[(String, String)]) -> String {
@@ -363,40 +316,6 @@ async fn drive(
     Ok((report, seen))
 }
 
-pub(crate) fn algorithm_text(a: &Algorithm) -> String {
-    match *a {
-        Algorithm::SlidingWindowLog { limit, window } => {
-            format!("{limit} per {}", format_duration(window))
-        }
-        Algorithm::TokenBucket {
-            capacity,
-            refill_rate,
-        } => format!("bucket {capacity}, +{refill_rate}/s"),
-        Algorithm::SlidingWindow { limit, window, precision } => {
-            format!("{limit} per {} (counted per {})", format_duration(window), format_duration(precision))
-        }
-        Algorithm::FixedWindow { limit, window } => {
-            format!("{limit} per fixed {}", format_duration(window))
-        }
-        Algorithm::Quota { limit, period, utc_offset_minutes } => {
-            format!("{limit} per {} (UTC{})", period.as_str(), throttlegate::format_utc_offset(utc_offset_minutes))
-        }
-    }
-}
-
-pub(crate) fn clock_text(us: i64) -> String {
-    let s = us / 1_000_000;
-    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
-pub(crate) fn pct(part: u64, whole: u64) -> String {
-    if whole == 0 {
-        "-".into()
-    } else {
-        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
-    }
-}
-
 fn print_report(
     args: &SimulateArgs,
     rules_file: &Path,
@@ -573,17 +492,6 @@ fn print_report(
             );
         }
     }
-}
-
-pub(crate) fn top_clients(report: &Report, n: usize) -> Vec<(&(usize, u64), &ClientTotals)> {
-    let mut v: Vec<_> = report
-        .clients
-        .iter()
-        .filter(|(_, c)| c.denied > 0)
-        .collect();
-    v.sort_by(|a, b| b.1.denied.cmp(&a.1.denied).then(a.0.cmp(b.0)));
-    v.truncate(n);
-    v
 }
 
 fn report_json(run: &Run, scenario: &Scenario, args: &SimulateArgs) -> Value {

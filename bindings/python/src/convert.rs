@@ -240,7 +240,7 @@ pub fn option_value(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<OptionValue>
         OptionValue::Text(text(obj, what)?)
     } else if let Ok(b) = obj.cast::<PyBytes>() {
         OptionValue::Bytes(b.as_bytes().to_vec())
-    } else if let Ok(c) = obj.cast::<crate::types::ManualClock>() {
+    } else if let Ok(c) = obj.cast::<crate::clock::ManualClock>() {
         OptionValue::Clock(throttlegate::Clock::Manual(c.get().inner.clone()))
     } else if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
         let mut items = Vec::new();

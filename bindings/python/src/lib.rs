@@ -2,6 +2,7 @@
 //! `throttlegate`. It converts Python values to core types and core errors to
 //! Python exceptions; every decision is the core's.
 
+mod clock;
 mod convert;
 mod errors;
 mod http;
@@ -60,7 +61,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("REQUEST_MODEL", pyo3::types::PyTuple::new(m.py(), throttlegate::REQUEST_MODEL)?)?;
     m.add_function(wrap_pyfunction!(http::parse_rate, m)?)?;
     m.add_class::<types::Policy>()?;
-    m.add_class::<types::ManualClock>()?;
+    m.add_class::<clock::ManualClock>()?;
     m.add_class::<types::Decision>()?;
     m.add_class::<types::RuleResult>()?;
     m.add_class::<types::ClientIp>()?;
