@@ -381,6 +381,39 @@ unsafe fn read_attributes<'a>(ptr: *const tg_attribute, len: usize) -> Result<Ve
     Ok(pairs)
 }
 
+/// The arguments of a call about a request, read from C in one order (the
+/// limiter, the rule's name, the attributes, the call id): every entry point
+/// that takes them reports a missing or malformed one the same way.
+struct Request<'a> {
+    limiter: &'a Limiter,
+    /// The rule's name, for the calls that name one (else empty).
+    rule: &'a str,
+    attrs: Vec<(&'a str, &'a str)>,
+    call_id: Option<&'a str>,
+}
+
+/// Read a [`Request`]: `rule` and `call_id` when the call takes them,
+/// `attributes_len` pairs at `attributes` (none for a call about a rule only).
+unsafe fn request<'a>(
+    limiter: *const tg_limiter,
+    rule: Option<*const c_char>,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    call_id: Option<*const c_char>,
+) -> Result<Request<'a>, Fail> {
+    let limiter = &in_ref(limiter, "limiter")?.limiter;
+    let rule = match rule {
+        Some(p) => c_str(p, || "rule".into())?,
+        None => "",
+    };
+    let attrs = read_attributes(attributes, attributes_len)?;
+    let call_id = match call_id {
+        Some(p) => Some(c_str(p, || "call_id".into())?),
+        None => None,
+    };
+    Ok(Request { limiter, rule, attrs, call_id })
+}
+
 enum Op {
     Check,
     Peek,
@@ -397,15 +430,13 @@ unsafe fn decide(
 ) -> tg_result {
     ffi(|| {
         let out = out_ptr(out, "out")?;
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        let attrs = read_attributes(attrs, attrs_len)?;
-        let call_id = match call_id {
-            Some(p) => Some(c_str(p, || "call_id".into())?.to_string()),
-            None => None,
-        };
+        let r = request(limiter, None, attrs, attrs_len, call_id)?;
         let decision = match op {
-            Op::Check => limiter.check_blocking(attrs.as_slice(), &CheckOptions { cost, call_id })?,
-            Op::Peek => limiter.peek_blocking(attrs.as_slice(), cost)?,
+            Op::Check => {
+                let options = CheckOptions { cost, call_id: r.call_id.map(str::to_string) };
+                r.limiter.check_blocking(r.attrs.as_slice(), &options)?
+            }
+            Op::Peek => r.limiter.peek_blocking(r.attrs.as_slice(), cost)?,
         };
         *out = Box::into_raw(Box::new(tg_decision::new(decision)));
         Ok(())
@@ -510,10 +541,9 @@ pub unsafe extern "C" fn tg_limiter_settle_call(
 ) -> tg_result {
     ffi(|| {
         let settled = out_ptr(settled, "settled")?;
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        let attrs = read_attributes(attributes, attributes_len)?;
-        let call_id = c_str(call_id, || "call_id".into())?;
-        *settled = limiter.settle_call_blocking(attrs.as_slice(), call_id, cost, actual_cost)?;
+        let r = request(limiter, None, attributes, attributes_len, Some(call_id))?;
+        let call_id = r.call_id.unwrap_or_default();
+        *settled = r.limiter.settle_call_blocking(r.attrs.as_slice(), call_id, cost, actual_cost)?;
         Ok(())
     })
 }
@@ -537,11 +567,10 @@ pub unsafe extern "C" fn tg_limiter_acquire(
 ) -> tg_result {
     ffi(|| {
         let out = out_ptr(out, "out")?;
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        let attrs = read_attributes(attributes, attributes_len)?;
+        let r = request(limiter, None, attributes, attributes_len, None)?;
         let options = CheckOptions { cost, call_id: None };
         let decision =
-            limiter.acquire_blocking(attrs.as_slice(), &options, std::time::Duration::from_millis(timeout_ms))?;
+            r.limiter.acquire_blocking(r.attrs.as_slice(), &options, std::time::Duration::from_millis(timeout_ms))?;
         *out = Box::into_raw(Box::new(tg_decision::new(decision)));
         Ok(())
     })
@@ -561,9 +590,8 @@ pub unsafe extern "C" fn tg_limiter_reset(
 ) -> tg_result {
     ffi(|| {
         let deleted = out_ptr(deleted, "deleted")?;
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        let attrs = read_attributes(attributes, attributes_len)?;
-        let n = limiter.reset_blocking(attrs.as_slice())?;
+        let r = request(limiter, None, attributes, attributes_len, None)?;
+        let n = r.limiter.reset_blocking(r.attrs.as_slice())?;
         *deleted = n;
         Ok(())
     })
@@ -1010,10 +1038,8 @@ pub unsafe extern "C" fn tg_limiter_set_override(
     limit: u64,
 ) -> tg_result {
     ffi(|| {
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        let rule = c_str(rule, || "rule".to_string())?;
-        let attrs = read_attributes(attributes, attributes_len)?;
-        limiter.set_override_blocking(rule, attrs.as_slice(), limit)?;
+        let r = request(limiter, Some(rule), attributes, attributes_len, None)?;
+        r.limiter.set_override_blocking(r.rule, r.attrs.as_slice(), limit)?;
         Ok(())
     })
 }
@@ -1032,10 +1058,8 @@ pub unsafe extern "C" fn tg_limiter_clear_override(
 ) -> tg_result {
     ffi(|| {
         let cleared = out_ptr(cleared, "cleared")?;
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        let rule = c_str(rule, || "rule".to_string())?;
-        let attrs = read_attributes(attributes, attributes_len)?;
-        *cleared = limiter.clear_override_blocking(rule, attrs.as_slice())?;
+        let r = request(limiter, Some(rule), attributes, attributes_len, None)?;
+        *cleared = r.limiter.clear_override_blocking(r.rule, r.attrs.as_slice())?;
         Ok(())
     })
 }
@@ -1053,10 +1077,10 @@ pub unsafe extern "C" fn tg_limiter_overrides_json(
 ) -> tg_result {
     ffi(|| {
         let out = out_ptr(out, "out")?;
-        let limiter = &in_ref(limiter, "limiter")?.limiter;
-        let rule = c_str(rule, || "rule".to_string())?;
-        let list: Vec<serde_json::Value> = limiter
-            .overrides_blocking(rule)?
+        let r = request(limiter, Some(rule), std::ptr::null(), 0, None)?;
+        let list: Vec<serde_json::Value> = r
+            .limiter
+            .overrides_blocking(r.rule)?
             .into_iter()
             .map(|o| serde_json::json!({ "rule": o.rule, "attributes": o.attributes, "limit": o.limit }))
             .collect();
