@@ -101,6 +101,55 @@ describe('metrics', () => {
     await limiter.close();
   });
 
+  // Each family of an exposition by name (a counter's without `_total`): its
+  // help, type and samples, labels sorted and `le` read as a number.
+  function families(text) {
+    const out = new Map();
+    let current;
+    for (const line of text.split('\n')) {
+      const meta = /^# (HELP|TYPE) (\S+) (.*)$/.exec(line);
+      if (meta) {
+        const name = meta[2].replace(/_total$/, '');
+        if (!out.has(name)) out.set(name, { help: null, type: null, samples: [] });
+        current = out.get(name);
+        current[meta[1].toLowerCase()] = meta[3];
+        continue;
+      }
+      const sample = /^(\w+)(?:\{(.*)\})? (\S+)$/.exec(line);
+      if (!sample) continue;
+      const labels = [...(sample[2] || '').matchAll(/(\w+)="([^"]*)"/g)]
+        .map(([, k, v]) => [k, k === 'le' ? Number(v.replace('+Inf', 'Infinity')) : v])
+        .sort(([a], [b]) => a.localeCompare(b));
+      current.samples.push(JSON.stringify([sample[1], labels, Number(sample[3])]));
+    }
+    for (const f of out.values()) f.samples.sort();
+    return out;
+  }
+
+  it("gives prom-client exactly the core's exposition", async () => {
+    const policy = {
+      rules: [...POLICY.rules, { name: 'bucket', key: 'k:{ip}', algorithm: 'token_bucket', capacity: 5, refill_rate: 0.001 }],
+    };
+    const limiter = new Limiter(policy, { url: redis.url, keyPrefix: freshPrefix('m') });
+    await threeChecks(limiter, '198.51.100.6');
+    const d = await limiter.check({ ip: '198.51.100.7' }, { callId: 'one' });
+    assert.equal(await limiter.settle(d, 0), 3);
+    limiter.reload(policy);
+    const registry = new client.Registry();
+    registerMetrics(limiter, registry);
+    const collected = families(await registry.metrics());
+    const core = families(limiter.metricsText());
+    assert.deepEqual([...core.keys()], metricFamilies().map((f) => f.name));
+    assert.deepEqual(collected, core);
+    assert.deepEqual(core.get('throttlegate_settles').samples, [
+      '["throttlegate_settles_total",[["rule","bucket"]],1]',
+      '["throttlegate_settles_total",[["rule","per-ip"]],1]',
+      '["throttlegate_settles_total",[["rule","shadow-bucket"]],1]',
+    ]);
+    assert.deepEqual(core.get('throttlegate_policy_reloads').samples, ['["throttlegate_policy_reloads_total",[],1]']);
+    await limiter.close();
+  });
+
   it('counts failures for every rule of the call', async () => {
     const port = await freePort();
     const limiter = new Limiter(POLICY, { url: `redis://127.0.0.1:${port}`, timeout: 300, onBackendError: 'error' });

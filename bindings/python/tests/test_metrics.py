@@ -4,9 +4,12 @@ prometheus_client collector, on the embedded backend and a real Redis."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import parser as text_parser
+from prometheus_client.openmetrics import parser as openmetrics_parser
 
 import throttlegate as tg
 from throttlegate.prometheus import LimiterCollector
@@ -81,6 +84,45 @@ def test_the_families_are_the_cores_in_both_expositions(redis_server: object, pr
     decisions = m["counters"]["throttlegate_decisions"]
     assert [tuple(labels) for labels, _ in decisions] == [(r, o) for r in ("per-ip", "shadow-bucket") for o in tg.OUTCOMES]
     assert m["counters"]["throttlegate_checks"] == [(["per-ip"], 1), (["shadow-bucket"], 1)]
+
+
+def _families(text: str, openmetrics: bool) -> dict[str, tuple[str, str, list[tuple[str, tuple[tuple[str, Any], ...], float]]]]:
+    """Each family of an exposition by its name (a counter's without `_total`):
+    its help, type and samples, labels sorted and `le` read as a number."""
+    parse = openmetrics_parser.text_string_to_metric_families if openmetrics else text_parser.text_string_to_metric_families
+    out = {}
+    for f in parse(text):
+        samples = sorted(
+            (s.name, tuple(sorted((k, float(v) if k == "le" else v) for k, v in s.labels.items())), float(s.value))
+            for s in f.samples
+        )
+        out[f.name.removesuffix("_total")] = (f.documentation, f.type, samples)
+    return out
+
+
+def test_the_collector_gives_exactly_the_cores_exposition(redis_server: object, prefix: str) -> None:
+    """Every family of metrics_text() (names, help texts, types, label names and
+    values, numbers) is what the collector gives prometheus_client, and nothing else."""
+    rules = [*RULES, {"name": "bucket", "key": "k:{ip}", "algorithm": "token_bucket", "capacity": 5, "refill_rate": 0.001}]
+    limiter = tg.Limiter(rules, getattr(redis_server, "url"), prefix=prefix)
+    ip = {"ip": "198.51.100.6"}
+    for _ in range(3):
+        limiter.check(ip)
+    d = limiter.check({"ip": "198.51.100.7"}, 1, call_id="one")
+    assert limiter.settle(d, 0) == 3
+    limiter.reload(rules)
+    registry = CollectorRegistry()
+    registry.register(LimiterCollector(limiter))
+    core_text = limiter.metrics_text()
+    assert core_text is not None
+    core = _families(core_text, openmetrics=True)
+    collected = _families(generate_latest(registry).decode(), openmetrics=False)
+    assert list(core) == [f["name"] for f in tg.METRIC_FAMILIES]
+    assert collected == core
+    assert core["throttlegate_settles"][2] == [
+        ("throttlegate_settles_total", (("rule", r),), n) for r, n in (("bucket", 1.0), ("per-ip", 1.0), ("shadow-bucket", 1.0))
+    ]
+    assert core["throttlegate_policy_reloads"][2] == [("throttlegate_policy_reloads_total", (), 1.0)]
 
 
 def test_failures_are_counted_for_every_rule_of_the_call(prefix: str) -> None:

@@ -7,12 +7,12 @@ Register it in one line and the metrics appear on your existing ``/metrics``::
 
     REGISTRY.register(LimiterCollector(limiter))
 
-The numbers are the core's (``Limiter.metrics()``), under the same names and
-labels as ``Limiter.metrics_text()``: ``throttlegate_checks_total{rule}``,
-``throttlegate_decisions_total{rule,outcome}``,
-``throttlegate_backend_errors_total{rule}``, ``throttlegate_timeouts_total{rule}``
-and the ``throttlegate_backend_call_seconds`` histogram. ``prometheus_client``
-is an optional dependency (``pip install throttlegate[prometheus]``).
+The numbers are the core's (``Limiter.metrics()``), and so are the families:
+their names, help texts, types, label names and label values come from
+``throttlegate.METRIC_FAMILIES`` and each family's samples in
+``Limiter.metrics()["counters"]``, exactly as ``Limiter.metrics_text()`` writes
+them; this module names no metric itself. ``prometheus_client`` is an optional
+dependency (``pip install throttlegate[prometheus]``).
 """
 
 from __future__ import annotations
