@@ -142,6 +142,23 @@ fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value, route
                 };
                 settled.map(|n| json!({ "settled": n }))
             }
+            "metrics" => {
+                // Per rule of the policy in force: every counter by the name all languages use.
+                let m = limiter.metrics().expect("metrics are on by default");
+                let rules: Vec<Value> = m
+                    .rules
+                    .iter()
+                    .map(|r| {
+                        let mut o = serde_json::Map::new();
+                        o.insert("rule".into(), json!(r.rule.as_str()));
+                        for (name, value) in r.fields() {
+                            o.insert(name.into(), json!(value));
+                        }
+                        Value::Object(o)
+                    })
+                    .collect();
+                Ok(json!({ "rules": rules }))
+            }
             "acquire" => {
                 let timeout = std::time::Duration::from_millis(step["timeout_ms"].as_u64().unwrap());
                 rt.block_on(limiter.acquire(&attrs, cost, timeout)).map(|d| decision_json(&d))
@@ -276,6 +293,7 @@ fn the_suite_is_large_and_well_formed() {
     let vectors = load_vectors(&vectors_dir());
     assert!(vectors.len() >= 40, "only {} vectors", vectors.len());
     let mut algorithms = std::collections::BTreeSet::new();
+    let mut metrics_steps = 0;
     for v in &vectors {
         assert_eq!(
             v.doc["name"]
@@ -299,8 +317,10 @@ fn the_suite_is_large_and_well_formed() {
                 "{}: each step has exactly one of expect / expect_error",
                 v.file
             );
+            metrics_steps += usize::from(step["op"] == "metrics");
         }
     }
+    assert!(metrics_steps >= 5, "only {metrics_steps} metrics steps");
     assert_eq!(
         algorithms.into_iter().collect::<Vec<_>>(),
         ["fixed_window", "quota", "sliding_window", "sliding_window_log", "token_bucket"],

@@ -49,6 +49,14 @@ lua/period_counter.lua, not from running the implementation. It models:
   (down to zero, the key then gone). The answer is the number of rules settled;
 - acquire on a manual clock: admitted at once (the check's decision), or the
   `timeout` error when the wait asked for is longer than the timeout.
+- metrics (a `metrics` step): per rule of the policy in force, the checks and
+  peeks it applied to and each one's outcome (allowed, denied, shadow_denied:
+  the rule's own result in the decision; an acquire that times out counts its
+  denied check), and the settles that corrected it with the units they gave
+  back (estimate - min(actual, limit)) or took (min(actual, limit) -
+  estimate). A rule that a reload keeps by name keeps its counters; a new one
+  starts at zero; a removed one is no longer listed. No backend fails, so the
+  degraded, error and timeout counters stay zero.
 
 Usage:
     python3 tests/vectors/generate.py           # (re)write every file
@@ -550,6 +558,22 @@ class Model:
         # Overrides: rule key -> limit; blocks: rule key -> [until, duration, record end].
         self.overrides = {}
         self.blocks = {}
+        self.metrics = {r.name: metric_zero() for r in self.rules}
+
+    def count_results(self, results):
+        """Count a decision's per-rule results in the metrics."""
+        for res in results:
+            m = self.metrics[res["rule"]]
+            m["checks"] += 1
+            if res["allowed"]:
+                m["allowed"] += 1
+            elif res["shadow"]:
+                m["shadow_denied"] += 1
+            else:
+                m["denied"] += 1
+
+    def metrics_list(self):
+        return [{"rule": r.name, **self.metrics[r.name]} for r in self.rules]
 
     def live_state(self, rule, attrs, purpose):
         st = self.state.get(rule.key(attrs))
@@ -713,6 +737,7 @@ class Model:
                 if old.algo != new.algo or getattr(old, "precision_us", None) != getattr(new, "precision_us", None):
                     return {"error": "invalid_policy"}
         self.rules = rules
+        self.metrics = {r.name: self.metrics.get(r.name, metric_zero()) for r in rules}
         return {"expect": {}}
 
     def settle(self, attrs, call_id, estimate, actual):
@@ -751,6 +776,11 @@ class Model:
                 if left is False:
                     del self.state[k]
             n += bool(done)
+            if done:
+                m = self.metrics[r.name]
+                m["settles"] += 1
+                m["settle_refunded"] += max(0, estimate - a)
+                m["settle_debited"] += max(0, a - estimate)
         return {"expect": {"settled": n}}
 
     def acquire(self, attrs, cost, timeout_ms):
@@ -759,6 +789,8 @@ class Model:
             return self.evaluate(attrs, cost, "check")
         if out["expect"]["retry_after_ms"] <= timeout_ms:
             raise CaseError("an acquire that would wait on the manual clock")
+        # The check it made was denied: counted as such.
+        self.count_results(out["expect"]["results"])
         return {"error": "timeout"}
 
     def reset(self, attrs):
@@ -780,6 +812,14 @@ class Model:
         return {"expect": {"deleted": n}}
 
 
+METRIC_FIELDS = ("checks", "allowed", "denied", "shadow_denied", "degraded_allowed", "degraded_denied",
+                 "backend_errors", "timeouts", "settles", "settle_refunded", "settle_debited")
+
+
+def metric_zero():
+    return {f: 0 for f in METRIC_FIELDS}
+
+
 def build(case):
     model = Model(case["policy"], case.get("start_us", START_US))
     steps = []
@@ -797,6 +837,9 @@ def build(case):
             else:
                 step["expect"] = out["expect"]
             steps.append(step)
+            continue
+        if op == "metrics":
+            steps.append({"advance_ms": adv, "op": op, "expect": {"rules": copy.deepcopy(model.metrics_list())}})
             continue
         attrs = s.get("attributes", {})
         step = {"advance_ms": adv, "op": op, "attributes": attrs}
@@ -816,12 +859,16 @@ def build(case):
             step["cost"] = s.get("cost", 1)
             step["timeout_ms"] = s["timeout_ms"]
             out = model.acquire(attrs, step["cost"], s["timeout_ms"])
+            if "expect" in out:
+                model.count_results(out["expect"]["results"])
         else:
             cost = s.get("cost", 1)
             step["cost"] = cost
             if "call_id" in s:
                 step["call_id"] = s["call_id"]
             out = model.evaluate(attrs, cost, op, s.get("call_id"))
+            if "expect" in out:
+                model.count_results(out["expect"]["results"])
         if "error" in out:
             step["expect_error"] = out["error"]
         else:
@@ -897,6 +944,11 @@ def ovr_list(rule, **kw):
     return {"op": "overrides", "rule": rule, "advance_ms": 0, "assert": kw}
 
 
+def metrics(adv=0):
+    """A step that reads the per-rule metrics (expected from the model)."""
+    return {"op": "metrics", "advance_ms": adv}
+
+
 def settle(attrs, call_id, cost, actual, adv=0, settled=None, **kw):
     s = {"op": "settle", "attributes": attrs, "call_id": call_id, "cost": cost, "actual_cost": actual,
          "advance_ms": adv, "assert": kw}
@@ -950,7 +1002,7 @@ case("swl-exact-limit", "Three requests fit a limit of 3; the fourth is denied u
      [chk(IP, remaining=2), chk(IP, remaining=1), chk(IP, remaining=0),
       chk(IP, allowed=False, retry_after_ms=60_000, reset_after_ms=60_000),
       chk(IP, adv=59_999, allowed=False, retry_after_ms=1),
-      chk(IP, adv=1, allowed=True, remaining=2)])
+      chk(IP, adv=1, allowed=True, remaining=2), metrics()])
 
 case("rate-string", "A rule's `rate` gives its limit and window in one string (`3 per minute`, `2/10s`), as route limits do; the "
      "policy's [attributes] table (headers the HTTP integrations read) changes no decision.",
@@ -1231,7 +1283,7 @@ case("long-values-hashed", "Very long attribute values (hashed into bounded keys
 case("shadow-never-denies", "A shadow rule reports that it would deny, but the request is admitted and the headline comes from live rules.",
      [swl("per-ip", "ip:{ip}", 10, "1m"), swl("strict", "s:{ip}", 1, "1m", shadow=True)],
      [chk(IP, rule="per-ip", remaining=9), chk(IP, allowed=True, rule="per-ip", remaining=8),
-      chk(IP, allowed=True, remaining=7)])
+      chk(IP, allowed=True, remaining=7), metrics()])
 
 case("shadow-only", "When only shadow rules apply: admitted, no headline, no headers, results still reported.",
      [tb("trial", "t:{ip}", 1, 0.1, shadow=True)],
@@ -1464,7 +1516,7 @@ case("stack-all-algorithms", "All five algorithms in one check: admitted by all,
      [chk(WEB, 2, rule="daily", remaining=1), chk(WEB, 2, allowed=False, rule="daily", retry_after_ms=36_000_000),
       chk(WEB, 1, rule="daily", remaining=0),
       chk(IP, 7, rule="bucket", remaining=0),
-      chk(IP, allowed=False, rule="counters", retry_after_ms=61_000)],
+      chk(IP, allowed=False, rule="counters", retry_after_ms=61_000), metrics()],
      start_us=utc_us(2026, 3, 2, 14))
 
 case("stack-new-all-or-nothing", "A sliding window of counters denies: the fixed window and quota stacked with it consume nothing.",
@@ -1637,7 +1689,7 @@ case("block-stacked-all-or-nothing", "A block is set only by its own rule's deni
 
 case("block-shadow-reports", "A shadow rule's block is reported but never denies.",
      [swl("login", "login:{ip}", 1, "1m", block="5m", shadow=True), swl("per-ip", "ip:{ip}", 10, "1m")],
-     [chk(LOGIN), chk(LOGIN, allowed=True, rule="per-ip"), chk(LOGIN, adv=60_000, allowed=True)])
+     [chk(LOGIN), chk(LOGIN, allowed=True, rule="per-ip"), chk(LOGIN, adv=60_000, allowed=True), metrics()])
 
 case("block-with-override-and-tiers", "Blocks, tiers and overrides together: the tier or override gives the limit, the block follows its denial.",
      [fw("per-user", "user:{user}", None, "1m", tiers=PLANS, overrides=True, block="2m")],
@@ -1693,7 +1745,7 @@ case("settle-bucket-refund-and-debit", "A bucket gets a refund back (at most ful
       chk(WEB, adv=4_000, allowed=True, remaining=0),
       peek(WEB, 10, adv=10_000, allowed=False, remaining=5),
 
-      peek(WEB, 10, adv=10_000, allowed=True)])
+      peek(WEB, 10, adv=10_000, allowed=True), metrics()])
 
 case("settle-bucket-refund-capped-at-capacity", "A refund never fills a bucket beyond its capacity.",
      [tb("per-key", "k:{api_key}", 5, 0.5)],
@@ -1740,7 +1792,7 @@ case("settle-stacked-only-where-consumed", "A stacked check settles on every rul
       settle(WEB, "b", 1, 4, settled=2),
       peek(WEB, remaining=3, rule="per-ip"),
       settle(WEB, "a", 2, 1, settled=3),
-      settle(WEB, "never-checked", 1, 4, settled=0)],
+      settle(WEB, "never-checked", 1, 4, settled=0), metrics()],
      start_us=utc_us(2026, 3, 2, 10))
 
 case("settle-invalid", "A settle validates like a check (the estimate is a cost, the call id well formed) and bounds the actual cost.",
@@ -1751,7 +1803,7 @@ case("settle-invalid", "A settle validates like a check (the estimate is a cost,
       settle(IP, "not valid!", 2, 1, error="invalid_argument"),
       settle(IP, "a", 2, 10 ** 15 + 1, error="invalid_argument"),
       settle(IP, "a", 2, 10 ** 15, settled=1),
-      chk(IP, allowed=False, retry_after_ms=60_000)])
+      chk(IP, allowed=False, retry_after_ms=60_000), metrics()])
 
 # -- acquire: waiting instead of refusing (on a manual clock: no wait)
 
@@ -1765,7 +1817,7 @@ case("acquire-timeout-when-the-wait-is-longer", "acquire fails with the timeout 
      [chk(IP), acquire(IP, 1, timeout_ms=59_999, error="timeout"),
       acquire(IP, 1, adv=30_000, timeout_ms=29_999, error="timeout"),
       acquire(IP, 0, timeout_ms=10, error="invalid_argument"),
-      acquire(IP, 1, adv=30_000, timeout_ms=0, remaining=0)])
+      acquire(IP, 1, adv=30_000, timeout_ms=0, remaining=0), metrics()])
 
 
 def random_cases(count, seed):
@@ -1843,13 +1895,13 @@ case("reload-keeps-state",
      [chk(IPK, remaining=2), chk(IPK, remaining=1),
       reload([swl("per-ip", "ip:{ip}", 5, "10s"), tb("per-key", "apikey:{api_key}", 4, 0.25),
               swl("login", "login:{ip}", 1, "10s", match={"route": "/login"})]),
-      chk(IPK, remaining=2, limit=5),
+      chk(IPK, remaining=2, limit=5), metrics(),
       reload([tb("per-ip", "ip:{ip}", 5, 1)]),
       reload([swl("per-ip", "ip:{ip}", 0, "10s")], invalid=True),
       chk(IPK, remaining=1, limit=5),
       reload([swl("per-ip", "ip:{ip}", 5, "10s"), tb("per-key", "key:{api_key}", 4, 0.25)]),
       chk(IPK, remaining=0, rule="per-ip"),
-      chk(IPK, adv=10_000, remaining=2, rule="per-key")])
+      chk(IPK, adv=10_000, remaining=2, rule="per-key"), metrics()])
 
 def main(argv):
     if "--random" in argv:

@@ -214,8 +214,53 @@ static void check_overrides(const char *listed, const json_value *expect, const 
     json_free(got);
 }
 
+/* A metrics step: every rule of the policy in force, in order, with its
+ * counters (tg_limiter_rule_metrics by index) and its name (the samples of
+ * tg_limiter_metrics_text); no rule beyond those expected. */
+static void check_metrics(const tg_limiter *limiter, const json_value *expect) {
+    const json_value *rules = json_get(expect, "rules");
+    if (rules == NULL || rules->type != JSON_ARRAY) {
+        mismatch("metrics: the step expects no rules");
+        return;
+    }
+    char *text = NULL;
+    if (tg_limiter_metrics_text(limiter, &text) != TG_OK || text == NULL) {
+        mismatch("metrics: no text: %s", tg_last_error_message());
+        return;
+    }
+    for (size_t i = 0; i < rules->count; i++) {
+        const json_value *want = rules->items[i];
+        tg_rule_metrics m;
+        if (tg_limiter_rule_metrics(limiter, i, &m) != TG_OK) {
+            mismatch("metrics: rule %zu: %s", i, tg_last_error_message());
+            break;
+        }
+        expect_u64(want, "checks", m.checks);
+        expect_u64(want, "allowed", m.allowed);
+        expect_u64(want, "denied", m.denied);
+        expect_u64(want, "shadow_denied", m.shadow_denied);
+        expect_u64(want, "degraded_allowed", m.degraded_allowed);
+        expect_u64(want, "degraded_denied", m.degraded_denied);
+        expect_u64(want, "backend_errors", m.backend_errors);
+        expect_u64(want, "timeouts", m.timeouts);
+        expect_u64(want, "settles", m.settles);
+        expect_u64(want, "settle_refunded", m.settle_refunded);
+        expect_u64(want, "settle_debited", m.settle_debited);
+        const json_value *name = json_get(want, "rule");
+        char sample[256];
+        snprintf(sample, sizeof sample, "throttlegate_checks_total{rule=\"%s\"} %" PRIu64 "\n",
+                 name != NULL && name->type == JSON_STRING ? name->string : "", m.checks);
+        if (strstr(text, sample) == NULL) mismatch("metrics: rule %zu: no sample %s", i, sample);
+    }
+    tg_rule_metrics beyond;
+    if (tg_limiter_rule_metrics(limiter, rules->count, &beyond) != TG_INVALID_ARGUMENT) {
+        mismatch("metrics: more rules than the %zu expected", rules->count);
+    }
+    tg_string_free(text);
+}
+
 /* Run one step's op (check, with a call id or not, peek, reset, reload, the
- * override ops, settle by call id, acquire) on its attributes; false (and a
+ * override ops, settle by call id, acquire, metrics) on its attributes; false (and a
  * mismatch) for an unknown op. */
 static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, uint64_t cost,
                    const json_value *call_id, tg_result *rc, tg_decision **d, uint64_t *deleted,
@@ -249,6 +294,8 @@ static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, 
         *rc = tg_limiter_settle_call(limiter, attrs, attrs_len, call_id != NULL ? call_id->string : NULL, cost,
                                      actual != NULL ? (uint64_t)actual->integer : 0, &settled);
         *deleted = settled;
+    } else if (strcmp(op, "metrics") == 0) {
+        *rc = TG_OK; /* read and compared with the expectation by check_metrics() */
     } else if (strcmp(op, "acquire") == 0) {
         const json_value *timeout = json_get(step, "timeout_ms");
         *rc = tg_limiter_acquire(limiter, attrs, attrs_len, cost, timeout != NULL ? (uint64_t)timeout->integer : 0, d);
@@ -313,6 +360,8 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
             check_overrides(listed, expect, json_get(step, "rule")->string);
         } else if (expect != NULL && strcmp(op, "settle") == 0) {
             expect_u64(expect, "settled", deleted);
+        } else if (expect != NULL && strcmp(op, "metrics") == 0) {
+            check_metrics(limiter, expect);
         } else if (expect != NULL) {
             check_decision(d, expect);
         }

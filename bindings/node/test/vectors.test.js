@@ -98,6 +98,12 @@ async function replay(file, url) {
         } else {
           call = limiter.settleCall(step.attributes || {}, step.call_id, options.cost, step.actual_cost);
         }
+      } else if (op === 'metrics') {
+        // Per rule, each counter under its snake_case name (the vectors' and the core's).
+        const toSnake = (k) => k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+        call = Promise.resolve({
+          rules: limiter.metrics().rules.map((r) => Object.fromEntries(Object.entries(r).map(([k, v]) => [toSnake(k), v]))),
+        });
       } else if (op === 'acquire') {
         call = limiter.acquire(step.attributes || {}, { cost: options.cost, timeout: step.timeout_ms });
       } else throw new Error(`${where}: unknown op ${op}`);
@@ -114,7 +120,7 @@ async function replay(file, url) {
         assert.deepEqual([got, step.expect], [{}, {}], where);
       } else if (op === 'reset') {
         assert.deepEqual({ deleted: got }, step.expect, where);
-      } else if (op.startsWith('override')) {
+      } else if (op.startsWith('override') || op === 'metrics') {
         assert.deepEqual(got, step.expect, where);
       } else if (op === 'settle') {
         assert.deepEqual({ settled: got }, step.expect, where);

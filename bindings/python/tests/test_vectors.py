@@ -125,6 +125,10 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             try:
                 if op == "reload":
                     out = limiter.reload(step["policy"])
+                elif op == "metrics":
+                    metrics = limiter.metrics()
+                    assert metrics is not None, where
+                    out = {"rules": metrics["rules"]}
                 else:
                     out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"), step)
             except tg.ThrottlegateError as e:
@@ -141,6 +145,8 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
                 assert out == want, f"{where}: {out!r} != {want!r}"
             elif op == "settle":
                 assert {"settled": out} == want, where
+            elif op == "metrics":
+                assert out == want, f"{where}: {out!r} != {want!r}"
             else:
                 assert decision_view(out, want) == want, where
     finally:
