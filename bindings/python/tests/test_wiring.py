@@ -88,7 +88,10 @@ def test_peek_reset_keys_stats(backend_url: str | None, prefix: str) -> None:
     assert limiter.peek(attrs).remaining == 1
     stats = limiter.stats()
     assert stats["calls"] == 5 and stats["allowed"] == 4 and stats["denied"] == 1
-    assert set(stats) == {"calls", "allowed", "denied", "degraded_allowed", "degraded_denied", "backend_errors", "timeouts"}
+    assert set(stats) == {
+        "calls", "allowed", "denied", "degraded_allowed", "degraded_denied", "backend_errors", "timeouts",
+        "settled", "refunded", "debited",
+    }
     limiter.ping()
 
 
