@@ -99,6 +99,8 @@ pub(crate) struct CompiledRule {
     tiers: Option<Box<CompiledTiers>>,
     /// Overrides and block, `None` when the rule has neither.
     pub ext: Option<RuleExt>,
+    /// Units reserved in process (`reserve`), for a network backend.
+    pub reserve: Option<crate::policy::Reserve>,
 }
 
 /// One rule (or one tier of a rule) compiled for the hot path.
@@ -156,6 +158,7 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
         failure: rule.on_backend_error.unwrap_or(policy.on_backend_error),
         tiers: None,
         ext,
+        reserve: rule.reserve,
     }
 }
 
