@@ -484,6 +484,12 @@ impl Rules {
             let mut buf = buf.borrow_mut();
             for rule in &self.rules {
                 if let Some(rule) = self.applies(rule, attrs, cost, &mut buf)? {
+                    if let (Some(id), Some(_)) = (call_id, rule.reserve) {
+                        return Err(Error::invalid_argument(format!(
+                            "call_id: rule {:?} reserves units in process (`reserve`), which a check with a call id ({id:?}) cannot use; call ids and settle are not supported with reserve",
+                            &*rule.name
+                        )));
+                    }
                     if let Some(ext) = rule.ext {
                         plan.ext.push(PlanExt {
                             at: plan.keys.len(),

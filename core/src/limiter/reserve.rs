@@ -236,15 +236,12 @@ impl Limiter {
     pub(super) async fn reserved(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
         let Some(remote) = &self.inner.remote else { return Err(Error::closed()) };
         if remote.name() == "cluster" {
-            return Err(Error::invalid_argument(
-                "reserve: not supported on Redis Cluster (a reservation's trip and give-back run on one node); remove `reserve` from the policy for a cluster",
-            ));
-        }
-        if let (Some(id), Mode::Check) = (plan.call_id, mode) {
-            let rule = plan.rules.iter().find(|r| r.reserve.is_some()).map(|r| &*r.name).unwrap_or("");
-            return Err(Error::invalid_argument(format!(
-                "call_id: rule {rule:?} reserves units in process (`reserve`), which a check with a call id ({id:?}) cannot use; call ids and settle are not supported with reserve"
-            )));
+            let slot = crate::backend::cluster::slot(&plan.keys[0]);
+            if plan.keys.iter().any(|k| crate::backend::cluster::slot(k) != slot) {
+                return Err(Error::invalid_argument(
+                    "reserve: on Redis Cluster, the keys of a check with a reserved rule must share one slot (a reservation is taken in one script run); give the rules' keys a common {hash tag}, or check the reserved rule on its own",
+                ));
+            }
         }
         let now = self.local_now();
         let clock_now = match &self.inner.clock {
