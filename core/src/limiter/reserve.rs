@@ -473,36 +473,65 @@ impl Limiter {
 
     /// Give back the reservations no longer spendable (all of them when `all`).
     pub(super) async fn return_expired(&self, all: bool) {
-        let now = self.local_now();
-        let items = self.inner.reserves.take_expired(now, all);
-        if items.is_empty() {
-            return;
-        }
-        let Some(remote) = &self.inner.remote else { return };
-        let clock_now = match &self.inner.clock {
-            Clock::Backend => None,
-            _ => Some(now),
-        };
-        match give_back(remote, clock_now, &items).await {
-            Ok(n) => bump(&self.inner.reserves.returned, n),
-            Err(_) => bump(&self.inner.reserves.dropped, items.iter().map(|i| i.2).sum()),
-        }
+        return_expired(&self.inner, all).await
     }
 
-    /// On close: give every reservation back, waiting for the backend at
-    /// most its timeout (on a thread of its own when called inside an async runtime).
+    /// On close: give every reservation back (see [`return_all`]).
     pub(super) fn return_all(&self) {
-        if self.inner.remote.is_none() || self.inner.reserves.map().is_empty() {
-            return;
-        }
-        let run = |l: &Limiter| {
-            let _ = crate::runtime::block_on(l.return_expired(true));
-        };
-        if tokio::runtime::Handle::try_current().is_err() {
-            run(self);
-        } else {
-            let l = self.clone();
-            let _ = std::thread::spawn(move || run(&l)).join();
+        return_all(&self.inner)
+    }
+}
+
+/// "Now" on the limiter's clock (as [`Limiter::local_now`]).
+fn inner_now(inner: &Inner) -> i64 {
+    match &inner.clock {
+        Clock::Manual(c) => c.now_us(),
+        Clock::System => crate::clock::system_now_us(),
+        Clock::Backend => inner.epoch_us + inner.started.elapsed().as_micros() as i64,
+    }
+}
+
+/// Give back the reservations of `inner` no longer spendable (all of them when `all`).
+async fn return_expired(inner: &Inner, all: bool) {
+    let now = inner_now(inner);
+    let items = inner.reserves.take_expired(now, all);
+    if items.is_empty() {
+        return;
+    }
+    let Some(remote) = &inner.remote else { return };
+    let clock_now = match &inner.clock {
+        Clock::Backend => None,
+        _ => Some(now),
+    };
+    match give_back(remote, clock_now, &items).await {
+        Ok(n) => bump(&inner.reserves.returned, n),
+        Err(_) => bump(&inner.reserves.dropped, items.iter().map(|i| i.2).sum()),
+    }
+}
+
+/// Give every reservation of `inner` back, waiting for the backend at most
+/// its timeout (on a thread of its own when called inside an async
+/// runtime, where it may not block): on close, and when the last handle of
+/// a limiter is dropped.
+pub(super) fn return_all(inner: &Inner) {
+    if inner.remote.is_none() || inner.reserves.map().is_empty() {
+        return;
+    }
+    if tokio::runtime::Handle::try_current().is_err() {
+        let _ = crate::runtime::block_on(return_expired(inner, true));
+    } else {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _ = crate::runtime::block_on(return_expired(inner, true));
+            });
+        });
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::SeqCst) {
+            return_all(self);
         }
     }
 }
