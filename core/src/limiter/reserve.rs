@@ -381,19 +381,29 @@ impl Limiter {
                     Mode::Check => {
                         if g_units > 0 {
                             bump(&r.reserved, g_units);
-                            map.insert(
-                                plan.keys[i].clone(),
-                                Held {
-                                    units: g_units,
-                                    seen: o.remaining,
-                                    end_local: now + reset_us,
-                                    end_server: server_now + reset_us,
-                                    expires: now + reserve.duration.as_micros() as i64,
-                                    limit: rule.limit,
-                                    args: rule.script_args.clone(),
-                                },
-                            );
-                            res.remaining = o.remaining + g_units;
+                            let fresh = Held {
+                                units: g_units,
+                                seen: o.remaining,
+                                end_local: now + reset_us,
+                                end_server: server_now + reset_us,
+                                expires: now + reserve.duration.as_micros() as i64,
+                                limit: rule.limit,
+                                args: rule.script_args.clone(),
+                            };
+                            // Another check of this limiter reserved the same key
+                            // meanwhile: the same period adds up, an older one is dropped.
+                            let held = match map.remove(&plan.keys[i]) {
+                                Some(old) if old.end_server == fresh.end_server => {
+                                    Held { units: old.units + fresh.units, ..fresh }
+                                }
+                                Some(old) => {
+                                    bump(&r.dropped, old.units);
+                                    fresh
+                                }
+                                None => fresh,
+                            };
+                            res.remaining = o.remaining + held.units;
+                            map.insert(plan.keys[i].clone(), held);
                         }
                     }
                     Mode::Peek => {
