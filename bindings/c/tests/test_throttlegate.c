@@ -1416,8 +1416,14 @@ static void reserve_child(const tg_policy *policy, const char *prefix, int check
                           tg_limiter *inherited, int out) {
     tg_attribute attrs[] = {{"k", "hot"}};
     uint64_t admitted = 0;
+    int failures_before = failures;
     alarm(120);
-    if (inherited != NULL && check_info(inherited, attrs, 1, 1).allowed) admitted++;
+    if (inherited != NULL) {
+        /* The parent's reservation is not the child's: it reserves its own, and
+         * freeing the limiter gives that back. */
+        if (check_info(inherited, attrs, 1, 1).allowed) admitted++;
+        tg_limiter_free(inherited);
+    }
     int per = checks / (restarts + 1);
     for (int r = 0; r <= restarts; r++) {
         tg_limiter *l = reserve_limiter(policy, prefix);
@@ -1431,7 +1437,7 @@ static void reserve_child(const tg_policy *policy, const char *prefix, int check
         tg_limiter_free(l);
     }
     if (write(out, &admitted, sizeof admitted) != (ssize_t)sizeof admitted) _exit(3);
-    _exit(failures == 0 ? 0 : 1);
+    _exit(failures == failures_before ? 0 : 1);
 }
 
 /* 6 forked processes (and a 7th killed with SIGKILL while it holds a
@@ -1489,7 +1495,8 @@ static void test_reserve_processes(void) {
             if (check_info(parents, attrs, 1, 1).allowed) total++;
         }
         CHECK(total <= limits[c], "admitted %" PRIu64 " of %" PRIu64, total, limits[c]);
-        CHECK(total + 2 * reserves[c] >= limits[c], "admitted only %" PRIu64 " of %" PRIu64, total, limits[c]);
+        /* Short of the limit by at most what the killed process held. */
+        CHECK(total + reserves[c] >= limits[c], "admitted only %" PRIu64 " of %" PRIu64, total, limits[c]);
         tg_limiter_free(parents);
         tg_policy_free(policy);
     }
