@@ -1401,7 +1401,7 @@ static tg_limiter *reserve_limiter(const tg_policy *policy, const char *prefix) 
     OK(tg_limiter_options_new(&o));
     OK(tg_limiter_options_set_url(o, redis_url));
     OK(tg_limiter_options_set_prefix(o, prefix));
-    OK(tg_limiter_options_set_timeout_ms(o, 5000));
+    OK(tg_limiter_options_set_timeout_ms(o, 60000));
     OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
     OK(tg_limiter_new_with_options(policy, o, &l));
     tg_limiter_options_free(o);
@@ -1417,7 +1417,7 @@ static void reserve_child(const tg_policy *policy, const char *prefix, int check
     tg_attribute attrs[] = {{"k", "hot"}};
     uint64_t admitted = 0;
     int failures_before = failures;
-    alarm(120);
+    alarm(600); /* a hang becomes a missing report (valgrind runs this too) */
     if (inherited != NULL) {
         /* The parent's reservation is not the child's: it reserves its own, and
          * freeing the limiter gives that back. */
@@ -1436,8 +1436,11 @@ static void reserve_child(const tg_policy *policy, const char *prefix, int check
         }
         tg_limiter_free(l);
     }
-    if (write(out, &admitted, sizeof admitted) != (ssize_t)sizeof admitted) _exit(3);
-    _exit(failures == failures_before ? 0 : 1);
+    /* The verdict goes through the pipe: under valgrind a child's exit status
+     * also reflects the memory of threads it inherited and does not have. */
+    uint64_t report[2] = {admitted, failures == failures_before ? 1 : 0};
+    if (write(out, report, sizeof report) != (ssize_t)sizeof report) _exit(3);
+    _exit(0);
 }
 
 /* 6 forked processes (and a 7th killed with SIGKILL while it holds a
@@ -1482,13 +1485,12 @@ static void test_reserve_processes(void) {
             }
         }
         for (int i = 1; i < 7; i++) {
-            uint64_t n = 0;
-            CHECK(read(pipes[i][0], &n, sizeof n) == (ssize_t)sizeof n, "child %d reports", i);
+            uint64_t report[2] = {0, 0};
+            CHECK(read(pipes[i][0], report, sizeof report) == (ssize_t)sizeof report, "child %d reports", i);
+            CHECK(report[1] == 1, "child %d had failures", i);
             close(pipes[i][0]);
-            int status = -1;
-            CHECK(waitpid(pids[i], &status, 0) == pids[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "child %d exits cleanly (status %d)", i, status);
-            total += n;
+            CHECK(waitpid(pids[i], NULL, 0) == pids[i], "waitpid");
+            total += report[0];
         }
         /* The parent spends what it still holds. */
         for (int i = 0; i < 100; i++) {
