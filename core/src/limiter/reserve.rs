@@ -355,6 +355,9 @@ impl Limiter {
             Ok(p) => p,
             Err(e) => {
                 self.unpay(&plan, &paid, cost, mode);
+                if e.kind() == crate::error::ErrorKind::Timeout {
+                    super::Counters::bump(&self.inner.counters.timeouts);
+                }
                 if e.kind().is_backend_failure() {
                     self.inner.outage.failed(&e);
                     return self.degrade(g, &plan, e);
