@@ -199,3 +199,33 @@ async fn a_call_id_on_a_reserved_rule_is_refused() {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert!(e.message().starts_with("call_id: rule \"r\" reserves units in process"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_reserved_key_never_admits_more_and_cross_slot_checks_are_refused() {
+    let cluster = throttlegate_testkit::RedisCluster::start(3);
+    let rule = Rule::fixed_window("hot", "ip:{ip}", 300, ms(3_600_000)).reserve(Reserve::new(30));
+    let make = |rules: Vec<Rule>| {
+        Limiter::builder(Policy::new(rules).unwrap().with_prefix("rsvc:").unwrap())
+            .url(cluster.url())
+            .timeout(ms(5000))
+            .on_backend_error(FailureMode::Error)
+            .build()
+            .unwrap()
+    };
+    let limiters = [make(vec![rule.clone()]), make(vec![rule.clone()])];
+    let mut admitted = 0;
+    for _ in 0..250 {
+        for l in &limiters {
+            if l.check(&ip("hot"), 1).await.unwrap().allowed {
+                admitted += 1;
+            }
+        }
+    }
+    assert!(admitted <= 300, "{admitted}");
+    assert!(admitted >= 300 - 30, "{admitted}");
+    // A reserved rule stacked with a rule whose key is in another slot.
+    let stacked = make(vec![rule, Rule::fixed_window("user", "u:{user}", 5, ms(60_000))]);
+    let e = stacked.check(&[("ip", "hot"), ("user", "x")], 1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().starts_with("reserve: on Redis Cluster, the keys of a check with a reserved rule must share one slot"), "{e}");
+}
