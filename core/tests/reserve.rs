@@ -229,3 +229,30 @@ async fn on_a_cluster_a_reserved_key_never_admits_more_and_cross_slot_checks_are
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert!(e.message().starts_with("reserve: on Redis Cluster, the keys of a check with a reserved rule must share one slot"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_drops_reserve_checks_directly_and_the_held_units_come_back() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let reserved = Rule::fixed_window("hot", "ip:{ip}", 100, ms(3_600_000)).reserve(Reserve::new(20).for_duration(ms(1_000)));
+    let l = build(&server, vec![reserved], Some(&clock));
+    let d = l.check(&ip("k"), 1).await.unwrap();
+    assert_eq!(d.remaining, 99);
+    // The same rule without reserve: checked directly; the units held still count as used.
+    l.reload(Policy::new(vec![Rule::fixed_window("hot", "ip:{ip}", 100, ms(3_600_000))]).unwrap().with_prefix("rsv:").unwrap())
+        .unwrap();
+    let d = l.check(&ip("k"), 1).await.unwrap();
+    assert!(d.allowed);
+    assert!(d.remaining < 98, "{}", d.remaining);
+    // reserve_for later, the limiter gives them back by itself.
+    clock.advance(ms(1_500));
+    let mut remaining = 0;
+    for _ in 0..100 {
+        tokio::time::sleep(ms(50)).await;
+        remaining = l.peek(&ip("k"), 1).await.unwrap().remaining;
+        if remaining == 97 {
+            break;
+        }
+    }
+    assert_eq!(remaining, 97, "2 admitted, the rest given back");
+}
