@@ -23,7 +23,10 @@ Measures, in one run against one redis-server:
  11. latency percentiles per check under an open-loop load at 25%, 50% and
      90% of saturation (part `latency`: benches/node/latency.js next to
      RateLimiterRedis, benches/python/latency.py next to `limits`' asyncio
-     moving window).
+     moving window);
+ 12. one hot key, 4 processes, a fixed window with and without `reserve`
+     (part `reserve`: reserve.py): checks/s, script runs per check, admitted
+     per window.
 Writes a markdown report (--out) and prints it. Standard library only.
 """
 
