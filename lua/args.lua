@@ -57,9 +57,19 @@ local replayed = 0
 -- one more argument after the rules' triples, and the keys they read after
 -- the rules' keys.
 local ext_spec
-if (#ARGV - 4) % 3 == 1 then
+-- Reservations (reserve.lua): modes "r" and "g" send two more arguments,
+-- the extension argument ("" when none) and the reservation's.
+local reserve_spec
+local tail = (#ARGV - 4) % 3
+if tail == 1 then
   ext_spec = ARGV[#ARGV]
   n = (#ARGV - 5) / 3
+elseif tail == 2 then
+  reserve_spec = ARGV[#ARGV]
+  if ARGV[#ARGV - 1] ~= '' then
+    ext_spec = ARGV[#ARGV - 1]
+  end
+  n = (#ARGV - 6) / 3
 end
 
 -- Which algorithms this call uses: the functions of the others are not even

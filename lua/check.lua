@@ -115,6 +115,12 @@ if not all_pass and cost > 0 then
   end
 end
 
+-- Reservations (reserve.lua): what each reserved rule takes beyond the cost.
+local granted
+if reserve_grant and all_pass and mode ~= 'p' then
+  granted = reserve_grant(out)
+end
+
 if mode ~= 'p' and all_pass then
   local stored_id = nil
   if dedupe then
@@ -131,7 +137,7 @@ if mode ~= 'p' and all_pass then
         sw_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
           held[3 * i - 1] or nil, held[3 * i] or nil)
       elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
-        pc_commit(KEYS[i], now, cost, held[3 * i - 2], stored_id, held[3 * i - 1])
+        pc_commit(KEYS[i], now, cost + (granted and granted[i] or 0), held[3 * i - 2], stored_id, held[3 * i - 1])
       else
         tb_commit(KEYS[i], held[3 * i - 1], held[3 * i - 2], out[4 * i + 2], stored_id, held[3 * i] or nil)
       end
@@ -145,6 +151,11 @@ elseif uses_log then
     if ARGV[3 * i + 2] == 'w' or ARGV[3 * i + 2] == 'W' then
       swl_flush(KEYS[i], held[3 * i - 2], held[3 * i - 1], held[3 * i])
     end
+  end
+end
+if reserve_spec then
+  for i = 1, n do
+    out[#out + 1] = granted and granted[i] or 0
   end
 end
 return out

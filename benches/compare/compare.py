@@ -23,7 +23,10 @@ Measures, in one run against one redis-server:
  11. latency percentiles per check under an open-loop load at 25%, 50% and
      90% of saturation (part `latency`: benches/node/latency.js next to
      RateLimiterRedis, benches/python/latency.py next to `limits`' asyncio
-     moving window).
+     moving window);
+ 12. one hot key, 4 processes, a fixed window with and without `reserve`
+     (part `reserve`: reserve.py): checks/s, script runs per check, admitted
+     per window.
 Writes a markdown report (--out) and prints it. Standard library only.
 """
 
@@ -64,7 +67,8 @@ LOADS = [
     ("50 connections, pipeline 16", 50, 16, 120_000),
 ]
 
-PARTS = ["redis", "memory", "node", "python", "rust", "algos", "node-algos", "python-algos", "burst", "latency"]
+PARTS = ["redis", "memory", "node", "python", "rust", "algos", "node-algos", "python-algos", "burst", "latency",
+         "reserve"]
 # The parts that send throttlegate's script themselves (and need --script).
 SCRIPT_PARTS = {"redis", "memory", "algos"}
 
@@ -859,6 +863,32 @@ def bench_python_algos(r: Resp, port: int, pin: list[str], seconds: float, work:
 
 
 # ---------------------------------------------------------------------------
+# 12: one hot key, 4 processes, with and without reserve (docs/concepts/reserve.md)
+
+
+def bench_reserve(port: int, pin: list[str], seconds: float, work: Path) -> tuple[list[str], bool]:
+    out = ["## 12. One hot key, 4 processes, fixed window with and without `reserve = 100`", ""]
+    result = work / "reserve.json"
+    cmd = [*pin, str(ROOT / ".venv/bin/python"), str(HERE / "reserve.py"), "--port", str(port),
+           "--seconds", str(seconds), "--json", str(result)]
+    env = dict(os.environ, PYTHONPATH=str(work / "python"))
+    status, stdout = run_part(cmd, part_timeout(seconds * 4 + 30), env=env)
+    if status != 0 or not result.exists():
+        return out + [f"FAILED (exit {status}):", "", "```text", stdout[-2000:], "```", ""], False
+    res = json.loads(result.read_text())
+    ratio = res["reserve"]["checks_per_s"] / res["direct"]["checks_per_s"]
+    per_run = res["reserve"]["runs_per_check"]
+    exact = all(res[k + "-exact"]["worst"] <= 2000 for k in ("direct", "reserve"))
+    GOALS.append(("One hot key, reserve = 100: >= 10x the direct path's checks/s", f"{ratio:.1f}x", met(ratio >= 10)))
+    GOALS.append(("One hot key, reserve = 100: <= 1 script run per 50 checks", f"1 per {1 / per_run:.0f}" if per_run else "0",
+                  met(per_run <= 1 / 50)))
+    GOALS.append(("One hot key, reserve = 100: admitted <= limit in every window", "yes" if exact else "no", met(exact)))
+    out += ["`.venv/bin/python benches/compare/reserve.py` (4 processes of the Python package on one key):", "",
+            "```text", stdout.strip(), "```", ""]
+    return out, exact
+
+
+# ---------------------------------------------------------------------------
 # 10: over-admission on a boundary-burst trace
 
 
@@ -1068,7 +1098,7 @@ def main() -> int:
               "node": "## 4. Node", "python": "## 5. Python", "rust": "## 6. Embedded backend from Rust",
               "algos": "## 7. Every algorithm on Redis", "node-algos": "## 8. Node, fixed window",
               "python-algos": "## 9. Python, sliding window of counters", "burst": "## 10. Boundary burst",
-              "latency": "## 11. Latency per check, open loop"}
+              "latency": "## 11. Latency per check, open loop", "reserve": "## 12. One hot key with reserve"}
     for part in PARTS:
         if part not in parts:
             continue
@@ -1111,10 +1141,13 @@ def main() -> int:
                     lines, good = bench_python_algos(r, args.port, pin, args.seconds, args.work)
                 elif part == "latency":
                     lines, good = bench_latency(r, args.port, pin, args.seconds, args.work)
+                elif part == "reserve":
+                    AT_START["reserve"] = built_artifacts("python", args.work)
+                    lines, good = bench_reserve(args.port, pin, args.seconds, args.work)
                 else:
                     lines, good = bench_criterion(pin, args.seconds, args.work)
                 before = AT_START.get(part, {})
-                stable = built_artifacts(part.split("-")[0], args.work) == before
+                stable = built_artifacts("python" if part == "reserve" else part.split("-")[0], args.work) == before
                 if stable or attempt == 2:
                     break
                 # Another build in this checkout replaced the library under the benchmark: once more.

@@ -9,7 +9,7 @@
 #
 # COMPARE_SECONDS=N is the same knob for `make compare COMPARE_SECONDS=N`.
 # COMPARE_ONLY=PART,PART runs only those parts of compare.py (redis, memory,
-# node, python, rust, algos, node-algos, python-algos, burst, latency), builds only
+# node, python, rust, algos, node-algos, python-algos, burst, latency, reserve), builds only
 # what they need, and writes benches/compare/RESULTS-partial.md instead of
 # RESULTS.md (which only a full run writes).
 set -euo pipefail
@@ -97,7 +97,7 @@ if ! THROTTLEGATE_BUILD_PROFILE=release npm run --silent build >&2; then
 fi
 fi
 
-if wants python python-algos burst latency; then
+if wants python python-algos burst latency reserve; then
 echo "== Python: .venv with limits, redis, hiredis and the package (pip install .)" >&2
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -117,6 +117,7 @@ else
   BROKEN+=(--broken "python-algos=the Python package did not build (pip wheel . failed)")
   BROKEN+=(--broken "burst=the Python package did not build (pip wheel . failed)")
   BROKEN+=(--broken "latency=the Python package did not build (pip wheel . failed)")
+  BROKEN+=(--broken "reserve=the Python package did not build (pip wheel . failed)")
 fi
 fi
 

@@ -64,6 +64,7 @@ pub use limiter::{
     METRICS_CONTENT_TYPE, RELOAD_POLL_INTERVAL,
 };
 pub use limiter::{Wire, WireAddress, WireOutcomes};
+pub use limiter::ReserveStats;
 pub use http::{HttpRequest, RouterRules, REQUEST_MODEL};
 pub use policy::rate::{self as rate, parse_rate, Rate};
 pub use limiter::{RouteLimit, ROUTE_LIMIT_KEY};
@@ -71,6 +72,7 @@ pub use health::{HealthEvent, HealthSink, OutageCause};
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
 pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use policy::tiers::{Block, Override, TierLimit, Tiers, MAX_BLOCK_FACTOR};
+pub use policy::reserve::{Reserve, DEFAULT_RESERVE_FOR, MAX_RESERVE_FOR};
 pub use options::{unknown_option, DurationUnit, OptionValue};
 pub use policy::{
     default_precision, format_utc_offset, parse_utc_offset, Algorithm, FailureMode, Period, Policy, Rule,

@@ -141,7 +141,7 @@ fn raw_value(text: &str, ext: Option<&str>) -> Option<Value> {
 }
 
 /// The duration fields of a policy, top level and per rule.
-const DURATION_FIELDS: &[&str] = &["window", "precision", "block", "block_max", "block_period"];
+const DURATION_FIELDS: &[&str] = &["window", "precision", "block", "block_max", "block_period", "reserve_for"];
 
 /// `findings` with a `bare_duration` warning for each duration under a
 /// second written as a bare number (milliseconds), errors kept first.

@@ -99,6 +99,8 @@ pub(crate) struct CompiledRule {
     tiers: Option<Box<CompiledTiers>>,
     /// Overrides and block, `None` when the rule has neither.
     pub ext: Option<RuleExt>,
+    /// Units reserved in process (`reserve`), for a network backend.
+    pub reserve: Option<crate::policy::Reserve>,
 }
 
 /// One rule (or one tier of a rule) compiled for the hot path.
@@ -156,6 +158,7 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
         failure: rule.on_backend_error.unwrap_or(policy.on_backend_error),
         tiers: None,
         ext,
+        reserve: rule.reserve,
     }
 }
 
@@ -481,6 +484,12 @@ impl Rules {
             let mut buf = buf.borrow_mut();
             for rule in &self.rules {
                 if let Some(rule) = self.applies(rule, attrs, cost, &mut buf)? {
+                    if let (Some(id), Some(_)) = (call_id, rule.reserve) {
+                        return Err(Error::invalid_argument(format!(
+                            "call_id: rule {:?} reserves units in process (`reserve`), which a check with a call id ({id:?}) cannot use; call ids and settle are not supported with reserve",
+                            &*rule.name
+                        )));
+                    }
                     if let Some(ext) = rule.ext {
                         plan.ext.push(PlanExt {
                             at: plan.keys.len(),

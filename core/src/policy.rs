@@ -18,6 +18,8 @@ pub use crate::key::MAX_NAME_LEN;
 use crate::key::{validate_name, KeyTemplate};
 pub mod rate;
 pub mod tiers;
+pub mod reserve;
+pub use reserve::Reserve;
 
 pub use tiers::{Block, TierLimit, Tiers};
 
@@ -317,6 +319,9 @@ pub struct Rule {
     pub overrides: bool,
     /// The penalty of a denial (see [`Block`]).
     pub block: Option<Block>,
+    /// Units a limiter reserves from the backend at a time and spends in
+    /// process (see [`Reserve`]); fixed windows and quotas only.
+    pub reserve: Option<Reserve>,
 }
 
 impl Rule {
@@ -389,7 +394,14 @@ impl Rule {
             tiers: None,
             overrides: false,
             block: None,
+            reserve: None,
         }
+    }
+
+    /// Reserve units of this rule in process (see [`Reserve`]).
+    pub fn reserve(mut self, reserve: Reserve) -> Rule {
+        self.reserve = Some(reserve);
+        self
     }
 
     /// Pick the limit per request by an attribute's value.
@@ -486,6 +498,7 @@ impl Policy {
         for i in 0..rules.len() {
             let at = rule_path(i, &rules[i].name);
             tiers::validate(&rules[i]).map_err(|m| Error::invalid_policy(format!("{at}: {m}")))?;
+            reserve::validate(&rules[i]).map_err(|m| Error::invalid_policy(format!("{at}: {m}")))?;
             // A tiered rule's algorithm stands for its default (or first) tier.
             if let Some(stand_in) = rules[i].tiers.as_ref().and_then(|t| t.placeholder()) {
                 if let Some(a) = tiers::with_limit(rules[i].algorithm, stand_in) {
@@ -695,6 +708,7 @@ impl Policy {
                     m.insert("on_backend_error".into(), Value::from(mode.as_str()));
                 }
                 tiers::write_into(r, &mut m);
+                reserve::write_into(r, &mut m);
                 Value::Object(m)
             })
             .collect();
@@ -944,6 +958,8 @@ const RULE_FIELDS: &[&str] = &[
     "block_factor",
     "block_max",
     "block_period",
+    "reserve",
+    "reserve_for",
 ];
 
 fn type_name(v: &Value) -> &'static str {
@@ -1256,6 +1272,7 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
     }
     rule.tiers = tiers;
     tiers::parse_into(&mut rule, obj).map_err(|m| format!("{at}: {m}"))?;
+    reserve::parse_into(&mut rule, obj).map_err(|m| format!("{at}: {m}"))?;
     Ok(rule)
 }
 

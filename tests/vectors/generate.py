@@ -1495,6 +1495,24 @@ case("quota-utc-offset", "A daily quota at +02:00 resets at local midnight (22:0
       chk({"api_key": "k1"}, adv=1_000, allowed=False, rule="monthly-est")],
      start_us=utc_us(2026, 2, 1, 3))
 
+# -- reserved rules (reserve): one limiter decides exactly as the direct path
+
+case("reserve-fw-one-limiter", "A fixed window with reserve = 4: one limiter's decisions, remaining and headers are the direct "
+     "path's (remaining is the backend's count plus the units it holds), across a window's end, peeks, costs and a denial.",
+     [fw("hot", "ip:{ip}", 10, "10s", reserve=4, reserve_for="1h")],
+     [chk(IP, remaining=9, reset_after_ms=10_000), chk(IP, remaining=8), chk(IP, 2, remaining=6), peek(IP, 3, remaining=3),
+      chk(IP, 3, adv=1_000, remaining=3), chk(IP, remaining=2), chk(IP, 2, remaining=0), chk(IP, allowed=False, retry_after_ms=9_000),
+      peek(IP, allowed=False), chk(IP, adv=9_000, remaining=9, reset_after_ms=10_000), chk(IP, 5, adv=9_999, remaining=4),
+      chk(IP, 4, adv=1, remaining=6, reset_after_ms=10_000), chk(IP, remaining=5)])
+
+case("reserve-quota-one-limiter", "A daily quota with reserve = 8: the same answers as without it, and reset forgets the key "
+     "(and the limiter's reservation of it).",
+     [quota("daily", "key:{api_key}", 20, "day", reserve=8)],
+     [chk({"api_key": "k1"}, 3, remaining=17, reset_after_ms=14 * 3_600_000), chk({"api_key": "k1"}, remaining=16),
+      chk({"api_key": "k1"}, 7, remaining=9), chk({"api_key": "k1"}, 9, remaining=0), chk({"api_key": "k1"}, allowed=False),
+      reset({"api_key": "k1"}, deleted=1), chk({"api_key": "k1"}, 20, remaining=0), chk({"api_key": "k2"}, remaining=19)],
+     start_us=utc_us(2026, 1, 15, 10))
+
 case("quota-big-limit", "Quotas take limits up to 10^15 (token budgets): counts stay exact.",
      [quota("tokens", "t:{tenant}", 10 ** 12, "month")],
      [chk({"tenant": "acme"}, 10 ** 12 - 1, remaining=1), chk({"tenant": "acme"}, 2, allowed=False, remaining=1),

@@ -1392,6 +1392,118 @@ static void test_fork(void) {
     tg_policy_free(policy);
 }
 
+/* ---- reserve: processes sharing one reserved key ---- */
+
+/* A limiter of `policy` on the test Redis with the prefix `prefix`. */
+static tg_limiter *reserve_limiter(const tg_policy *policy, const char *prefix) {
+    tg_limiter_options *o = NULL;
+    tg_limiter *l = NULL;
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_url(o, redis_url));
+    OK(tg_limiter_options_set_prefix(o, prefix));
+    OK(tg_limiter_options_set_timeout_ms(o, 60000));
+    OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_limiter_options_free(o);
+    return l;
+}
+
+/* In a forked child: `checks` checks on the hot key with a limiter made anew
+ * `restarts` times (freed, which gives its reservation back, in between),
+ * or, with `hold`, 3 checks and then a wait to be killed; writes the number
+ * admitted to `out`. `inherited`, made by the parent, is checked once too. */
+static void reserve_child(const tg_policy *policy, const char *prefix, int checks, int restarts, int hold,
+                          tg_limiter *inherited, int out) {
+    tg_attribute attrs[] = {{"k", "hot"}};
+    uint64_t admitted = 0;
+    int failures_before = failures;
+    alarm(600); /* a hang becomes a missing report (valgrind runs this too) */
+    if (inherited != NULL) {
+        /* The parent's reservation is not the child's: it reserves its own, and
+         * freeing the limiter gives that back. */
+        if (check_info(inherited, attrs, 1, 1).allowed) admitted++;
+        tg_limiter_free(inherited);
+    }
+    int per = checks / (restarts + 1);
+    for (int r = 0; r <= restarts; r++) {
+        tg_limiter *l = reserve_limiter(policy, prefix);
+        for (int i = 0; i < (hold ? 3 : per); i++) {
+            if (check_info(l, attrs, 1, 1).allowed) admitted++;
+        }
+        if (hold) {
+            if (write(out, &admitted, sizeof admitted) != (ssize_t)sizeof admitted) _exit(3);
+            for (;;) pause();
+        }
+        tg_limiter_free(l);
+    }
+    /* The verdict goes through the pipe: under valgrind a child's exit status
+     * also reflects the memory of threads it inherited and does not have. */
+    uint64_t report[2] = {admitted, failures == failures_before ? 1 : 0};
+    if (write(out, report, sizeof report) != (ssize_t)sizeof report) _exit(3);
+    _exit(0);
+}
+
+/* 6 forked processes (and a 7th killed with SIGKILL while it holds a
+ * reservation) on one reserved key admit at most the limit in total, for a
+ * fixed window and a quota; a limiter the parent holds a reservation in is
+ * checked in every child without doubling it. */
+static void test_reserve_processes(void) {
+    const char *policies[] = {
+        "[[rules]]\nname = \"hot\"\nkey = \"k:{k}\"\nalgorithm = \"fixed_window\"\nlimit = 600\nwindow = \"1h\"\n"
+        "reserve = 40\n",
+        "[[rules]]\nname = \"hot\"\nkey = \"k:{k}\"\nalgorithm = \"quota\"\nlimit = 500\nperiod = \"day\"\n"
+        "reserve = 100\nreserve_for = \"200ms\"\n",
+    };
+    const uint64_t limits[] = {600, 500}, reserves[] = {40, 100};
+    for (int c = 0; c < 2; c++) {
+        char prefix[64];
+        fresh_prefix(prefix, sizeof prefix);
+        tg_policy *policy = policy_from(policies[c]);
+        tg_attribute attrs[] = {{"k", "hot"}};
+        /* The parent takes a reservation before forking. */
+        tg_limiter *parents = reserve_limiter(policy, prefix);
+        uint64_t total = check_info(parents, attrs, 1, 1).allowed ? 1 : 0;
+        int pipes[7][2];
+        pid_t pids[7];
+        fflush(stdout);
+        fflush(stderr);
+        for (int i = 0; i < 7; i++) {
+            CHECK(pipe(pipes[i]) == 0, "pipe");
+            pids[i] = fork();
+            if (pids[i] == 0) {
+                close(pipes[i][0]);
+                reserve_child(policy, prefix, 300, i % 3, i == 0, i == 0 ? NULL : parents, pipes[i][1]);
+            }
+            close(pipes[i][1]);
+            if (i == 0) {
+                uint64_t held = 0;
+                CHECK(read(pipes[0][0], &held, sizeof held) == (ssize_t)sizeof held, "the holder reports");
+                total += held;
+                kill(pids[0], SIGKILL);
+                waitpid(pids[0], NULL, 0);
+                close(pipes[0][0]);
+            }
+        }
+        for (int i = 1; i < 7; i++) {
+            uint64_t report[2] = {0, 0};
+            CHECK(read(pipes[i][0], report, sizeof report) == (ssize_t)sizeof report, "child %d reports", i);
+            CHECK(report[1] == 1, "child %d had failures", i);
+            close(pipes[i][0]);
+            CHECK(waitpid(pids[i], NULL, 0) == pids[i], "waitpid");
+            total += report[0];
+        }
+        /* The parent spends what it still holds. */
+        for (int i = 0; i < 100; i++) {
+            if (check_info(parents, attrs, 1, 1).allowed) total++;
+        }
+        CHECK(total <= limits[c], "admitted %" PRIu64 " of %" PRIu64, total, limits[c]);
+        /* Short of the limit by at most what the killed process held. */
+        CHECK(total + reserves[c] >= limits[c], "admitted only %" PRIu64 " of %" PRIu64, total, limits[c]);
+        tg_limiter_free(parents);
+        tg_policy_free(policy);
+    }
+}
+
 /* Per-rule metrics: the counters, the latency histogram and the text. */
 static void test_metrics(const char *url) {
     /* A window long enough that no unit leaves it during the test. */
@@ -1609,6 +1721,7 @@ int main(void) {
         {"invalid UTF-8", test_invalid_utf8},
         {"last error per thread", test_last_error_per_thread},
         {"fork", test_fork},
+        {"reserve: processes on one key", test_reserve_processes},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         printf("test: %s\n", tests[i].name);

@@ -35,6 +35,8 @@ pub const CHECK_SCRIPT: &str = concat!(
     "\n",
     include_str!("../../lua/settle.lua"),
     "\n",
+    include_str!("../../lua/reserve.lua"),
+    "\n",
     include_str!("../../lua/check.lua"),
 );
 

@@ -279,6 +279,7 @@ impl LimiterBuilder {
                 counters: Counters::default(),
                 waiters: Default::default(),
                 outage: Outage::new(o.on_health),
+                reserves: Default::default(),
             }),
         };
         if o.strict {

@@ -11,6 +11,7 @@ mod http;
 mod metrics;
 mod options;
 mod reload;
+mod reserve;
 mod settle;
 mod stats;
 mod wire;
@@ -24,6 +25,7 @@ pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
 pub use metrics::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
 pub use settle::{acquire_timeout, actual_cost};
 pub use stats::Stats;
+pub use reserve::ReserveStats;
 pub use wire::{Wire, WireAddress, WireOutcomes};
 
 use std::future::Future;
@@ -116,6 +118,8 @@ struct Inner {
     waiters: settle::Waiters,
     /// The backend's outage in progress, if any (reported to the health sink).
     outage: crate::health::Outage,
+    /// Units of reserved rules held in process.
+    reserves: reserve::Reserves,
 }
 
 /// A rate limiter: a policy bound to a backend (Redis or in-memory).
@@ -214,6 +218,7 @@ impl Limiter {
             if let Some(c) = &g.deny_cache {
                 c.forget(&keys);
             }
+            self.inner.reserves.forget(&keys);
             keys
         };
         if keys.is_empty() {
@@ -352,6 +357,9 @@ impl Limiter {
     /// [`Limiter::keys`] and the policy still answer, and the backend's name
     /// is `"closed"`. Closing twice is harmless.
     pub fn close(&self) {
+        if !self.is_closed() {
+            self.return_all();
+        }
         self.inner.closed.store(true, Ordering::SeqCst);
         if let Some(r) = &self.inner.remote {
             r.close();
@@ -469,7 +477,11 @@ impl Limiter {
                 Ok((g, plan)) => {
                     let (keys, rules, ext) = plan?;
                     let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
-                    self.send(&g, Plan { keys, rules, cost, call_id, ext }, mode).await
+                    let plan = Plan { keys, rules, cost, call_id, ext };
+                    if reserve::has_reserved(&plan) {
+                        return self.reserved(&g, plan, mode).await;
+                    }
+                    self.send(&g, plan, mode).await
                 }
             }
         }
@@ -484,6 +496,9 @@ impl Limiter {
         // The policy in force now, held until the answer (as the async path does).
         let g = self.inner.current.load_full();
         let plan = g.rules.plan(attrs, cost, call_id, str::to_string)?;
+        if reserve::has_reserved(&plan) {
+            return runtime::block_on(self.reserved(&g, plan, mode))?;
+        }
         self.send_blocking(&g, plan, mode)
     }
 

@@ -1,0 +1,550 @@
+//! Reservations (a rule's `reserve`, docs/concepts/reserve.md): units of a
+//! fixed window or quota taken from Redis ahead of use, in the same script
+//! run as a check (`lua/reserve.lua`, mode `r`), and spent in process.
+//!
+//! A reservation is spendable only before the end of the period it was
+//! counted in (judged on the local clock from the moment its trip was sent,
+//! which is never later than the server's reading of that period), and for
+//! at most `reserve_for`; then its rest is given back (mode `g`) while its
+//! period still runs, or dropped when the period is over (nothing counts it
+//! any more). So every unit admitted in a period is counted in that period
+//! by the backend, whatever the number of processes: never over the limit.
+//!
+//! One limiter alone decides exactly as the direct path: a reserved rule's
+//! `remaining` is the backend's remaining at the last trip (all outstanding
+//! reservations counted as used) plus this limiter's unspent units, and a
+//! reserved rule that needs a trip gives its leftover back in the same run
+//! before the check is decided.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use super::{Generation, Inner, Limiter};
+use crate::backend::script::{command, ext_refs, parse_reply, Header, CHECK_SCRIPT};
+use crate::backend::Connection;
+use crate::clock::Clock;
+use crate::decision::{Decision, RuleResult};
+use crate::error::{Error, Result};
+use crate::plan::{CompiledRule, Mode, Plan, PlanExt};
+
+/// How often the limiter looks for reservations to give back.
+const SWEEP_EVERY: Duration = Duration::from_millis(50);
+
+/// Counters of reservations since the limiter was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReserveStats {
+    /// Checks that needed the backend for a reserved rule (each one script run).
+    pub trips: u64,
+    /// Checks answered from reservations alone, with no round trip.
+    pub local: u64,
+    /// Units reserved from the backend.
+    pub reserved: u64,
+    /// Units given back to the backend (unspent after `reserve_for`, on `close`,
+    /// or as the leftover of a reservation that could not pay a request).
+    pub returned: u64,
+    /// Unspent units dropped at the end of their period (nothing counts them any more).
+    pub dropped: u64,
+}
+
+/// One key's reservation.
+#[derive(Debug, Clone)]
+struct Held {
+    /// Units left to spend.
+    units: u64,
+    /// The backend's remaining at the last trip (reservations counted as used).
+    seen: u64,
+    /// The end of the period, on the local clock (never later than the server's).
+    end_local: i64,
+    /// The end of the period as the server stores it (for the give-back).
+    end_server: i64,
+    /// When the rest is given back (local clock).
+    expires: i64,
+    /// The rule's limit and script arguments.
+    limit: u64,
+    args: [String; 3],
+}
+
+impl Held {
+    fn live(&self, now: i64) -> bool {
+        now < self.expires && now < self.end_local
+    }
+}
+
+/// Units to give back: key, script arguments, units, period end.
+type Return = (String, [String; 3], u64, i64);
+
+/// The reservations of one limiter, by key.
+#[derive(Default)]
+pub(super) struct Reserves {
+    held: Mutex<HashMap<String, Held>>,
+    /// The fork generation the reservations belong to: a forked child starts
+    /// with none (the parent's are the parent's to spend).
+    generation: AtomicU64,
+    sweeping: AtomicBool,
+    trips: AtomicU64,
+    local: AtomicU64,
+    reserved: AtomicU64,
+    returned: AtomicU64,
+    dropped: AtomicU64,
+}
+
+fn bump(a: &AtomicU64, n: u64) {
+    a.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Reserves {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        let mut map = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = crate::runtime::fork_generation();
+        if self.generation.swap(generation, Ordering::Relaxed) != generation {
+            map.clear();
+            self.sweeping.store(false, Ordering::Relaxed);
+        }
+        map
+    }
+
+    /// The counters.
+    pub fn read(&self) -> ReserveStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ReserveStats {
+            trips: get(&self.trips),
+            local: get(&self.local),
+            reserved: get(&self.reserved),
+            returned: get(&self.returned),
+            dropped: get(&self.dropped),
+        }
+    }
+
+    /// Take out what is no longer spendable at `now` (all of it when `all`):
+    /// what can still be given back, the rest counted as dropped.
+    fn take_expired(&self, now: i64, all: bool) -> Vec<Return> {
+        let mut back = Vec::new();
+        let mut map = self.map();
+        map.retain(|key, h| {
+            if !all && h.live(now) {
+                return true;
+            }
+            if h.units > 0 && now < h.end_local {
+                back.push((key.clone(), h.args.clone(), h.units, h.end_server));
+            } else {
+                bump(&self.dropped, h.units);
+            }
+            false
+        });
+        back
+    }
+
+    /// Forget the reservations of these keys (a reset deleted their counts).
+    pub fn forget(&self, keys: &[String]) {
+        let mut map = self.map();
+        for k in keys {
+            map.remove(k);
+        }
+    }
+}
+
+/// The check script's hash.
+fn sha() -> &'static str {
+    static SHA: OnceLock<String> = OnceLock::new();
+    SHA.get_or_init(|| redis::Script::new(CHECK_SCRIPT).get_hash().to_string())
+}
+
+/// Whether the server answered that it does not have the script.
+fn is_noscript(e: &Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<redis::RedisError>() {
+            return crate::backend::script::is_noscript(r);
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Run a command of the check script (EVALSHA, then EVAL when the server
+/// does not have it).
+async fn run_script(remote: &Connection, build: impl Fn(Option<&str>) -> redis::Cmd) -> Result<Vec<i64>> {
+    match remote.query::<Vec<i64>>(&build(Some(sha()))).await {
+        Err(e) if is_noscript(&e) => remote.query(&build(None)).await,
+        other => other,
+    }
+}
+
+/// Give units back (mode `g`); returns how many the backend took back.
+async fn give_back(remote: &Connection, now: Option<i64>, items: &[Return]) -> Result<u64> {
+    let mut total = 0;
+    for (key, args, units, end) in items {
+        let reply = run_script(remote, |sha| {
+            let mut cmd = match sha {
+                Some(s) => {
+                    let mut c = redis::cmd("EVALSHA");
+                    c.arg(s);
+                    c
+                }
+                None => {
+                    let mut c = redis::cmd("EVAL");
+                    c.arg(CHECK_SCRIPT);
+                    c
+                }
+            };
+            cmd.arg(1).arg(key).arg("g");
+            match now {
+                Some(t) => cmd.arg(t),
+                None => cmd.arg(""),
+            };
+            cmd.arg("-").arg(0).arg(&args[..]).arg("").arg(format!("{units}:{end}"));
+            cmd
+        })
+        .await?;
+        total += reply.get(2).copied().unwrap_or(0).max(0) as u64;
+    }
+    Ok(total)
+}
+
+/// Whether any applicable rule of the plan is reserved.
+pub(super) fn has_reserved(plan: &Plan<'_, String>) -> bool {
+    plan.rules.iter().any(|r| r.reserve.is_some())
+}
+
+/// A rule answered from its reservation: allowed, its remaining the
+/// backend's last count plus the units left.
+fn local_result(rule: &CompiledRule, h: &Held, now: i64) -> RuleResult {
+    RuleResult {
+        rule: rule.name,
+        index: rule.index,
+        allowed: true,
+        shadow: rule.shadow,
+        limit: h.limit,
+        remaining: h.seen + h.units,
+        retry_after: Duration::ZERO,
+        reset_after: Duration::from_micros((h.end_local - now).max(0) as u64),
+        window: rule.window,
+    }
+}
+
+impl Limiter {
+    /// The reservation counters (see [`ReserveStats`]).
+    pub fn reserve_stats(&self) -> ReserveStats {
+        self.inner.reserves.read()
+    }
+
+    /// A check or peek whose plan has a reserved rule, on a network backend.
+    pub(super) async fn reserved(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+        let Some(remote) = &self.inner.remote else { return Err(Error::closed()) };
+        if remote.name() == "cluster" {
+            let slot = crate::backend::cluster::slot(&plan.keys[0]);
+            if plan.keys.iter().any(|k| crate::backend::cluster::slot(k) != slot) {
+                return Err(Error::invalid_argument(
+                    "reserve: on Redis Cluster, the keys of a check with a reserved rule must share one slot (a reservation is taken in one script run); give the rules' keys a common {hash tag}, or check the reserved rule on its own",
+                ));
+            }
+        }
+        let now = self.local_now();
+        let clock_now = match &self.inner.clock {
+            Clock::Backend => None,
+            _ => Some(now),
+        };
+        let r = &self.inner.reserves;
+        let cost = plan.cost;
+        // Per plan rule: Some(held) when paid from its reservation, and the
+        // leftover a reserved rule sent to the backend gives back first.
+        let mut paid: SmallVec<[Option<Held>; 4]> = SmallVec::new();
+        let mut credit: SmallVec<[Option<(u64, i64)>; 4]> = SmallVec::new();
+        let mut expired = Vec::new();
+        {
+            let mut map = r.map();
+            for (key, rule) in plan.keys.iter().zip(&plan.rules) {
+                let mut pay = None;
+                let mut give = None;
+                if rule.reserve.is_some() {
+                    if let Some(h) = map.get_mut(key) {
+                        if !h.live(now) {
+                            let h = map.remove(key).expect("present");
+                            if h.units > 0 && now < h.end_local {
+                                expired.push((key.clone(), h.args.clone(), h.units, h.end_server));
+                            } else {
+                                bump(&r.dropped, h.units);
+                            }
+                        } else if mode == Mode::Peek {
+                            pay = Some(h.clone());
+                        } else if h.units >= cost {
+                            h.units -= cost;
+                            pay = Some(h.clone());
+                        } else {
+                            // Too little left for this request: given back in the trip.
+                            let h = map.remove(key).expect("present");
+                            if h.units > 0 {
+                                give = Some((h.units, h.end_server));
+                            }
+                        }
+                    }
+                }
+                paid.push(pay);
+                credit.push(give);
+            }
+        }
+        if !expired.is_empty() {
+            if let Ok(n) = give_back(remote, clock_now, &expired).await {
+                bump(&r.returned, n);
+            }
+        }
+        // A check every rule of which is paid from reservations: no trip.
+        if mode == Mode::Check && paid.iter().all(Option::is_some) {
+            let results: crate::decision::RuleResults = plan
+                .rules
+                .iter()
+                .zip(&paid)
+                .map(|(rule, h)| local_result(rule, h.as_ref().expect("paid"), now))
+                .collect();
+            let d = Decision::from_results(results, false);
+            bump(&r.local, 1);
+            self.count(g, &d, false);
+            return Ok(d);
+        }
+        // The trip: every rule of a peek, else the rules not paid locally.
+        let sent: SmallVec<[usize; 4]> =
+            (0..plan.rules.len()).filter(|&i| mode == Mode::Peek || paid[i].is_none()).collect();
+        let keys: SmallVec<[String; 4]> = sent.iter().map(|&i| plan.keys[i].clone()).collect();
+        let rules: SmallVec<[&CompiledRule; 4]> = sent.iter().map(|&i| plan.rules[i]).collect();
+        let ext: Vec<PlanExt<String>> = plan
+            .ext
+            .iter()
+            .filter_map(|e| sent.iter().position(|&i| i == e.at).map(|at| PlanExt { at, ..e.clone() }))
+            .collect();
+        let sub = Plan { keys, rules, cost, call_id: None, ext };
+        let spec: String = match mode {
+            Mode::Peek => String::new(),
+            Mode::Check => sent
+                .iter()
+                .map(|&i| match (plan.rules[i].reserve, credit[i]) {
+                    (Some(res), Some((units, end))) => format!("{}:{units}:{end}", res.units),
+                    (Some(res), None) => res.units.to_string(),
+                    (None, _) => "0".into(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+        };
+        let refs = ext_refs(&sub);
+        let header = Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id: "-", cost, deadline: None };
+        bump(&r.trips, 1);
+        let answer = run_script(remote, |sha| {
+            let mut cmd = command(sha, &sub.keys, &sub.rules, &refs, header);
+            if mode == Mode::Check {
+                if refs.is_empty() {
+                    cmd.arg("");
+                }
+                cmd.arg(&spec);
+            }
+            cmd
+        })
+        .await;
+        let n = sub.keys.len();
+        let parsed = answer.and_then(|reply| {
+            let tail = if mode == Mode::Check { n } else { 0 };
+            if reply.len() < 2 + tail {
+                return Err(Error::new(crate::error::ErrorKind::Backend, "the check script returned too few values for a reservation"));
+            }
+            let outcomes = parse_reply(&reply[..reply.len() - tail], n, &refs)?;
+            Ok((reply[0], outcomes, reply[reply.len() - tail..].to_vec()))
+        });
+        let (server_now, outcomes, granted) = match parsed {
+            Ok(p) => p,
+            Err(e) => {
+                self.unpay(&plan, &paid, cost, mode);
+                if e.kind() == crate::error::ErrorKind::Timeout {
+                    super::Counters::bump(&self.inner.counters.timeouts);
+                }
+                if e.kind().is_backend_failure() {
+                    self.inner.outage.failed(&e);
+                    return self.degrade(g, &plan, e);
+                }
+                return Err(e);
+            }
+        };
+        self.inner.outage.succeeded();
+        let trip_allowed = outcomes.iter().zip(&sub.rules).all(|(o, r)| o.allowed || r.shadow);
+        let mut results: crate::decision::RuleResults = Default::default();
+        let mut map = r.map();
+        for (i, rule) in plan.rules.iter().enumerate() {
+            let Some(at) = sent.iter().position(|&s| s == i) else {
+                let h = paid[i].as_ref().expect("paid");
+                results.push(local_result(rule, h, now));
+                continue;
+            };
+            let o = &outcomes[at];
+            let mut res = crate::plan::result(rule, o);
+            if let Some(reserve) = rule.reserve {
+                let g_units = granted.get(at).copied().unwrap_or(0).max(0) as u64;
+                let reset_us = o.reset_after_us.max(0);
+                match mode {
+                    Mode::Check => {
+                        if g_units > 0 {
+                            bump(&r.reserved, g_units);
+                            let fresh = Held {
+                                units: g_units,
+                                seen: o.remaining,
+                                end_local: now + reset_us,
+                                end_server: server_now + reset_us,
+                                expires: now + reserve.duration.as_micros() as i64,
+                                limit: rule.limit,
+                                args: rule.script_args.clone(),
+                            };
+                            // Another check of this limiter reserved the same key
+                            // meanwhile: the same period adds up, an older one is dropped.
+                            let held = match map.remove(&plan.keys[i]) {
+                                Some(old) if old.end_server == fresh.end_server => {
+                                    Held { units: old.units + fresh.units, ..fresh }
+                                }
+                                Some(old) => {
+                                    bump(&r.dropped, old.units);
+                                    fresh
+                                }
+                                None => fresh,
+                            };
+                            res.remaining = o.remaining + held.units;
+                            map.insert(plan.keys[i].clone(), held);
+                        }
+                    }
+                    Mode::Peek => {
+                        // The decision a check would get: the backend's units and ours.
+                        if let Some(h) = &paid[i] {
+                            let avail = if o.allowed { o.remaining + cost } else { o.remaining } + h.units;
+                            res.allowed = cost <= avail;
+                            res.remaining = if res.allowed { avail - cost } else { avail };
+                            if res.allowed {
+                                res.retry_after = Duration::ZERO;
+                            }
+                        }
+                    }
+                }
+            }
+            results.push(res);
+        }
+        drop(map);
+        if mode == Mode::Check && !trip_allowed {
+            self.unpay(&plan, &paid, cost, mode);
+            // Nothing was spent: the rules paid locally show what they still hold.
+            for (i, res) in results.iter_mut().enumerate() {
+                if let Some(h) = &paid[i] {
+                    if !sent.contains(&i) {
+                        res.remaining = h.seen + h.units + cost;
+                    }
+                }
+            }
+        }
+        if self.inner.reserves.sweeping.swap(true, Ordering::Relaxed) {
+            // A sweeper runs already.
+        } else {
+            self.sweep_in_background();
+        }
+        let d = Decision::from_results(results, false);
+        self.count(g, &d, false);
+        Ok(d)
+    }
+
+    /// Give the units paid locally back to their reservations (the request
+    /// did not go through).
+    fn unpay(&self, plan: &Plan<'_, String>, paid: &[Option<Held>], cost: u64, mode: Mode) {
+        if mode != Mode::Check {
+            return;
+        }
+        let mut map = self.inner.reserves.map();
+        for (key, h) in plan.keys.iter().zip(paid) {
+            if h.is_some() {
+                if let Some(h) = map.get_mut(key) {
+                    h.units += cost;
+                }
+            }
+        }
+    }
+
+    /// Give back what is no longer spendable, every [`SWEEP_EVERY`], for as
+    /// long as the limiter lives and is open (so an idle process does not
+    /// sit on units others need).
+    fn sweep_in_background(&self) {
+        let Ok(rt) = crate::runtime::runtime() else {
+            self.inner.reserves.sweeping.store(false, Ordering::Relaxed);
+            return;
+        };
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(SWEEP_EVERY).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let l = Limiter { inner };
+                if l.is_closed() {
+                    return;
+                }
+                l.return_expired(false).await;
+            }
+        });
+    }
+
+    /// Give back the reservations no longer spendable (all of them when `all`).
+    pub(super) async fn return_expired(&self, all: bool) {
+        return_expired(&self.inner, all).await
+    }
+
+    /// On close: give every reservation back (see [`return_all`]).
+    pub(super) fn return_all(&self) {
+        return_all(&self.inner)
+    }
+}
+
+/// "Now" on the limiter's clock (as [`Limiter::local_now`]).
+fn inner_now(inner: &Inner) -> i64 {
+    match &inner.clock {
+        Clock::Manual(c) => c.now_us(),
+        Clock::System => crate::clock::system_now_us(),
+        Clock::Backend => inner.epoch_us + inner.started.elapsed().as_micros() as i64,
+    }
+}
+
+/// Give back the reservations of `inner` no longer spendable (all of them when `all`).
+async fn return_expired(inner: &Inner, all: bool) {
+    let now = inner_now(inner);
+    let items = inner.reserves.take_expired(now, all);
+    if items.is_empty() {
+        return;
+    }
+    let Some(remote) = &inner.remote else { return };
+    let clock_now = match &inner.clock {
+        Clock::Backend => None,
+        _ => Some(now),
+    };
+    match give_back(remote, clock_now, &items).await {
+        Ok(n) => bump(&inner.reserves.returned, n),
+        Err(_) => bump(&inner.reserves.dropped, items.iter().map(|i| i.2).sum()),
+    }
+}
+
+/// Give every reservation of `inner` back, waiting for the backend at most
+/// its timeout (on a thread of its own when called inside an async
+/// runtime, where it may not block): on close, and when the last handle of
+/// a limiter is dropped.
+pub(super) fn return_all(inner: &Inner) {
+    if inner.remote.is_none() || inner.reserves.map().is_empty() {
+        return;
+    }
+    if tokio::runtime::Handle::try_current().is_err() {
+        let _ = crate::runtime::block_on(return_expired(inner, true));
+    } else {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _ = crate::runtime::block_on(return_expired(inner, true));
+            });
+        });
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::SeqCst) {
+            return_all(self);
+        }
+    }
+}
