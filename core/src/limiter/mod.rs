@@ -7,6 +7,7 @@
 //! shells around that path.
 
 mod builder;
+mod lease;
 mod http;
 mod metrics;
 mod options;
@@ -22,6 +23,7 @@ pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
 pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
 pub use metrics::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
+pub use lease::extend_duration;
 pub use settle::{acquire_timeout, actual_cost};
 pub use stats::Stats;
 pub use wire::{Wire, WireAddress, WireOutcomes};
@@ -435,6 +437,7 @@ impl Limiter {
             };
             if mode == Mode::Check {
                 self.ticket(&mut d, call_id, cost, || g.rules.keys(attrs), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
+                self.lease_ticket(&mut d, &g, &plan.rules, plan.lease.as_deref(), || g.rules.keys(attrs));
             }
             self.count(&g, &d, false);
             Ok(d)
@@ -458,7 +461,7 @@ impl Limiter {
                 let g = self.inner.current.load_full();
                 let plan = g.rules.plan(attrs, cost, call_id, str::to_string).map(|p| {
                     let rules: SmallVec<[(usize, Option<usize>); 4]> = p.rules.iter().map(|r| g.rules.locate(r)).collect();
-                    (p.keys, rules, p.ext)
+                    (p.keys, rules, p.ext, p.lease)
                 });
                 Ok((g, plan))
             }
@@ -467,9 +470,9 @@ impl Limiter {
             match planned {
                 Err(answer) => answer,
                 Ok((g, plan)) => {
-                    let (keys, rules, ext) = plan?;
+                    let (keys, rules, ext, lease) = plan?;
                     let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
-                    self.send(&g, Plan { keys, rules, cost, call_id, ext }, mode).await
+                    self.send(&g, Plan { keys, rules, cost, call_id, ext, lease }, mode).await
                 }
             }
         }
@@ -519,7 +522,8 @@ impl Limiter {
         }
         // Remembered denials (opt-in): read the clock before anything is
         // sent, so a wait counted from here never outlives Redis's.
-        let cache = g.deny_cache.as_ref().filter(|_| plan.call_id.is_none());
+        // A concurrency rule's slots free up at a release, before any wait ends: never cached.
+        let cache = g.deny_cache.as_ref().filter(|_| plan.call_id.is_none() && plan.lease.is_none());
         let sent_us = cache.map(|_| self.local_now());
         if let (Some(cache), Some(sent_us)) = (cache, sent_us) {
             let keys = plan.keys.iter().zip(&plan.rules).map(|(k, r)| (k.as_str(), r.shadow));
@@ -550,6 +554,7 @@ impl Limiter {
                 let mut d = decide(&plan.rules, &outcomes);
                 if mode == Mode::Check {
                     self.ticket(&mut d, plan.call_id, plan.cost, || plan.keys.to_vec(), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
+                    self.lease_ticket(&mut d, g, &plan.rules, plan.lease.as_deref(), || plan.keys.to_vec());
                 }
                 if let (Some(cache), Some(sent_us), false) = (sent.cache, sent.sent_us, d.allowed) {
                     let blocked: smallvec::SmallVec<[bool; 4]> = outcomes.iter().map(|o| o.blocked).collect();
