@@ -137,7 +137,7 @@ if mode ~= 'p' and all_pass then
         pc_commit(KEYS[i], now, cost, held[3 * i - 2], stored_id, held[3 * i - 1])
       elseif code == 'l' or code == 'L' then
         -- The lease id is the call id (the caller's, or the one the core made).
-        cc_commit(KEYS[i], now, cost, tonumber(ARGV[3 * i + 4]), call_id)
+        cc_commit(KEYS[i], now, cost, tonumber(ARGV[3 * i + 4]), call_id, out[4 * i + 2])
       else
         tb_commit(KEYS[i], held[3 * i - 1], held[3 * i - 2], out[4 * i + 2], stored_id, held[3 * i] or nil)
       end

@@ -8,7 +8,7 @@
 -- be part of one. Reads `uses_lease`, `mode`, `now`, `call_id`, `cost` and
 -- `n` (args.lua) and defines, made only when a rule of this call is one (nil
 -- otherwise): cc_decide(key, now, cost, limit, lease) -> allowed, remaining,
--- retry_after, reset_after; cc_commit(key, now, cost, lease, id);
+-- retry_after, reset_after; cc_commit(key, now, cost, lease, id, reset_after);
 -- cc_seen(key, id) (the lease holds slots now) and cc_drop(key, id) (release,
 -- and the Redis Cluster give-back: 1 when the lease held slots). It answers
 -- modes "r" (release lease call_id on every key) and "e" (extend it: its
@@ -84,14 +84,16 @@ if uses_lease then
     return 0, math.max(limit - count, 0), tonumber(nth[2]) - now, reset
   end
 
-  cc_commit = function(key, now, cost, lease, id)
+  -- `reset_after` (cc_decide's, admitted) is the time until the latest lease
+  -- ends, this one's included: the key's TTL, without reading it again.
+  cc_commit = function(key, now, cost, lease, id, reset_after)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
     local list = { id }
     for k = 2, cost do
       list[k] = id .. '#' .. k
     end
     add_all(key, nil, fmt(now + lease), list)
-    expire_at_latest(key)
+    redis.call('PEXPIRE', key, math.max(1, math.ceil(reset_after / 1000)))
   end
 
   cc_seen = function(key, id)
