@@ -552,6 +552,106 @@ impl PeriodCount {
     }
 }
 
+/// Slots held under leases (a concurrency rule's key): per lease its end
+/// (microseconds), its id's hash and its slots. A lease counts while
+/// `now < end`. At most `limit` slots are ever held, so memory is bounded
+/// by the limit. Mirror of `lua/concurrency.lua`, whose sorted set holds one
+/// member per slot scored by its lease's end.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Leases {
+    held: Vec<(i64, u64, u64)>,
+}
+
+impl Leases {
+    /// Mirror of `cc_decide`: the slots held now, and for a denial the wait
+    /// until enough of them end (the `need`-th slot by end, counting one per
+    /// slot, `need = held + cost - limit`). `reset_after` is the time until
+    /// the latest lease held ends (this check's included when it takes
+    /// slots), 0 when none is held.
+    pub fn decide(&self, now: i64, cost: u64, limit: u64, lease: i64) -> Outcome {
+        let count: u64 = self.held.iter().filter(|l| l.0 > now).map(|l| l.2).sum();
+        let latest = self.held.iter().filter(|l| l.0 > now).map(|l| l.0).max();
+        if count + cost <= limit {
+            let mut reset = latest.map_or(0, |e| e - now);
+            if cost > 0 {
+                reset = reset.max(lease);
+            }
+            return Outcome { allowed: true, remaining: limit - count - cost, retry_after_us: 0, reset_after_us: reset, limit: 0, blocked: false };
+        }
+        let need = count + cost - limit;
+        let mut live: Vec<(i64, u64)> = self.held.iter().filter(|l| l.0 > now).map(|l| (l.0, l.2)).collect();
+        live.sort_unstable();
+        let mut acc = 0;
+        let mut retry = 0;
+        for (end, slots) in live {
+            acc += slots;
+            if acc >= need {
+                retry = end - now;
+                break;
+            }
+        }
+        Outcome {
+            allowed: false,
+            remaining: limit.saturating_sub(count),
+            retry_after_us: retry,
+            reset_after_us: latest.map_or(0, |e| e - now),
+            limit: 0,
+            blocked: false,
+        }
+    }
+
+    /// Lease `id` holds slots now.
+    pub fn seen(&self, now: i64, id: u64) -> bool {
+        self.held.iter().any(|l| l.1 == id && l.0 > now)
+    }
+
+    /// Mirror of `cc_commit`: the expired leases go, lease `id` takes `cost`
+    /// slots until `now + lease`. The end of the latest lease held.
+    pub fn commit(&mut self, now: i64, cost: u64, lease: i64, id: u64) -> i64 {
+        self.held.retain(|l| l.0 > now);
+        let end = now + lease;
+        match self.held.iter_mut().find(|l| l.1 == id) {
+            Some(l) => {
+                l.0 = end;
+                l.2 += cost;
+            }
+            None => self.held.push((end, id, cost)),
+        }
+        self.latest()
+    }
+
+    /// Mirror of `cc_release`: lease `id` gives its slots back; true when
+    /// it held slots (an expired lease frees nothing). Expired leases go.
+    pub fn release(&mut self, now: i64, id: u64) -> bool {
+        let held = self.seen(now, id);
+        self.held.retain(|l| l.0 > now && l.1 != id);
+        held
+    }
+
+    /// Mirror of `cc_extend`: lease `id`, while it holds slots, now ends at
+    /// `end`; never brings back an expired one. Expired leases go.
+    pub fn extend(&mut self, now: i64, id: u64, end: i64) -> bool {
+        self.held.retain(|l| l.0 > now);
+        match self.held.iter_mut().find(|l| l.1 == id) {
+            Some(l) => {
+                l.0 = end;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The end of the latest lease held (0 when none).
+    pub fn latest(&self) -> i64 {
+        self.held.iter().map(|l| l.0).max().unwrap_or(0)
+    }
+
+    /// Leases stored (for memory accounting).
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use crate::options::OptionValue;
 
 /// A network in CIDR form, such as `10.0.0.0/8` or `2001:db8::/32`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Net {
+pub(crate) struct Net {
     addr: IpAddr,
     prefix: u8,
 }
@@ -47,7 +47,27 @@ impl Net {
         Ok(Net { addr, prefix })
     }
 
-    fn contains(&self, ip: IpAddr) -> bool {
+    /// A network from `addr/prefix` (or a lone address, its whole length),
+    /// the address normalised; the error says what is wrong.
+    pub(crate) fn parse_cidr(text: &str) -> std::result::Result<Net, String> {
+        let (a, p) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| format!("{text:?} is not an IP address or CIDR network"))?;
+        let addr = canonical(addr);
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => match p.trim().parse::<u8>() {
+                Ok(n) if n <= max => n,
+                _ => return Err(format!("{text:?} has an invalid prefix length (0 to {max})")),
+            },
+        };
+        Ok(Net { addr, prefix })
+    }
+
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
                 let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
@@ -198,7 +218,7 @@ impl ClientIpConfig {
 
 /// Parse one address as found in headers or socket names: `1.2.3.4`,
 /// `1.2.3.4:5678`, `[::1]:80`, `::1`, `"[2001:db8::1]"`, `fe80::1%eth0`.
-fn parse_ip(text: &str) -> Option<IpAddr> {
+pub(crate) fn parse_ip(text: &str) -> Option<IpAddr> {
     let t = text.trim().trim_matches('"');
     let t = if let Some(rest) = t.strip_prefix('[') {
         rest.split(']').next()?

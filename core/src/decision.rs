@@ -169,6 +169,29 @@ pub struct Decision {
     /// decision's check: set on an admitted check made with a call id (not
     /// degraded), `None` otherwise.
     pub settle: Option<Arc<SettleTicket>>,
+    /// What [`Limiter::release`](crate::Limiter::release) and
+    /// [`Limiter::extend`](crate::Limiter::extend) need: set on an admitted
+    /// check (not degraded) that took slots of a concurrency rule, `None`
+    /// otherwise (a denied decision holds nothing).
+    pub lease: Option<Arc<LeaseTicket>>,
+}
+
+/// The slots an admitted check holds: its lease id, and the keys and rules
+/// of the concurrency rules it took slots from.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LeaseTicket {
+    pub(crate) lease_id: String,
+    pub(crate) keys: Vec<String>,
+    /// The rules' places in the policy and names, one per key.
+    pub(crate) rules: Vec<((usize, Option<usize>), RuleName)>,
+}
+
+impl LeaseTicket {
+    /// The lease id the slots are held under: the check's call id when it
+    /// had one, else one the limiter made (32 hex digits, 128 random bits).
+    pub fn lease_id(&self) -> &str {
+        &self.lease_id
+    }
 }
 
 /// The check behind an admitted decision, as a settle needs it: its call id,
@@ -261,7 +284,14 @@ impl Decision {
             results,
             degraded,
             settle: None,
+            lease: None,
         }
+    }
+
+    /// The lease id this decision's slots are held under, when it holds
+    /// slots of a concurrency rule (see [`LeaseTicket::lease_id`]).
+    pub fn lease_id(&self) -> Option<&str> {
+        self.lease.as_deref().map(LeaseTicket::lease_id)
     }
 
     /// The decision when no rule applies: admitted, nothing to report.

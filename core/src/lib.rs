@@ -36,6 +36,7 @@ mod key;
 mod attributes;
 mod policy;
 mod client_ip;
+mod exempt;
 mod decision;
 pub mod options;
 pub mod record;
@@ -55,11 +56,11 @@ pub use backend::script::CHECK_SCRIPT;
 pub use attributes::AttributeBuf;
 pub use client_ip::{ClientIpConfig, ClientIpOption};
 pub use clock::{Clock, ManualClock};
-pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, RuleName, RuleResult, RuleResults, SettleTicket};
+pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, LeaseTicket, RuleName, RuleResult, RuleResults, SettleTicket};
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{
-    acquire_timeout, actual_cost, BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder,
+    acquire_timeout, actual_cost, extend_duration, new_lease_id, BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder,
     LimiterOption, LimiterOptions, Metrics, ReloadStatus, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS,
     METRICS_CONTENT_TYPE, RELOAD_POLL_INTERVAL,
 };

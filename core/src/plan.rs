@@ -34,6 +34,8 @@ pub(crate) enum RuleArgs {
     Fixed { limit: u64, window_us: i64, shadow: bool },
     /// A calendar quota, `offset_s` seconds east of UTC.
     Quota { limit: u64, period: Period, offset_s: i64, shadow: bool },
+    /// A concurrency limit: `limit` slots, each held at most `lease_us`.
+    Lease { limit: u64, lease_us: i64, shadow: bool },
 }
 
 impl RuleArgs {
@@ -43,7 +45,8 @@ impl RuleArgs {
             | RuleArgs::Bucket { shadow, .. }
             | RuleArgs::Counters { shadow, .. }
             | RuleArgs::Fixed { shadow, .. }
-            | RuleArgs::Quota { shadow, .. } => shadow,
+            | RuleArgs::Quota { shadow, .. }
+            | RuleArgs::Lease { shadow, .. } => shadow,
         }
     }
 
@@ -76,6 +79,11 @@ impl RuleArgs {
                 limit.to_string(),
                 format!("{}:{offset_s}", period.code()),
             ],
+            RuleArgs::Lease { limit, lease_us, shadow } => [
+                if shadow { "L" } else { "l" }.into(),
+                limit.to_string(),
+                lease_us.to_string(),
+            ],
         }
     }
 }
@@ -89,6 +97,8 @@ pub(crate) struct CompiledRule {
     head: String,
     template: KeyTemplate,
     matches: Vec<(String, Vec<String>)>,
+    /// Requests the rule skips (its `exempt` table).
+    exempt: crate::exempt::Exempt,
     pub args: RuleArgs,
     pub script_args: [String; 3],
     pub limit: u64,
@@ -133,6 +143,11 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
             offset_s: utc_offset_minutes as i64 * 60,
             shadow: rule.shadow,
         },
+        Algorithm::Concurrency { limit, lease } => RuleArgs::Lease {
+            limit,
+            lease_us: lease.as_micros() as i64,
+            shadow: rule.shadow,
+        },
     };
     let ext = (rule.overrides || rule.block.is_some()).then(|| RuleExt {
         overrides: rule.overrides,
@@ -150,6 +165,7 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
         head: format!("{}{}:", policy.prefix, rule.name),
         template: template.clone(),
         matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        exempt: crate::exempt::Exempt::compile(&rule.exempt),
         script_args: args.script_args(),
         args,
         limit: algorithm.limit(),
@@ -244,6 +260,9 @@ pub(crate) struct Plan<'a, K> {
     /// (empty for every other plan, and then no allocation: a list kept
     /// out of line keeps the plan small to move).
     pub ext: Vec<PlanExt<K>>,
+    /// The lease id the slots of its concurrency rules are taken under
+    /// (`None` when none applies): the call id when given, else a random one.
+    pub lease: Option<String>,
 }
 
 thread_local! {
@@ -344,6 +363,9 @@ impl Rules {
                 _ => return false,
             }
         }
+        if !rule.exempt.is_empty() && rule.exempt.covers(attrs) {
+            return false;
+        }
         key.clear();
         key.push_str(&rule.head);
         if !rule.template.render(attrs, self.secret.as_ref(), key) {
@@ -377,7 +399,7 @@ impl Rules {
     /// check can decide without a [`Plan`].
     pub fn lone(&self) -> Option<&CompiledRule> {
         match &self.rules[..] {
-            [rule] if rule.tiers.is_none() && rule.ext.is_none() => Some(rule),
+            [rule] if rule.tiers.is_none() && rule.ext.is_none() && !rule.is_lease() => Some(rule),
             _ => None,
         }
     }
@@ -479,7 +501,7 @@ impl Rules {
         if let Some(id) = call_id {
             validate_call_id(id)?;
         }
-        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, call_id, ext: Vec::new() };
+        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, call_id, ext: Vec::new(), lease: None };
         KEY_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
             for rule in &self.rules {
@@ -504,6 +526,9 @@ impl Rules {
             }
             Ok::<(), Error>(())
         })?;
+        if plan.rules.iter().any(|r| r.is_lease()) {
+            plan.lease = Some(call_id.map_or_else(crate::runtime::random_lease_id, str::to_string));
+        }
         Ok(plan)
     }
 }
@@ -534,6 +559,11 @@ pub(crate) fn result(rule: &CompiledRule, o: &Outcome) -> RuleResult {
 }
 
 impl CompiledRule {
+    /// True for a concurrency rule (its slots are released, not settled).
+    pub fn is_lease(&self) -> bool {
+        matches!(self.args, RuleArgs::Lease { .. })
+    }
+
     /// The attributes of its key template.
     pub fn key_attributes(&self) -> Vec<String> {
         self.template.attributes().map(str::to_string).collect()

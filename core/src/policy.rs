@@ -252,13 +252,25 @@ pub enum Algorithm {
         /// Minutes east of UTC the calendar is read in (0 for UTC).
         utc_offset_minutes: i16,
     },
+    /// A concurrency limit: at most `limit` slots held at once per key, each
+    /// for at most `lease` (a holder that never releases loses its slots
+    /// then). A check takes `cost` slots under a lease id that
+    /// [`crate::Limiter::release`] gives back.
+    Concurrency {
+        /// Slots per key.
+        limit: u64,
+        /// The longest a slot is held without a release or an extend
+        /// (whole milliseconds).
+        lease: Duration,
+    },
 }
 
 impl Algorithm {
     /// The name used in policies: `"sliding_window_log"`, `"token_bucket"`,
-    /// `"sliding_window"`, `"fixed_window"` or `"quota"`.
+    /// `"sliding_window"`, `"fixed_window"`, `"quota"` or `"concurrency"`.
     pub fn name(&self) -> &'static str {
         match self {
+            Algorithm::Concurrency { .. } => "concurrency",
             Algorithm::SlidingWindowLog { .. } => "sliding_window_log",
             Algorithm::TokenBucket { .. } => "token_bucket",
             Algorithm::SlidingWindow { .. } => "sliding_window",
@@ -273,15 +285,18 @@ impl Algorithm {
             Algorithm::SlidingWindowLog { limit, .. }
             | Algorithm::SlidingWindow { limit, .. }
             | Algorithm::FixedWindow { limit, .. }
-            | Algorithm::Quota { limit, .. } => limit,
+            | Algorithm::Quota { limit, .. }
+            | Algorithm::Concurrency { limit, .. } => limit,
             Algorithm::TokenBucket { capacity, .. } => capacity,
         }
     }
 
     /// The window advertised in headers: the window, the time a bucket takes
-    /// to refill completely, or a quota's longest period (a month: 31 days).
+    /// to refill completely, a quota's longest period (a month: 31 days), or
+    /// a concurrency rule's lease.
     pub fn window(&self) -> Duration {
         match *self {
+            Algorithm::Concurrency { lease, .. } => lease,
             Algorithm::SlidingWindowLog { window, .. }
             | Algorithm::SlidingWindow { window, .. }
             | Algorithm::FixedWindow { window, .. } => window,
@@ -322,6 +337,11 @@ pub struct Rule {
     /// Units a limiter reserves from the backend at a time and spends in
     /// process (see [`Reserve`]); fixed windows and quotas only.
     pub reserve: Option<Reserve>,
+    /// Attribute -> values for which the rule does not apply (checked before
+    /// any round trip): a value that is an IP address or a CIDR network
+    /// (`"10.0.0.0/8"`) matches the attribute's value by address, any other
+    /// value matches exactly.
+    pub exempt: BTreeMap<String, Vec<String>>,
 }
 
 impl Rule {
@@ -382,6 +402,12 @@ impl Rule {
         Rule::new(name, key, Algorithm::Quota { limit, period, utc_offset_minutes: 0 })
     }
 
+    /// A concurrency rule: at most `limit` slots held at once per key, each
+    /// for at most `lease` unless released or extended.
+    pub fn concurrency(name: impl Into<String>, key: impl Into<String>, limit: u64, lease: Duration) -> Rule {
+        Rule::new(name, key, Algorithm::Concurrency { limit, lease })
+    }
+
     /// A rule with any algorithm.
     pub fn new(name: impl Into<String>, key: impl Into<String>, algorithm: Algorithm) -> Rule {
         Rule {
@@ -395,6 +421,7 @@ impl Rule {
             overrides: false,
             block: None,
             reserve: None,
+            exempt: BTreeMap::new(),
         }
     }
 
@@ -430,6 +457,17 @@ impl Rule {
     {
         self.matches
             .insert(attribute.into(), values.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Skip the rule for requests whose `attribute` has one of `values` (an
+    /// IP address or CIDR network matches by address, see [`Rule::exempt`]).
+    pub fn exempt<I, S>(mut self, attribute: impl Into<String>, values: I) -> Rule
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.exempt.insert(attribute.into(), values.into_iter().map(Into::into).collect());
         self
     }
 
@@ -693,6 +731,10 @@ impl Policy {
                         m.insert("period".into(), Value::from(period.as_str()));
                         m.insert("utc_offset".into(), Value::from(format_utc_offset(utc_offset_minutes)));
                     }
+                    Algorithm::Concurrency { limit, lease } => {
+                        m.insert("limit".into(), Value::from(limit));
+                        m.insert("lease".into(), Value::from(format_duration(lease)));
+                    }
                 }
                 if !r.matches.is_empty() {
                     let mut mm = Map::new();
@@ -700,6 +742,13 @@ impl Policy {
                         mm.insert(k.clone(), Value::from(v.clone()));
                     }
                     m.insert("match".into(), Value::Object(mm));
+                }
+                if !r.exempt.is_empty() {
+                    let mut mm = Map::new();
+                    for (k, v) in &r.exempt {
+                        mm.insert(k.clone(), Value::from(v.clone()));
+                    }
+                    m.insert("exempt".into(), Value::Object(mm));
                 }
                 if r.shadow {
                     m.insert("shadow".into(), Value::from(true));
@@ -849,6 +898,19 @@ fn validate_window(window: Duration) -> Result<(), String> {
 fn validate_rule(rule: &Rule) -> Result<(), String> {
     validate_name(&rule.name).map_err(|m| format!("name: {m}"))?;
     match rule.algorithm {
+        Algorithm::Concurrency { limit, lease } => {
+            validate_limit(limit, MAX_LIMIT)?;
+            validate_window(lease).map_err(|m| m.replacen("window:", "lease:", 1))?;
+            if rule.tiers.is_some() {
+                return Err("tiers: does not apply to concurrency (a rule has one number of slots)".into());
+            }
+            if rule.overrides {
+                return Err("overrides: does not apply to concurrency".into());
+            }
+            if rule.block.is_some() {
+                return Err("block: does not apply to concurrency (a denial waits for a slot, not a penalty)".into());
+            }
+        }
         Algorithm::SlidingWindowLog { limit, window } | Algorithm::FixedWindow { limit, window } => {
             validate_limit(limit, MAX_LIMIT)?;
             validate_window(window)?;
@@ -912,6 +974,15 @@ fn validate_rule(rule: &Rule) -> Result<(), String> {
             return Err(format!("match.{attr}: needs at least one value"));
         }
     }
+    for (attr, values) in &rule.exempt {
+        validate_name(attr).map_err(|m| format!("exempt: attribute name {m}"))?;
+        if values.is_empty() {
+            return Err(format!("exempt.{attr}: needs at least one value"));
+        }
+        for v in values {
+            crate::exempt::Exemption::parse(v).map_err(|m| format!("exempt.{attr}: {m}"))?;
+        }
+    }
     Ok(())
 }
 
@@ -949,7 +1020,9 @@ const RULE_FIELDS: &[&str] = &[
     "precision",
     "period",
     "utc_offset",
+    "lease",
     "match",
+    "exempt",
     "shadow",
     "on_backend_error",
     "tiers",
@@ -1121,6 +1194,9 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
     // A tiered rule leaves its limit out: the tiers give it, and the
     // default (or first) tier stands in for the algorithm's own.
     let tiers = match obj.get("tiers") {
+        Some(_) if algo == "concurrency" => {
+            return Err(format!("{at}: tiers: does not apply to concurrency (a rule has one number of slots)"))
+        }
         Some(t) => {
             let bucket = algo == "token_bucket";
             for f in tiers::tiered_fields(bucket) {
@@ -1187,7 +1263,17 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
         }
         Ok(())
     };
+    if algo != "concurrency" {
+        reject(&["lease"])?;
+    }
     let algorithm = match algo {
+        "concurrency" => {
+            reject(&["window", "capacity", "refill_rate", "precision", "period", "utc_offset"])?;
+            Algorithm::Concurrency {
+                limit: get_count(required("limit")?, &format!("{at}: limit"))?,
+                lease: get_duration(required("lease")?, &format!("{at}: lease"))?,
+            }
+        }
         "sliding_window_log" => {
             reject(&["capacity", "refill_rate", "precision", "period", "utc_offset"])?;
             Algorithm::SlidingWindowLog {
@@ -1235,7 +1321,7 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
         }
         other => {
             return Err(format!(
-                "{at}: algorithm: unknown algorithm {other:?}; expected \"sliding_window_log\", \"token_bucket\", \"sliding_window\", \"fixed_window\" or \"quota\""
+                "{at}: algorithm: unknown algorithm {other:?}; expected \"sliding_window_log\", \"token_bucket\", \"sliding_window\", \"fixed_window\", \"quota\" or \"concurrency\""
             ))
         }
     };
@@ -1260,6 +1346,25 @@ fn parse_rule(i: usize, v: &Value) -> Result<Rule, String> {
                 }
             };
             rule.matches.insert(attr.clone(), values);
+        }
+    }
+    if let Some(m) = field("exempt") {
+        let mobj = m
+            .as_object()
+            .ok_or_else(|| format!("{at}: exempt: expected a table of attribute = [values], got {}", type_name(m)))?;
+        for (attr, vals) in mobj {
+            let p = format!("{at}: exempt.{attr}");
+            let values = match vals {
+                Value::String(s) => vec![s.clone()],
+                Value::Array(items) => items
+                    .iter()
+                    .map(|x| get_string(x, &p).map(str::to_string))
+                    .collect::<Result<Vec<_>, _>>()?,
+                other => {
+                    return Err(format!("{p}: expected a string or an array of strings, got {}", type_name(other)))
+                }
+            };
+            rule.exempt.insert(attr.clone(), values);
         }
     }
     if let Some(s) = field("shadow") {
@@ -1368,5 +1473,27 @@ on_backend_error = "deny"
             let m = err(text);
             assert!(m.contains(field), "message {m:?} for {text} should name {field}");
         }
+    }
+
+    #[test]
+    fn concurrency_and_exempt_parse_and_round_trip() {
+        let p = Policy::from_toml_str(
+            "[[rules]]\nname = \"jobs\"\nkey = \"u:{user}\"\nalgorithm = \"concurrency\"\nlimit = 3\nlease = \"30s\"\n\
+             exempt = { ip = [\"10.0.0.0/8\"], api_key = \"healthcheck\" }\n",
+        )
+        .unwrap();
+        let r = &p.rules()[0];
+        assert_eq!(r.algorithm, Algorithm::Concurrency { limit: 3, lease: Duration::from_secs(30) });
+        assert_eq!((r.algorithm.limit(), r.algorithm.window()), (3, Duration::from_secs(30)));
+        assert_eq!(r.exempt["api_key"], ["healthcheck"]);
+        let again = Policy::from_json_str(&p.to_value().to_string()).unwrap();
+        assert_eq!(p, again);
+        // From code: the same checks.
+        let tiered = Rule::concurrency("c", "k", 2, Duration::from_secs(1)).tiers(Tiers::new("plan").tier("free", TierLimit::Limit(1)));
+        assert!(Policy::new(vec![tiered]).unwrap_err().message().contains("tiers"));
+        let bad = Rule::concurrency("c", "k", 2, Duration::ZERO);
+        assert!(Policy::new(vec![bad]).unwrap_err().message().contains("lease"));
+        let cidr = Rule::sliding_window_log("w", "k", 2, Duration::from_secs(1)).exempt("ip", ["10.0.0.0/40"]);
+        assert_eq!(Policy::new(vec![cidr]).unwrap_err().message(), "rules[0] (\"w\"): exempt.ip: \"10.0.0.0/40\" has an invalid prefix length (0 to 32)");
     }
 }

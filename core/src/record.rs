@@ -158,6 +158,7 @@ pub fn rebuild(rec: &[f64], names: &[RuleName]) -> Result<Decision, Error> {
         results,
         degraded: flags & 2 != 0,
         settle: None,
+        lease: None,
     })
 }
 

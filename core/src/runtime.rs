@@ -238,6 +238,16 @@ pub(crate) fn random_call_id() -> String {
     format!("{x:016x}")
 }
 
+/// A random lease id: 128 bits from the OS, as 32 hex digits (two
+/// [`random_call_id`]s when the OS has none to give).
+pub(crate) fn random_lease_id() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        return format!("{}{}", random_call_id(), random_call_id());
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::{random_call_id, runtime};

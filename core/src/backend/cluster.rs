@@ -19,7 +19,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use super::redis::TlsOptions;
-use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, lease_command, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
 use super::{Outcomes, ServerTime};
 use crate::plan::{CompiledRule, Mode, Plan, PlanExt};
 use crate::error::{Error, Result};
@@ -282,6 +282,43 @@ impl ClusterBackend {
             }
         }
         Ok(settled)
+    }
+
+    /// Release or extend lease `lease_id` on these keys of concurrency
+    /// rules, slot by slot (concurrently): per key, whether the lease held
+    /// slots there. Both are idempotent, so a re-send cannot count twice.
+    pub async fn lease(
+        &self,
+        keys: &[String],
+        rules: &[&CompiledRule],
+        lease_id: &str,
+        extend_us: Option<i64>,
+        now: Option<i64>,
+    ) -> Result<SmallVec<[bool; 4]>> {
+        let conn = self.conn().await?;
+        let groups = slot_groups(keys);
+        let results = join_all(groups.iter().map(|(_, idx)| {
+            let mut conn = conn.clone();
+            async move {
+                let ks: SmallVec<[&str; 4]> = idx.iter().map(|&i| keys[i].as_str()).collect();
+                let rs: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| rules[i]).collect();
+                let build = |sha: Option<&str>| lease_command(sha, &ks, &rs, now, lease_id, extend_us);
+                let reply: Vec<i64> = match build(Some(&self.0.sha)).query_async(&mut conn).await {
+                    Ok(v) => v,
+                    Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
+                    Err(e) => return Err(Error::from(e)),
+                };
+                parse_settle_reply(&reply, idx.len())
+            }
+        }))
+        .await;
+        let mut done: SmallVec<[bool; 4]> = SmallVec::from_elem(false, keys.len());
+        for ((_, idx), r) in groups.iter().zip(results) {
+            for (&i, d) in idx.iter().zip(r?) {
+                done[i] = d;
+            }
+        }
+        Ok(done)
     }
 
     /// Delete `keys` (one command per key: they may live on different nodes).

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
 use super::{Outcomes, Settled};
-use crate::algo::{fixed_end, quota_end, Bucket, Counters, Log, Outcome, PeriodCount, TB_IDS};
+use crate::algo::{fixed_end, quota_end, Bucket, Counters, Leases, Log, Outcome, PeriodCount, TB_IDS};
 use crate::error::Result;
 use crate::plan::{Mode, Plan, RuleArgs};
 use super::script::cost_above;
@@ -32,6 +32,8 @@ enum State {
     Counters(Counters),
     /// A fixed window or a quota.
     Period(PeriodCount),
+    /// A concurrency rule's leases.
+    Leases(Leases),
     /// An override of one rule's key: its limit.
     Override(u64),
     /// A block of one rule's key (`lua/extensions.lua`): blocked while
@@ -154,7 +156,7 @@ impl MemoryBackend {
     /// The only error: a cost above an override's limit, before anything is written.
     pub fn eval(&self, plan: &Plan<'_, Digest>, mode: Mode, now: i64) -> Result<Outcomes> {
         let (digests, rules, cost, call_id) = (&plan.keys[..], &plan.rules[..], plan.cost, plan.call_id);
-        if let ([digest], [rule], true, None) = (digests, rules, plan.ext.is_empty(), call_id) {
+        if let ([digest], [rule], true, None, None) = (digests, rules, plan.ext.is_empty(), call_id, &plan.lease) {
             return Ok(smallvec::smallvec![self.eval_one(*digest, rule.args, mode, cost, now)]);
         }
         let n = digests.len();
@@ -208,6 +210,7 @@ impl MemoryBackend {
         }
 
         let dedupe = call_id.map(id_hash);
+        let lease = plan.lease.as_deref().map_or(0, id_hash);
         let mut cost = cost;
         let mut mode = mode;
         if let Some(id) = dedupe {
@@ -219,6 +222,7 @@ impl MemoryBackend {
                         c.seen(now, window_us, precision_us, id)
                     }
                     (Some(State::Period(p)), RuleArgs::Fixed { .. } | RuleArgs::Quota { .. }) => p.seen(now, id),
+                    (Some(State::Leases(l)), RuleArgs::Lease { .. }) => l.seen(now, id),
                     _ => false,
                 };
                 if seen {
@@ -279,7 +283,7 @@ impl MemoryBackend {
                 if !o.allowed {
                     continue;
                 }
-                commit_rule(&mut guards[slot(i)].1, digests[i], args[i], &o, lefts[i], now, cost, dedupe);
+                commit_rule(&mut guards[slot(i)].1, digests[i], args[i], &o, lefts[i], now, cost, dedupe, lease);
             }
             for (_, g) in guards.iter_mut() {
                 g.maybe_sweep(now);
@@ -296,7 +300,7 @@ impl MemoryBackend {
         let (o, left) = decide_rule(shard.live(digest, now).map(|e| &e.state), args, now, cost);
         if mode == Mode::Check && (o.allowed || args.shadow()) {
             if o.allowed {
-                commit_rule(&mut shard, digest, args, &o, left, now, cost, None);
+                commit_rule(&mut shard, digest, args, &o, left, now, cost, None, 0);
             }
             shard.maybe_sweep(now);
         }
@@ -405,6 +409,31 @@ impl MemoryBackend {
         out
     }
 
+    /// Release (`extend_to` `None`) or extend to end at `extend_to` the
+    /// lease `lease_id` on these keys of concurrency rules, at `now`:
+    /// mirror of `lua/concurrency.lua`'s modes `r` and `e`. Per key, whether
+    /// the lease held slots there.
+    pub fn lease(&self, keys: &[Digest], lease_id: &str, extend_to: Option<i64>, now: i64) -> Settled {
+        let id = id_hash(lease_id);
+        keys.iter()
+            .map(|&d| {
+                let mut g = lock(&self.shards[Self::shard_of(d)]);
+                let Some(entry) = g.map.get_mut(&d).filter(|e| e.expires_at > now) else { return false };
+                let State::Leases(l) = &mut entry.state else { return false };
+                let done = match extend_to {
+                    None => l.release(now, id),
+                    Some(end) => l.extend(now, id, end),
+                };
+                if l.len() == 0 {
+                    entry.state = State::Absent;
+                } else {
+                    entry.expires_at = l.latest();
+                }
+                done
+            })
+            .collect()
+    }
+
     /// Drop every entry (the limiter was closed).
     pub fn clear(&self) {
         self.index.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -448,6 +477,7 @@ impl MemoryBackend {
                     .map(|e| match &e.state {
                         State::Log(l) => l.len(),
                         State::Counters(c) => c.len(),
+                        State::Leases(l) => l.len(),
                         State::Bucket(_) | State::Period(_) => 1,
                         State::Absent | State::Override(_) | State::Block { .. } => 0,
                     })
@@ -481,6 +511,7 @@ pub(crate) fn with_override(args: RuleArgs, limit: u64) -> RuleArgs {
         }
         RuleArgs::Fixed { window_us, shadow, .. } => RuleArgs::Fixed { limit, window_us, shadow },
         RuleArgs::Quota { period, offset_s, shadow, .. } => RuleArgs::Quota { limit, period, offset_s, shadow },
+        RuleArgs::Lease { lease_us, shadow, .. } => RuleArgs::Lease { limit, lease_us, shadow },
     }
 }
 
@@ -489,6 +520,13 @@ pub(crate) fn with_override(args: RuleArgs, limit: u64) -> RuleArgs {
 /// counter's period end.
 fn decide_rule(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (Outcome, u64) {
     match args {
+        RuleArgs::Lease { limit, lease_us, .. } => {
+            let o = match state {
+                Some(State::Leases(l)) => l.decide(now, cost, limit, lease_us),
+                _ => Leases::default().decide(now, cost, limit, lease_us),
+            };
+            (o, 0)
+        }
         RuleArgs::Window { limit, window_us, .. } => {
             let o = match state {
                 Some(State::Log(log)) => log.decide(now, cost, limit, window_us),
@@ -527,7 +565,7 @@ fn decide_rule(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (O
 
 /// Apply an admitted rule's outcome `o` to its key (see [`decide_rule`] for `left`).
 #[allow(clippy::too_many_arguments)]
-fn commit_rule(shard: &mut Shard, digest: Digest, args: RuleArgs, o: &Outcome, left: u64, now: i64, cost: u64, dedupe: Option<u64>) {
+fn commit_rule(shard: &mut Shard, digest: Digest, args: RuleArgs, o: &Outcome, left: u64, now: i64, cost: u64, dedupe: Option<u64>, lease: u64) {
     let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
     // Look the key up once; allocate a key only for a new entry.
     let entry = match shard.map.get_mut(&digest) {
@@ -544,6 +582,15 @@ fn commit_rule(shard: &mut Shard, digest: Digest, args: RuleArgs, o: &Outcome, l
     };
     entry.expires_at = expires_at;
     match args {
+        RuleArgs::Lease { lease_us, .. } => {
+            if !matches!(entry.state, State::Leases(_)) {
+                entry.state = State::Leases(Leases::default());
+            }
+            if let State::Leases(l) = &mut entry.state {
+                // Expires exactly when its latest lease ends.
+                entry.expires_at = l.commit(now, cost, lease_us, lease);
+            }
+        }
         RuleArgs::Window { window_us, .. } => {
             if !matches!(entry.state, State::Log(_)) {
                 entry.state = State::Log(Log::default());

@@ -20,7 +20,7 @@ use self::redis::{RedisBackend, TlsOptions};
 use self::sentinel::SentinelBackend;
 use crate::algo::Outcome;
 use crate::error::{Error, Result};
-use crate::plan::{Mode, Plan};
+use crate::plan::{CompiledRule, Mode, Plan};
 use crate::runtime::{block_on, current_runtime, fork_generation, random_call_id, refuse_inside_async};
 
 /// A backend's answer: one outcome per rule of the plan, in plan order. (A
@@ -164,6 +164,14 @@ impl Remote {
         }
     }
 
+    async fn lease(&self, keys: &[String], rules: &[&CompiledRule], lease_id: &str, extend_us: Option<i64>, now: Option<i64>) -> Result<Settled> {
+        match self {
+            Remote::Redis(r) => r.lease(keys, rules, lease_id, extend_us, now).await,
+            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.lease(keys, rules, lease_id, extend_us, now).await })).await,
+            Remote::Cluster(c) => c.lease(keys, rules, lease_id, extend_us, now).await,
+        }
+    }
+
     async fn reset(&self, keys: &[String]) -> Result<u64> {
         match self {
             Remote::Redis(r) => r.reset(keys).await,
@@ -300,6 +308,13 @@ impl Connection {
         self.bounded(remote.settle(plan, call_id, actual, now)).await
     }
 
+    /// Release (`extend_us` `None`) or extend lease `lease_id` on these keys
+    /// of concurrency rules, within the timeout: per key, whether it held slots.
+    pub async fn lease(&self, keys: &[String], rules: &[&CompiledRule], lease_id: &str, extend_us: Option<i64>, now: Option<i64>) -> Result<Settled> {
+        let remote = self.get()?;
+        self.bounded(remote.lease(keys, rules, lease_id, extend_us, now)).await
+    }
+
     /// Delete `keys`, within the timeout; returns how many existed.
     pub async fn reset(&self, keys: &[String]) -> Result<u64> {
         let remote = self.get()?;
@@ -363,9 +378,11 @@ async fn bounded<T>(timeout: Duration, call: impl std::future::Future<Output = R
 /// The plan's call id, or a random one made into `random` when the caller
 /// gave none.
 fn call_id<'a>(plan: &'a Plan<'_, String>, random: &'a mut Option<String>) -> &'a str {
-    match plan.call_id {
-        Some(id) => id,
-        None => random.insert(random_call_id()).as_str(),
+    // A check of a concurrency rule takes its slots under the plan's lease id.
+    match (plan.call_id, &plan.lease) {
+        (Some(id), _) => id,
+        (None, Some(lease)) => lease,
+        (None, None) => random.insert(random_call_id()).as_str(),
     }
 }
 

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::script::{command, ext_refs, is_noscript, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, lease_command, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
 use super::{Outcomes, ServerTime};
 use crate::error::{Error, Result};
-use crate::plan::{Mode, Plan};
+use crate::plan::{CompiledRule, Mode, Plan};
 
 /// Redis on one node, through a multiplexed connection that reconnects by
 /// itself. Clones share the connection.
@@ -343,6 +343,27 @@ impl RedisBackend {
             Err(e) => return Err(e.into()),
         };
         parse_settle_reply(&reply, plan.keys.len())
+    }
+
+    /// Release or extend (by `extend_us`) lease `lease_id` on these keys of
+    /// concurrency rules (modes `r` and `e`, `lua/concurrency.lua`): per key,
+    /// whether the lease held slots there.
+    pub async fn lease(
+        &self,
+        keys: &[String],
+        rules: &[&CompiledRule],
+        lease_id: &str,
+        extend_us: Option<i64>,
+        now: Option<i64>,
+    ) -> Result<smallvec::SmallVec<[bool; 4]>> {
+        let mut conn = self.conn()?;
+        let build = |sha: Option<&str>| lease_command(sha, keys, rules, now, lease_id, extend_us);
+        let reply: Vec<i64> = match build(Some(&self.0.sha)).query_async(&mut conn).await {
+            Ok(v) => v,
+            Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
+            Err(e) => return Err(e.into()),
+        };
+        parse_settle_reply(&reply, keys.len())
     }
 
     /// Delete `keys`; returns how many existed.

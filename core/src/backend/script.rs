@@ -29,6 +29,8 @@ pub const CHECK_SCRIPT: &str = concat!(
     "\n",
     include_str!("../../lua/period_counter.lua"),
     "\n",
+    include_str!("../../lua/concurrency.lua"),
+    "\n",
     include_str!("../../lua/replay.lua"),
     "\n",
     include_str!("../../lua/extensions.lua"),
@@ -225,6 +227,31 @@ pub(crate) fn settle_command<K: redis::ToRedisArgs>(
         None => cmd.arg(""),
     };
     cmd.arg(call_id).arg(format!("{estimate}:{actual}"));
+    for rule in rules {
+        cmd.arg(&rule.script_args[..]);
+    }
+    cmd
+}
+
+/// A release (mode `r`) or an extend by `extend_us` (mode `e`) of lease
+/// `lease_id` on these keys of concurrency rules (`lua/concurrency.lua`):
+/// `EVALSHA` with `sha`, or `EVAL` of the whole script when `sha` is `None`.
+/// Its reply reads as a settle's: per key, whether the lease held slots there.
+pub(crate) fn lease_command<K: redis::ToRedisArgs>(
+    sha: Option<&str>,
+    keys: &[K],
+    rules: &[&CompiledRule],
+    now: Option<i64>,
+    lease_id: &str,
+    extend_us: Option<i64>,
+) -> redis::Cmd {
+    let mut cmd = script_cmd(sha);
+    cmd.arg(keys.len()).arg(keys).arg(if extend_us.is_some() { "e" } else { "d" });
+    match now {
+        Some(t) => cmd.arg(t),
+        None => cmd.arg(""),
+    };
+    cmd.arg(lease_id).arg(extend_us.unwrap_or(0));
     for rule in rules {
         cmd.arg(&rule.script_args[..]);
     }

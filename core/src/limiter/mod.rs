@@ -7,6 +7,7 @@
 //! shells around that path.
 
 mod builder;
+mod lease;
 mod http;
 mod metrics;
 mod options;
@@ -23,6 +24,7 @@ pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
 pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
 pub use metrics::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
+pub use lease::{extend_duration, new_lease_id};
 pub use settle::{acquire_timeout, actual_cost};
 pub use stats::Stats;
 pub use reserve::ReserveStats;
@@ -443,6 +445,7 @@ impl Limiter {
             };
             if mode == Mode::Check {
                 self.ticket(&mut d, call_id, cost, || g.rules.keys(attrs), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
+                self.lease_ticket(&mut d, &g, &plan.rules, plan.lease.as_deref(), || g.rules.keys(attrs));
             }
             self.count(&g, &d, false);
             Ok(d)
@@ -466,7 +469,7 @@ impl Limiter {
                 let g = self.inner.current.load_full();
                 let plan = g.rules.plan(attrs, cost, call_id, str::to_string).map(|p| {
                     let rules: SmallVec<[(usize, Option<usize>); 4]> = p.rules.iter().map(|r| g.rules.locate(r)).collect();
-                    (p.keys, rules, p.ext)
+                    (p.keys, rules, p.ext, p.lease)
                 });
                 Ok((g, plan))
             }
@@ -475,9 +478,9 @@ impl Limiter {
             match planned {
                 Err(answer) => answer,
                 Ok((g, plan)) => {
-                    let (keys, rules, ext) = plan?;
+                    let (keys, rules, ext, lease) = plan?;
                     let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
-                    let plan = Plan { keys, rules, cost, call_id, ext };
+                    let plan = Plan { keys, rules, cost, call_id, ext, lease };
                     if reserve::has_reserved(&plan) {
                         return self.reserved(&g, plan, mode).await;
                     }
@@ -534,7 +537,8 @@ impl Limiter {
         }
         // Remembered denials (opt-in): read the clock before anything is
         // sent, so a wait counted from here never outlives Redis's.
-        let cache = g.deny_cache.as_ref().filter(|_| plan.call_id.is_none());
+        // A concurrency rule's slots free up at a release, before any wait ends: never cached.
+        let cache = g.deny_cache.as_ref().filter(|_| plan.call_id.is_none() && plan.lease.is_none());
         let sent_us = cache.map(|_| self.local_now());
         if let (Some(cache), Some(sent_us)) = (cache, sent_us) {
             let keys = plan.keys.iter().zip(&plan.rules).map(|(k, r)| (k.as_str(), r.shadow));
@@ -565,6 +569,7 @@ impl Limiter {
                 let mut d = decide(&plan.rules, &outcomes);
                 if mode == Mode::Check {
                     self.ticket(&mut d, plan.call_id, plan.cost, || plan.keys.to_vec(), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
+                    self.lease_ticket(&mut d, g, &plan.rules, plan.lease.as_deref(), || plan.keys.to_vec());
                 }
                 if let (Some(cache), Some(sent_us), false) = (sent.cache, sent.sent_us, d.allowed) {
                     let blocked: smallvec::SmallVec<[bool; 4]> = outcomes.iter().map(|o| o.blocked).collect();

@@ -315,7 +315,7 @@ impl Limiter {
             .iter()
             .filter_map(|e| sent.iter().position(|&i| i == e.at).map(|at| PlanExt { at, ..e.clone() }))
             .collect();
-        let sub = Plan { keys, rules, cost, call_id: None, ext };
+        let sub = Plan { keys, rules, cost, call_id: None, ext, lease: plan.lease.clone() };
         let spec: String = match mode {
             Mode::Peek => String::new(),
             Mode::Check => sent
@@ -329,7 +329,9 @@ impl Limiter {
                 .join(","),
         };
         let refs = ext_refs(&sub);
-        let header = Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id: "-", cost, deadline: None };
+        // A stacked concurrency rule takes its slots under the plan's lease id.
+        let call_id = plan.lease.as_deref().unwrap_or("-");
+        let header = Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id, cost, deadline: None };
         bump(&r.trips, 1);
         let answer = run_script(remote, |sha| {
             let mut cmd = command(sha, &sub.keys, &sub.rules, &refs, header);
@@ -441,7 +443,10 @@ impl Limiter {
         } else {
             self.sweep_in_background();
         }
-        let d = Decision::from_results(results, false);
+        let mut d = Decision::from_results(results, false);
+        if mode == Mode::Check {
+            self.lease_ticket(&mut d, g, &plan.rules, plan.lease.as_deref(), || plan.keys.to_vec());
+        }
         self.count(g, &d, false);
         Ok(d)
     }

@@ -92,7 +92,7 @@ fn ticket_plan<'g>(g: &'g Generation, ticket: &'g SettleTicket) -> Plan<'g, Stri
             (rule.name == name).then(|| (key.clone(), rule))
         })
         .unzip();
-    Plan { keys, rules, cost: ticket.cost, call_id: Some(ticket.call_id.as_str()), ext: Default::default() }
+    Plan { keys, rules, cost: ticket.cost, call_id: Some(ticket.call_id.as_str()), ext: Default::default(), lease: None }
 }
 
 impl Limiter {
@@ -194,6 +194,7 @@ impl Limiter {
             cost: plan.cost,
             call_id: plan.call_id,
             ext: Default::default(),
+            lease: None,
         };
         let settled = memory.settle(&digests, actual, self.local_now());
         Ok(self.count_settled(g, plan, &settled, actual))

@@ -115,6 +115,8 @@ struct Flight {
     call_id: Option<String>,
     /// The call id sent: the caller's, or a random one.
     sent_id: String,
+    /// The lease id of its concurrency rules (the id sent), if any applies.
+    lease: Option<String>,
     mode: Mode,
     cached: bool,
     sent_us: Option<i64>,
@@ -224,13 +226,17 @@ impl Wire {
             Ok((_, sent)) => sent,
             Err(answer) => return Some(answer),
         };
-        let sent_id = call_id.map_or_else(random_call_id, str::to_string);
+        // A check of a concurrency rule sends its lease id as its call id.
+        let sent_id = match (&plan.lease, call_id) {
+            (Some(lease), _) => lease.clone(),
+            (None, id) => id.map_or_else(random_call_id, str::to_string),
+        };
         let mut request = Vec::new();
         let header = self.node.header(&plan, mode, &sent_id, sent.now);
         let server_deadline = header.deadline;
         command(Some(&self.sha), &plan.keys, &plan.rules, &ext_refs(&plan), header).write_packed_command(&mut request);
         let (cached, sent_us, now, started) = (sent.cache.is_some(), sent.sent_us, sent.now, sent.started);
-        let Plan { keys, rules: planned, ext, cost, .. } = plan;
+        let Plan { keys, rules: planned, ext, cost, lease, .. } = plan;
         let rules = planned.iter().map(|r| g.rules.locate(r)).collect();
         drop(planned);
         let flight = Flight {
@@ -241,6 +247,7 @@ impl Wire {
             cost,
             call_id: call_id.map(str::to_string),
             sent_id,
+            lease,
             mode,
             cached,
             sent_us,
@@ -386,7 +393,7 @@ impl Wire {
     /// The commands of `stage` for a call.
     fn request(&self, f: &Flight, stage: Stage) -> Vec<u8> {
         let rules = f.rules.iter().map(|&at| f.g.rules.located(at)).collect();
-        let plan = Plan { keys: f.keys.clone(), rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext.clone() };
+        let plan = Plan { keys: f.keys.clone(), rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext.clone(), lease: f.lease.clone() };
         let header = Header::of(&plan, f.mode, &f.sent_id, f.now).until(f.server_deadline);
         let ext = ext_refs(&plan);
         let mut out = Vec::new();
@@ -405,7 +412,7 @@ impl Wire {
     fn settle(&self, f: Flight, reply: std::result::Result<Vec<i64>, Failure>) -> Result<Decision> {
         let g = f.g;
         let rules = f.rules.iter().map(|&at| g.rules.located(at)).collect();
-        let plan = Plan { keys: f.keys, rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext };
+        let plan = Plan { keys: f.keys, rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext, lease: f.lease };
         let answer = match reply {
             Ok(v) => {
                 self.node.server_time().observe_reply(&v, f.now);

@@ -52,6 +52,9 @@ pub(crate) fn refused(algorithm: &Algorithm) -> Option<&'static str> {
         Algorithm::SlidingWindow { .. } => Some(
             "not supported by sliding_window: a unit spent in a later sub-window than it was counted in would be weighted as older than its use; use fixed_window or quota for hot keys",
         ),
+        Algorithm::Concurrency { .. } => Some(
+            "not supported by concurrency: slots are held and released, not spent; a reserved slot would be held with no request in it",
+        ),
         Algorithm::TokenBucket { .. } => Some(
             "not supported by token_bucket: tokens spent after they were taken let a burst exceed the capacity by the tokens held at that time; use fixed_window or quota for hot keys",
         ),

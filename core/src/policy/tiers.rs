@@ -128,6 +128,7 @@ pub(crate) fn with_limit(algorithm: Algorithm, limit: TierLimit) -> Option<Algor
         (Algorithm::Quota { period, utc_offset_minutes, .. }, TierLimit::Limit(limit)) => {
             Algorithm::Quota { limit, period, utc_offset_minutes }
         }
+        (Algorithm::Concurrency { lease, .. }, TierLimit::Limit(limit)) => Algorithm::Concurrency { limit, lease },
     })
 }
 
