@@ -88,6 +88,10 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
             return await limiter.overrides_async(step.get("rule", ""))
         if op == "settle":
             return await limiter.settle_call_async(attrs, call_id, cost, step["actual_cost"])
+        if op == "release":
+            return await limiter.release_call_async(attrs, call_id)
+        if op == "extend":
+            return await limiter.extend_call_async(attrs, call_id, step["duration_ms"] / 1000)
         if op == "acquire":
             return await limiter.acquire_async(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
@@ -114,6 +118,10 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
             return limiter.overrides(step.get("rule", ""))
         if op == "settle":
             return limiter.settle_call(attrs, step["call_id"], cost, step["actual_cost"])
+        if op == "release":
+            return limiter.release_call(attrs, step["call_id"])
+        if op == "extend":
+            return limiter.extend_call(attrs, step["call_id"], step["duration_ms"] / 1000)
         if op == "acquire":
             return limiter.acquire(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
