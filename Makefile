@@ -81,7 +81,7 @@ bench: deps
 	$(CARGO) bench -p throttlegate
 
 ## Side by side with the peers on a private Redis; writes benches/compare/RESULTS.md (COMPARE_SECONDS=3 per case;
-## COMPARE_ONLY=PART,... runs only those parts (redis, memory, node, python, rust, algos, node-algos, python-algos, burst, latency), into RESULTS-partial.md).
+## COMPARE_ONLY=PART,... runs only those parts (redis, memory, node, python, rust, algos, node-algos, python-algos, burst, latency, concurrency), into RESULTS-partial.md).
 compare: deps
 	benches/compare/run.sh
 	benches/serve/run.sh

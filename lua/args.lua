@@ -3,7 +3,7 @@
 -- general form of the same check). Reads the arguments of the general form and leaves,
 -- as locals for the files after it: mode, now, monotonic (true when now came
 -- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it),
--- uses_log / uses_bucket / uses_counters / uses_period (which algorithms
+-- uses_log / uses_bucket / uses_counters / uses_period / uses_lease (which algorithms
 -- this call's rules use), floor_div(a, b) (made only when a sliding
 -- window of counters or a period counter needs it; nil otherwise) and
 -- recent_ids(ids, id) (made only when a bucket, counter or period counter
@@ -26,6 +26,7 @@
 --   "f", limit, window_us          fixed window (epoch-aligned)
 --   "q", limit, "<period>:<offset_s>"          calendar quota: period h, d,
 --                                  w or m, offset in seconds east of UTC
+--   "l", limit, lease_us           concurrency (lua/concurrency.lua)
 -- with the code in upper case ("W", "B", "K", "F", "Q") for a shadow rule,
 -- which reports but never denies.
 --
@@ -65,11 +66,13 @@ end
 -- Which algorithms this call uses: the functions of the others are not even
 -- made (each local function is a closure created afresh on every call of
 -- the script, and this script runs on every request).
-local uses_log, uses_bucket, uses_counters, uses_period = false, false, false, false
+local uses_log, uses_bucket, uses_counters, uses_period, uses_lease = false, false, false, false, false
 for i = 1, n do
   local code = ARGV[3 * i + 2]
   if code == 'w' or code == 'W' then
     uses_log = true
+  elseif code == 'l' or code == 'L' then
+    uses_lease = true
   elseif code == 'k' or code == 'K' then
     uses_counters = true
   elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then

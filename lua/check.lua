@@ -76,6 +76,9 @@ for i = 1, n do
     held[3 * i - 2] = ids
     held[3 * i - 1] = oldest or false
     held[3 * i] = newest or false
+  elseif code == 'l' or code == 'L' then
+    allowed, remaining, retry_after, reset_after =
+      cc_decide(KEYS[i], now, cost, tonumber(ARGV[3 * i + 3]), tonumber(ARGV[3 * i + 4]))
   elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
     local end_us, stored
     allowed, remaining, retry_after, reset_after, end_us, stored =
@@ -132,6 +135,9 @@ if mode ~= 'p' and all_pass then
           held[3 * i - 1] or nil, held[3 * i] or nil)
       elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
         pc_commit(KEYS[i], now, cost, held[3 * i - 2], stored_id, held[3 * i - 1])
+      elseif code == 'l' or code == 'L' then
+        -- The lease id is the call id (the caller's, or the one the core made).
+        cc_commit(KEYS[i], now, cost, tonumber(ARGV[3 * i + 4]), call_id, out[4 * i + 2])
       else
         tb_commit(KEYS[i], held[3 * i - 1], held[3 * i - 2], out[4 * i + 2], stored_id, held[3 * i] or nil)
       end

@@ -103,6 +103,9 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- call that Redis had executed): a member of a log, or one of the last 64
   -- admissions recorded in a bucket.
   seen = function(code, key, call_id, spec)
+    if code == 'l' or code == 'L' then
+      return cc_seen(key, call_id)
+    end
     if code == 'w' or code == 'W' then
       return log_check_time(key, call_id, tonumber(spec)) ~= nil
     end
@@ -133,6 +136,10 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- id has already dropped out of the list (or whose sub-window or period has
   -- ended) is not refunded (a brief over-restriction, never an over-admission).
   give_back = function(code, key, cost, capacity, call_id, spec)
+    if code == 'l' or code == 'L' then
+      cc_drop(key, call_id)
+      return
+    end
     if code == 'w' or code == 'W' then
       local t, extra, ids = log_check_time(key, call_id, nil)
       if t == nil then

@@ -177,6 +177,9 @@ if mode == 'x' then
       done = settle_counters(key, a, param)
     elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
       done = settle_period(key, a)
+    elseif code == 'l' or code == 'L' then
+      -- Slots are released, not settled.
+      done = 0
     else
       return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(code))
     end

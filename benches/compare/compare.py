@@ -23,7 +23,10 @@ Measures, in one run against one redis-server:
  11. latency percentiles per check under an open-loop load at 25%, 50% and
      90% of saturation (part `latency`: benches/node/latency.js next to
      RateLimiterRedis, benches/python/latency.py next to `limits`' asyncio
-     moving window).
+     moving window);
+ 12. concurrency rules (part `concurrency`): Redis's cost per check and per
+     release next to a sliding-window log check, and memory per key as slots
+     are held (bounded by the limit).
 Writes a markdown report (--out) and prints it. Standard library only.
 """
 
@@ -64,9 +67,10 @@ LOADS = [
     ("50 connections, pipeline 16", 50, 16, 120_000),
 ]
 
-PARTS = ["redis", "memory", "node", "python", "rust", "algos", "node-algos", "python-algos", "burst", "latency"]
+PARTS = ["redis", "memory", "node", "python", "rust", "algos", "node-algos", "python-algos", "burst", "latency",
+         "concurrency"]
 # The parts that send throttlegate's script themselves (and need --script).
-SCRIPT_PARTS = {"redis", "memory", "algos"}
+SCRIPT_PARTS = {"redis", "memory", "algos", "concurrency"}
 
 GOALS: list[tuple[str, str, str]] = []  # (goal, measured, met) for the summary
 AT_START: dict[str, dict[str, str]] = {}  # the native library each part loaded when it started
@@ -791,6 +795,77 @@ def bench_algo_cost(r: Resp, port: int, pin: list[str], seconds: float, sha_tg: 
 
 
 # ---------------------------------------------------------------------------
+# 12: concurrency rules
+
+CONC_KEYS = 10_000
+CONC_SLOTS = (1, 10, 100, 1_000)
+
+
+def bench_concurrency(r: Resp, sha_tg: str) -> list[str]:
+    """usec_per_call of a concurrency check, of a release, and of a sliding-window log check (the same
+    keys, one connection, pipelined); then MEMORY USAGE of one key holding N slots."""
+    n = 30_000
+    lease_us, limit = WINDOW_US, 1_000_000
+    conc = ["l", str(limit), str(lease_us)]
+    log = ["w", str(limit), str(WINDOW_US)]
+
+    def run(commands: list[list[str]]) -> float:
+        r.call("CONFIG", "RESETSTAT")
+        for start in range(0, len(commands), 1000):
+            for reply in r.pipeline(commands[start:start + 1000]):
+                if isinstance(reply, Exception) or (isinstance(reply, list) and len(reply) > 2 and reply[2] != 1):
+                    raise RuntimeError(f"concurrency: unexpected reply {reply!r}")
+        return commandstats_evalsha(r)["usec_per_call"]
+
+    res: dict[str, list[float]] = {}
+    for rep in range(REPEATS):
+        ids = [secrets.token_hex(16) for _ in range(n)]
+        keys = [f"conc12:{i % CONC_KEYS}" for i in range(n)]
+        r.call("FLUSHALL")
+        checks = [["EVALSHA", sha_tg, "1", k, "c", "", i, "1", *conc] for k, i in zip(keys, ids)]
+        res.setdefault("check", []).append(run(checks))
+        releases = [["EVALSHA", sha_tg, "1", k, "r", "", i, "0", *conc] for k, i in zip(keys, ids)]
+        res.setdefault("release", []).append(run(releases))
+        r.call("FLUSHALL")
+        logs = [["EVALSHA", sha_tg, "1", f"log12:{k}", "s", i, *log[1:]] for k, i in zip(keys, ids)]
+        res.setdefault("log", []).append(run(logs))
+        progress(f"  run {rep + 1}/{REPEATS}  check {res['check'][-1]:.2f}  release {res['release'][-1]:.2f}  "
+                 f"log check {res['log'][-1]:.2f} us/call in Redis")
+    med = {k: median(v) for k, v in res.items()}
+    out = ["## 12. Concurrency rules on Redis", "",
+           f"`usec_per_call` of `evalsha` (`CONFIG RESETSTAT` before each run), microseconds, median of {REPEATS} "
+           f"runs of {n:,} calls over {CONC_KEYS:,} keys (one connection, pipelined by 1,000; Redis's own time "
+           "does not depend on the connections), on the server's clock: a concurrency check (limit 1,000,000, "
+           "lease 60 s, each with its own 32-hex-digit lease id, every check admitted), the release of each, "
+           "and a sliding-window log check of cost 1 (mode `s`) on as many keys.", "",
+           "| call | us per call | / sliding-window log check |", "| --- | ---: | ---: |"]
+    for name, label in (("check", "concurrency check"), ("release", "concurrency release"),
+                        ("log", "sliding-window log check")):
+        out.append(f"| {label} | {med[name]:.2f} | {med[name] / med['log']:.2f} |")
+    # Memory: one key holding N slots (N leases of cost 1), a limit of 1,000.
+    out += ["", "`MEMORY USAGE key SAMPLES 0` of one key holding N slots (N admitted checks of cost 1, limit "
+            "1,000, lease 60 s), and after a check denied at the limit (nothing more is stored: at most `limit` "
+            "members).", "", "| slots held | " + " | ".join(f"{s:,}" for s in CONC_SLOTS) + " | denied at 1,000 |",
+            "| --- | " + " | ".join("---:" for _ in CONC_SLOTS) + " | ---: |"]
+    r.call("FLUSHALL")
+    rule = ["l", "1000", str(lease_us)]
+    cells = []
+    for slots in CONC_SLOTS:
+        key = f"concmem12:{slots}"
+        r.pipeline([["EVALSHA", sha_tg, "1", key, "c", "", secrets.token_hex(16), "1", *rule] for _ in range(slots)])
+        cells.append(fmt_int(int(r.call("MEMORY", "USAGE", key, "SAMPLES", "0"))))
+    denied = r.call("EVALSHA", sha_tg, "1", "concmem12:1000", "c", "", secrets.token_hex(16), "1", *rule)
+    if denied[2] != 0:
+        raise RuntimeError(f"concurrency: a check above the limit was admitted: {denied!r}")
+    cells.append(fmt_int(int(r.call("MEMORY", "USAGE", "concmem12:1000", "SAMPLES", "0"))))
+    r.call("FLUSHALL")
+    out += ["| bytes | " + " | ".join(cells) + " |", ""]
+    GOALS.append(("Redis cost per concurrency release <= a concurrency check", f"{med['release']:.2f} vs {med['check']:.2f} us",
+                  met(med["release"] <= med["check"])))
+    return out
+
+
+# ---------------------------------------------------------------------------
 # 8, 9: the new algorithms next to their peers' like-for-like strategies
 
 
@@ -1068,7 +1143,7 @@ def main() -> int:
               "node": "## 4. Node", "python": "## 5. Python", "rust": "## 6. Embedded backend from Rust",
               "algos": "## 7. Every algorithm on Redis", "node-algos": "## 8. Node, fixed window",
               "python-algos": "## 9. Python, sliding window of counters", "burst": "## 10. Boundary burst",
-              "latency": "## 11. Latency per check, open loop"}
+              "latency": "## 11. Latency per check, open loop", "concurrency": "## 12. Concurrency rules"}
     for part in PARTS:
         if part not in parts:
             continue
@@ -1086,6 +1161,9 @@ def main() -> int:
         elif part == "memory":
             progress("== 3. memory per key")
             sections += bench_memory(r, sha_tg)
+        elif part == "concurrency":
+            progress("== 12. concurrency: Redis's cost per check and release, memory per key")
+            sections += bench_concurrency(r, sha_tg)
         elif part == "algos":
             progress("== 7. every algorithm: memory per key, Redis's cost per check")
             sections += bench_algo_memory(r, sha_tg)

@@ -9,7 +9,7 @@
 #
 # COMPARE_SECONDS=N is the same knob for `make compare COMPARE_SECONDS=N`.
 # COMPARE_ONLY=PART,PART runs only those parts of compare.py (redis, memory,
-# node, python, rust, algos, node-algos, python-algos, burst, latency), builds only
+# node, python, rust, algos, node-algos, python-algos, burst, latency, concurrency), builds only
 # what they need, and writes benches/compare/RESULTS-partial.md instead of
 # RESULTS.md (which only a full run writes).
 set -euo pipefail
@@ -121,7 +121,7 @@ fi
 fi
 
 SCRIPT_ARGS=()
-if wants redis memory algos; then
+if wants redis memory algos concurrency; then
 echo "== Rust: the CLI, release" >&2
 cargo build -q --release -p throttlegate-cli >&2
 # The exact script every check runs, as the CLI prints it (for the parts that send it themselves).

@@ -73,6 +73,14 @@ enum Command {
     /// consumed from.
     #[command(after_help = oneshot::AFTER_HELP)]
     Settle(oneshot::SettleArgs),
+    /// Give back the concurrency slots a check made with --call-id holds
+    /// (before its lease ends); prints how many rules freed slots.
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Release(oneshot::ReleaseArgs),
+    /// Hold the concurrency slots of a check made with --call-id for
+    /// --duration from now; a lease that ended is not brought back.
+    #[command(after_help = oneshot::AFTER_HELP)]
+    Extend(oneshot::ExtendArgs),
     /// Wait until a request is admitted (at most --wait), then print the
     /// admitting decision; a timeout is a backend-failure exit (3).
     #[command(after_help = oneshot::AFTER_HELP)]
@@ -164,6 +172,8 @@ fn run(cli: Cli) -> CliResult<u8> {
         Command::Reset(a) => oneshot::reset(a),
         Command::Override(a) => override_cmd::run(a),
         Command::Settle(a) => oneshot::settle(a),
+        Command::Release(a) => oneshot::release(a),
+        Command::Extend(a) => oneshot::extend(a),
         Command::Acquire(a) => oneshot::acquire(a),
         Command::Bench(a) => bench::run(a),
         Command::Lint(a) => policy_tools::lint(a),

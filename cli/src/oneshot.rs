@@ -1,4 +1,4 @@
-//! `check`, `peek`, `reset`, `settle` and `acquire`: one call against a backend.
+//! `check`, `peek`, `reset`, `settle`, `release`, `extend` and `acquire`: one call against a backend.
 
 use clap::Args;
 use serde_json::{json, Value};
@@ -20,6 +20,9 @@ Examples:
   throttlegate check --rules rules.toml --redis redis://127.0.0.1:6379 --cost 500 --call-id req-7 tenant=t1
   throttlegate settle --rules rules.toml --redis redis://127.0.0.1:6379 --call-id req-7 --cost 500 --actual 812 tenant=t1
   throttlegate acquire --rules rules.toml --redis redis://127.0.0.1:6379 --wait 5s api_key=k_123
+  throttlegate check   --rules rules.toml --redis redis://127.0.0.1:6379 --call-id job-7 user=u1
+  throttlegate extend  --rules rules.toml --redis redis://127.0.0.1:6379 --call-id job-7 --duration 30s user=u1
+  throttlegate release --rules rules.toml --redis redis://127.0.0.1:6379 --call-id job-7 user=u1
 
 Exit status: 0 allowed (reset: done), 1 denied, 2 bad input, 3 backend failure, 4 internal error.";
 
@@ -89,6 +92,47 @@ pub struct SettleArgs {
     attributes: Vec<String>,
 }
 
+/// Options of `release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Backend URL (as for `check`).
+    #[arg(long, value_name = "URL")]
+    redis: String,
+    /// The lease id: the call id the check was made with (`check --call-id`).
+    #[arg(long, value_name = "ID")]
+    call_id: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The check's attributes, NAME=VALUE.
+    #[arg(value_name = "ATTR=VALUE")]
+    attributes: Vec<String>,
+}
+
+/// Options of `extend`.
+#[derive(Debug, Args)]
+pub struct ExtendArgs {
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Backend URL (as for `check`).
+    #[arg(long, value_name = "URL")]
+    redis: String,
+    /// The lease id: the call id the check was made with (`check --call-id`).
+    #[arg(long, value_name = "ID")]
+    call_id: String,
+    /// How long from now the slots are held (e.g. 30s), on the backend's clock.
+    #[arg(long, value_name = "DURATION", value_parser = crate::parse_duration_arg)]
+    duration: std::time::Duration,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// The check's attributes, NAME=VALUE.
+    #[arg(value_name = "ATTR=VALUE")]
+    attributes: Vec<String>,
+}
+
 /// Options of `acquire`.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
@@ -147,6 +191,9 @@ pub fn connect(backend: &BackendArgs, url: &str) -> CliResult<Limiter> {
 pub fn decision_json(d: &Decision, options: HeaderOptions) -> Value {
     let mut v = d.to_json(options);
     v["degraded"] = Value::Bool(d.degraded);
+    if let Some(id) = d.lease_id() {
+        v["lease_id"] = Value::from(id);
+    }
     v
 }
 
@@ -190,6 +237,9 @@ fn print_decision(d: &Decision, options: HeaderOptions, peek: bool) {
     }
     if d.degraded {
         println!("(degraded: the backend failed; this answer comes from on_backend_error)");
+    }
+    if let Some(id) = d.lease_id() {
+        println!("holds concurrency slots under lease {id:?} (release with: throttlegate release --call-id {id} ...)");
     }
     if !d.results.is_empty() {
         let width = d
@@ -276,6 +326,40 @@ pub fn settle(args: SettleArgs) -> CliResult<u8> {
         println!("nothing settled: no rule holds call {:?} (denied, settled already, or no longer counting)", args.call_id);
     } else {
         println!("settled call {:?} at {} (estimate {}) on {settled} rule(s)", args.call_id, args.actual, args.cost);
+    }
+    Ok(EXIT_OK)
+}
+
+/// `throttlegate release`: give back the slots lease `--call-id` holds.
+pub fn release(args: ReleaseArgs) -> CliResult<u8> {
+    let attrs = parse_attributes(&args.attributes)?;
+    let limiter = connect(&args.backend, &args.redis)?;
+    let released = limiter.release_call_blocking(&attrs, &args.call_id);
+    limiter.close();
+    let released = released?;
+    if args.json {
+        println!("{}", json!({ "released": released }));
+    } else if released == 0 {
+        println!("nothing released: lease {:?} holds no slot (denied, released already, or its lease ended)", args.call_id);
+    } else {
+        println!("released lease {:?} on {released} rule(s)", args.call_id);
+    }
+    Ok(EXIT_OK)
+}
+
+/// `throttlegate extend`: hold the slots of lease `--call-id` for `--duration` from now.
+pub fn extend(args: ExtendArgs) -> CliResult<u8> {
+    let attrs = parse_attributes(&args.attributes)?;
+    let limiter = connect(&args.backend, &args.redis)?;
+    let extended = limiter.extend_call_blocking(&attrs, &args.call_id, args.duration);
+    limiter.close();
+    let extended = extended?;
+    if args.json {
+        println!("{}", json!({ "extended": extended }));
+    } else if extended == 0 {
+        println!("nothing extended: lease {:?} holds no slot (denied, released, or its lease ended)", args.call_id);
+    } else {
+        println!("extended lease {:?} on {extended} rule(s)", args.call_id);
     }
     Ok(EXIT_OK)
 }

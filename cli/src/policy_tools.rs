@@ -34,6 +34,7 @@ Checks:
   one_slot               warning  the key's {{hash tag}} holds no attribute: one Redis Cluster slot
   never_denies           warning  every rule is in shadow mode
   duplicate_match_value  warning  a match list names a value twice
+  exempt_never_applies   warning  an exempt list names an attribute no request is known to have
 
 Exit status:
   0  nothing found

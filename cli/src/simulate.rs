@@ -381,6 +381,9 @@ pub(crate) fn algorithm_text(a: &Algorithm) -> String {
         Algorithm::Quota { limit, period, utc_offset_minutes } => {
             format!("{limit} per {} (UTC{})", period.as_str(), throttlegate::format_utc_offset(utc_offset_minutes))
         }
+        Algorithm::Concurrency { limit, lease } => {
+            format!("{limit} at once (lease {})", format_duration(lease))
+        }
     }
 }
 

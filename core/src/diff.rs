@@ -318,4 +318,21 @@ mod tests {
         assert_eq!(d.rules[0].kind, RuleChangeKind::Conflict);
         assert_eq!(d.rules[0].fields, ["precision"]);
     }
+
+    #[test]
+    fn exempt_and_lease_changes_are_changes_and_an_algorithm_change_to_concurrency_conflicts() {
+        let old = Policy::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"u:{ip}\"\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n").unwrap();
+        let new = Policy::from_toml_str(
+            "[[rules]]\nname = \"a\"\nkey = \"u:{ip}\"\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"1m\"\nexempt = { ip = [\"10.0.0.0/8\"] }\n",
+        )
+        .unwrap();
+        let d = PolicyDiff::between(&old, &new);
+        assert_eq!(d.rules[0].kind, RuleChangeKind::Changed);
+        assert_eq!(d.rules[0].fields, ["exempt", "lease"]);
+        assert!(d.check(&old, &new).is_ok());
+        let window = Policy::from_toml_str("[[rules]]\nname = \"a\"\nkey = \"u:{ip}\"\nlimit = 2\nwindow = \"30s\"\n").unwrap();
+        let d = PolicyDiff::between(&old, &window);
+        assert_eq!(d.rules[0].kind, RuleChangeKind::Conflict);
+        assert!(d.check(&old, &window).is_err());
+    }
 }

@@ -141,7 +141,7 @@ fn raw_value(text: &str, ext: Option<&str>) -> Option<Value> {
 }
 
 /// The duration fields of a policy, top level and per rule.
-const DURATION_FIELDS: &[&str] = &["window", "precision", "block", "block_max", "block_period"];
+const DURATION_FIELDS: &[&str] = &["window", "lease", "precision", "block", "block_max", "block_period"];
 
 /// `findings` with a `bare_duration` warning for each duration under a
 /// second written as a bare number (milliseconds), errors kept first.
@@ -256,6 +256,19 @@ pub fn lint(policy: &Policy, options: &LintOptions) -> Vec<Finding> {
                 format!("the hash tag {{{tag}}} of key {:?} holds no attribute, so every key of this rule is in one Redis Cluster slot", rule.key),
             ));
         }
+        if let Some(known) = known_attributes(policy, options) {
+            for attr in rule.exempt.keys().filter(|a| !known.iter().any(|k| k == *a)) {
+                out.push(Finding::new(
+                    Severity::Warning,
+                    "exempt_never_applies",
+                    name,
+                    format!(
+                        "exempt.{attr} names an attribute no request is known to have, so it exempts nothing \
+                         (--attributes lists what the application sends, --any-attributes assumes nothing)"
+                    ),
+                ));
+            }
+        }
         for (attr, values) in &rule.matches {
             let mut seen = BTreeSet::new();
             if let Some(v) = values.iter().find(|v| !seen.insert(v.as_str())) {
@@ -280,6 +293,22 @@ pub fn lint(policy: &Policy, options: &LintOptions) -> Vec<Finding> {
     out
 }
 
+/// The attributes requests are known to have: `--attributes`, else the
+/// request model and the policy's `[attributes]`; `None` with `--any-attributes`.
+fn known_attributes(policy: &Policy, options: &LintOptions) -> Option<Vec<String>> {
+    match (&options.attributes, options.any_attributes) {
+        (Some(known), _) => Some(known.clone()),
+        (None, true) => None,
+        (None, false) => Some(
+            crate::http::REQUEST_MODEL
+                .iter()
+                .map(|a| a.to_string())
+                .chain(policy.attribute_sources().iter().map(|(n, _)| n.clone()))
+                .collect(),
+        ),
+    }
+}
+
 /// True when rule `a` denies every request rule `b` would deny: `a`
 /// applies whenever `b` does, its key depends on fewer attributes (so it
 /// counts at least what `b` counts), and with the same algorithm it is at
@@ -288,7 +317,11 @@ fn covers(a: &Rule, a_attrs: &BTreeSet<&str>, b: &Rule, b_attrs: &BTreeSet<&str>
     let applies = a.matches.iter().all(|(attr, values)| {
         b.matches.get(attr).is_some_and(|bv| bv.iter().all(|v| values.contains(v)))
     });
-    if !applies || !a_attrs.is_subset(b_attrs) {
+    // `a` skips no request `b` counts: whatever `a` exempts, `b` exempts too.
+    let exempts_less = a.exempt.iter().all(|(attr, values)| {
+        b.exempt.get(attr).is_some_and(|bv| values.iter().all(|v| bv.contains(v)))
+    });
+    if !applies || !exempts_less || !a_attrs.is_subset(b_attrs) {
         return false;
     }
     match (a.algorithm, b.algorithm) {
@@ -310,6 +343,10 @@ fn covers(a: &Rule, a_attrs: &BTreeSet<&str>, b: &Rule, b_attrs: &BTreeSet<&str>
             Algorithm::TokenBucket { capacity: ca, refill_rate: ra },
             Algorithm::TokenBucket { capacity: cb, refill_rate: rb },
         ) => ca <= cb && ra <= rb,
+        // A longer lease holds a crashed holder's slots at least as long.
+        (Algorithm::Concurrency { limit: la, lease: ea }, Algorithm::Concurrency { limit: lb, lease: eb }) => {
+            la <= lb && ea >= eb
+        }
         _ => false,
     }
 }
@@ -422,5 +459,30 @@ mod tests {
         let text = r#"{"rules":[{"name":"a","key":"ip:{ip}","limit":1,"window":"1s"},
             {"name":"b","key":"ip:{ip}","limit":1,"window":"1s"}]}"#;
         assert_eq!(codes(text, &LintOptions::default()), [("b".into(), "shadowed")]);
+    }
+
+    #[test]
+    fn exempt_lists_and_concurrency_rules() {
+        let anything = LintOptions { any_attributes: true, ..Default::default() };
+        // An exempt rule does not cover a rule without the exemption.
+        let two = r#"{"rules":[{"name":"a","key":"ip:{ip}","limit":10,"window":"1m","exempt":{"ip":["10.0.0.0/8"]}},
+            {"name":"b","key":"ip:{ip}","limit":20,"window":"1m"}]}"#;
+        assert_eq!(codes(two, &anything), []);
+        let same = r#"{"rules":[{"name":"a","key":"ip:{ip}","limit":10,"window":"1m","exempt":{"ip":["10.0.0.0/8"]}},
+            {"name":"b","key":"ip:{ip}","limit":20,"window":"1m","exempt":{"ip":["10.0.0.0/8"]}}]}"#;
+        assert_eq!(codes(same, &anything), [("b".into(), "shadowed")]);
+        // Concurrency: fewer slots and a lease at least as long cover.
+        let conc = r#"{"rules":[{"name":"a","key":"u:{ip}","algorithm":"concurrency","limit":2,"lease":"1m"},
+            {"name":"b","key":"u:{ip}","algorithm":"concurrency","limit":4,"lease":"30s"}]}"#;
+        assert_eq!(codes(conc, &anything), [("b".into(), "shadowed")]);
+        let longer = conc.replace("\"30s\"", "\"2m\"");
+        assert_eq!(codes(&longer, &anything), []);
+        // An exempt attribute no request has.
+        let unknown = r#"{"rules":[{"name":"a","key":"ip:{ip}","limit":10,"window":"1m","exempt":{"plan":["internal"]}}]}"#;
+        assert_eq!(codes(unknown, &LintOptions::default()), [("a".into(), "exempt_never_applies")]);
+        assert_eq!(codes(unknown, &anything), []);
+        // A bare lease under a second.
+        let bare = r#"{"rules":[{"name":"a","key":"ip:{ip}","algorithm":"concurrency","limit":1,"lease":500}]}"#;
+        assert_eq!(codes(bare, &anything), [("a".into(), "bare_duration")]);
     }
 }

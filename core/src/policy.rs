@@ -1457,4 +1457,26 @@ on_backend_error = "deny"
             assert!(m.contains(field), "message {m:?} for {text} should name {field}");
         }
     }
+
+    #[test]
+    fn concurrency_and_exempt_parse_and_round_trip() {
+        let p = Policy::from_toml_str(
+            "[[rules]]\nname = \"jobs\"\nkey = \"u:{user}\"\nalgorithm = \"concurrency\"\nlimit = 3\nlease = \"30s\"\n\
+             exempt = { ip = [\"10.0.0.0/8\"], api_key = \"healthcheck\" }\n",
+        )
+        .unwrap();
+        let r = &p.rules()[0];
+        assert_eq!(r.algorithm, Algorithm::Concurrency { limit: 3, lease: Duration::from_secs(30) });
+        assert_eq!((r.algorithm.limit(), r.algorithm.window()), (3, Duration::from_secs(30)));
+        assert_eq!(r.exempt["api_key"], ["healthcheck"]);
+        let again = Policy::from_json_str(&p.to_value().to_string()).unwrap();
+        assert_eq!(p, again);
+        // From code: the same checks.
+        let tiered = Rule::concurrency("c", "k", 2, Duration::from_secs(1)).tiers(Tiers::new("plan").tier("free", TierLimit::Limit(1)));
+        assert!(Policy::new(vec![tiered]).unwrap_err().message().contains("tiers"));
+        let bad = Rule::concurrency("c", "k", 2, Duration::ZERO);
+        assert!(Policy::new(vec![bad]).unwrap_err().message().contains("lease"));
+        let cidr = Rule::sliding_window_log("w", "k", 2, Duration::from_secs(1)).exempt("ip", ["10.0.0.0/40"]);
+        assert_eq!(Policy::new(vec![cidr]).unwrap_err().message(), "rules[0] (\"w\"): exempt.ip: \"10.0.0.0/40\" has an invalid prefix length (0 to 32)");
+    }
 }

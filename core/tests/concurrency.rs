@@ -88,3 +88,209 @@ async fn lifecycle_on_redis() {
     let l = limiter(Some(&server.url()), &clock, "tgc:");
     lifecycle(&l, &clock).await;
 }
+
+/// A request exempt from every rule sends no command to Redis; one that is
+/// not sends one.
+#[tokio::test]
+async fn an_exempt_request_sends_no_command() {
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::from_toml_str(POLICY).unwrap())
+        .url(server.url())
+        .prefix("tgx:")
+        .timeout(Duration::from_secs(5))
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap();
+    // Load the script and connect first, so only the calls below count.
+    assert!(l.check(&[("user", "warm")], 1).await.unwrap().allowed);
+    let calls = || server.command_calls("evalsha") + server.command_calls("eval");
+    let before = calls();
+    for attrs in [[("user", "healthcheck"), ("ip", "203.0.113.7")], [("user", "u9"), ("ip", "10.20.30.40")], [("user", "u9"), ("ip", "::ffff:10.0.0.1")]] {
+        let d = l.check(&attrs, 1).await.unwrap();
+        assert!(d.allowed && d.results.is_empty() && d.lease.is_none(), "{attrs:?}");
+        assert_eq!(l.release(&d).await.unwrap(), 0);
+    }
+    assert_eq!(calls(), before, "an exempt request reached Redis");
+    assert!(l.check(&[("user", "u9"), ("ip", "203.0.113.7")], 1).await.unwrap().allowed);
+    assert_eq!(calls(), before + 1);
+}
+
+/// On the server's clock: the key holds at most `limit` members, expires
+/// with its latest lease, and a release or an extend runs on Redis's time.
+#[tokio::test]
+async fn on_the_server_clock_memory_is_bounded_by_the_limit() {
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::from_toml_str(POLICY).unwrap())
+        .url(server.url())
+        .prefix("tgs:")
+        .timeout(Duration::from_secs(5))
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap();
+    let a = [("user", "u1")];
+    for _ in 0..50 {
+        let held: Vec<_> = [l.check(&a, 1).await.unwrap(), l.check(&a, 1).await.unwrap(), l.check(&a, 1).await.unwrap()].into();
+        assert_eq!(held.iter().filter(|d| d.allowed).count(), 2);
+        let card: u64 = server.command(&["ZCARD", "tgs:slots:user:u1"]).unwrap().trim_start_matches(':').parse().unwrap();
+        assert!(card <= 2, "{card} members for a limit of 2");
+        for d in &held {
+            l.release(d).await.unwrap();
+        }
+    }
+    let d = l.check(&a, 2).await.unwrap();
+    assert_eq!(server.command(&["ZCARD", "tgs:slots:user:u1"]).unwrap().trim_start_matches(':'), "2", "one member per slot");
+    let ttl: i64 = server.command(&["PTTL", "tgs:slots:user:u1"]).unwrap().trim_start_matches(':').parse().unwrap();
+    assert!(ttl > 0 && ttl <= 30_000, "the key lives until its lease ends, not longer: {ttl}");
+    assert_eq!(l.extend(&d, Duration::from_secs(120)).await.unwrap(), 1);
+    let ttl: i64 = server.command(&["PTTL", "tgs:slots:user:u1"]).unwrap().trim_start_matches(':').parse().unwrap();
+    assert!(ttl > 30_000 && ttl <= 120_000, "{ttl}");
+    assert_eq!(l.release(&d).await.unwrap(), 1);
+    assert_eq!(server.command(&["EXISTS", "tgs:slots:user:u1"]).unwrap().trim_start_matches(':'), "0", "nothing left behind");
+}
+
+// ---- the crash test -----------------------------------------------------------
+
+const CRASH_POLICY: &str = r#"
+[[rules]]
+name = "slots"
+key = "pool:{pool}"
+algorithm = "concurrency"
+limit = 4
+lease = "3s"
+"#;
+
+const WORKERS_PER_PROCESS: usize = 16;
+const PROCESSES: usize = 4;
+const ADMISSIONS_PER_WORKER: usize = 4;
+
+fn crash_limiter(url: &str) -> Limiter {
+    Limiter::builder(Policy::from_toml_str(CRASH_POLICY).unwrap())
+        .url(url)
+        .prefix("tgcrash:")
+        .timeout(Duration::from_secs(5))
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap()
+}
+
+/// The child processes of the crash test (run by re-executing this test
+/// binary; not a test by itself). `TG_CONC_ROLE=holder` takes every slot,
+/// says so and waits to be killed; `worker` runs 16 tasks that each take a
+/// slot 4 times, count themselves in (`INCR` of a Redis counter: the number
+/// of holders at that moment, across processes), hold it briefly, count
+/// themselves out and release; it prints the most holders seen.
+#[test]
+#[ignore = "a child process of crash_and_64_workers, run by it"]
+fn conc_child() {
+    let (Ok(role), Ok(url)) = (std::env::var("TG_CONC_ROLE"), std::env::var("TG_CONC_URL")) else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let l = crash_limiter(&url);
+    rt.block_on(async move {
+        let a = [("pool", "p")];
+        if role == "holder" {
+            let d = l.check(&a, 4).await.unwrap();
+            assert!(d.allowed);
+            println!("held {}", d.lease_id().unwrap());
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            return;
+        }
+        let counter = redis::Client::open(url.as_str()).unwrap();
+        let tasks: Vec<_> = (0..WORKERS_PER_PROCESS)
+            .map(|_| {
+                let (l, counter) = (l.clone(), counter.clone());
+                tokio::spawn(async move {
+                    let mut conn = counter.get_multiplexed_async_connection().await.unwrap();
+                    let mut most = 0i64;
+                    for _ in 0..ADMISSIONS_PER_WORKER {
+                        loop {
+                            let d = l.check(&a, 1).await.unwrap();
+                            if !d.allowed {
+                                tokio::time::sleep(Duration::from_millis(3)).await;
+                                continue;
+                            }
+                            let n: i64 = redis::cmd("INCR").arg("holders").query_async(&mut conn).await.unwrap();
+                            most = most.max(n);
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            let _: i64 = redis::cmd("DECR").arg("holders").query_async(&mut conn).await.unwrap();
+                            assert_eq!(l.release(&d).await.unwrap(), 1);
+                            break;
+                        }
+                    }
+                    most
+                })
+            })
+            .collect();
+        let mut most = 0;
+        for t in tasks {
+            most = most.max(t.await.unwrap());
+        }
+        println!("most {most}");
+    });
+}
+
+fn child(role: &str, url: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "conc_child", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env("TG_CONC_ROLE", role)
+        .env("TG_CONC_URL", url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// A process holding every slot is killed with SIGKILL: its slots stay held
+/// (the next check is denied, and told to wait until the lease ends), and
+/// come back when the lease ends. Then 64 workers in 4 processes contend
+/// for the 4 slots; the holders, counting themselves, never see more than 4.
+#[test]
+fn crash_and_64_workers() {
+    use std::io::BufRead;
+    let server = RedisServer::start();
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let l = crash_limiter(&url);
+    let a = [("pool", "p")];
+
+    let mut holder = child("holder", &url);
+    // The test harness prints its own words first (also on the same line).
+    let mut said = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("held ") {
+        line.clear();
+        assert!(said.read_line(&mut line).unwrap() > 0, "the holder ended without holding");
+    }
+    holder.kill().unwrap(); // SIGKILL
+    holder.wait().unwrap();
+
+    // The crash freed nothing: denied, and told to wait for the lease's end.
+    let d = rt.block_on(l.check(&a, 1)).unwrap();
+    assert!(!d.allowed, "slots came back before their lease ended");
+    assert!(d.retry_after > Duration::ZERO && d.retry_after <= Duration::from_secs(3), "{:?}", d.retry_after);
+    // Nobody can release them but their lease id's owner: a stranger's release frees nothing.
+    assert_eq!(rt.block_on(l.release_call(&a, "not-the-holder")).unwrap(), 0);
+    // When the lease ends, they are back.
+    std::thread::sleep(d.retry_after + Duration::from_millis(5));
+    let back = rt.block_on(l.check(&a, 4)).unwrap();
+    assert!(back.allowed, "the killed holder's slots came back after the lease");
+    assert_eq!(rt.block_on(l.release(&back)).unwrap(), 1);
+
+    // 64 workers in 4 processes.
+    let workers: Vec<_> = (0..PROCESSES).map(|_| child("worker", &url)).collect();
+    let mut most = 0;
+    for w in workers {
+        let out = w.wait_with_output().unwrap();
+        assert!(out.status.success(), "a worker process failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let m: i64 = text
+            .lines()
+            .find_map(|l| l.split_once("most ").map(|(_, n)| n.trim()))
+            .unwrap_or_else(|| panic!("no report in {text:?}"))
+            .parse()
+            .unwrap();
+        most = most.max(m);
+    }
+    assert!((1..=4).contains(&most), "{most} holders at once for 4 slots");
+    // Every worker released: nothing is held.
+    assert!(rt.block_on(l.check(&a, 4)).unwrap().allowed);
+}

@@ -167,6 +167,23 @@ fn run_steps(
                     rt.block_on(limiter.settle_call(&attrs, id, cost, actual)).map(drop)
                 }
             }
+            "release" => {
+                let id = step["call_id"].as_str().unwrap();
+                if in_process {
+                    limiter.release_call_blocking(&attrs, id).map(drop)
+                } else {
+                    rt.block_on(limiter.release_call(&attrs, id)).map(drop)
+                }
+            }
+            "extend" => {
+                let id = step["call_id"].as_str().unwrap();
+                let d = std::time::Duration::from_millis(step["duration_ms"].as_u64().unwrap());
+                if in_process {
+                    limiter.extend_call_blocking(&attrs, id, d).map(drop)
+                } else {
+                    rt.block_on(limiter.extend_call(&attrs, id, d)).map(drop)
+                }
+            }
             "acquire" => {
                 let timeout = std::time::Duration::from_millis(step["timeout_ms"].as_u64().unwrap());
                 rt.block_on(limiter.acquire(&attrs, cost, timeout)).map(drop)

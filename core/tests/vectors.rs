@@ -142,6 +142,23 @@ fn run_step(rt: &tokio::runtime::Runtime, limiter: &Limiter, step: &Value, route
                 };
                 settled.map(|n| json!({ "settled": n }))
             }
+            "release" => {
+                let id = step["call_id"].as_str().expect("a release names its call id");
+                let released = match route {
+                    Route::InProcess => limiter.release_call_blocking(&attrs, id),
+                    Route::Async => rt.block_on(limiter.release_call(&attrs, id)),
+                };
+                released.map(|n| json!({ "released": n }))
+            }
+            "extend" => {
+                let id = step["call_id"].as_str().expect("an extend names its call id");
+                let d = std::time::Duration::from_millis(step["duration_ms"].as_u64().expect("duration_ms"));
+                let extended = match route {
+                    Route::InProcess => limiter.extend_call_blocking(&attrs, id, d),
+                    Route::Async => rt.block_on(limiter.extend_call(&attrs, id, d)),
+                };
+                extended.map(|n| json!({ "extended": n }))
+            }
             "acquire" => {
                 let timeout = std::time::Duration::from_millis(step["timeout_ms"].as_u64().unwrap());
                 rt.block_on(limiter.acquire(&attrs, cost, timeout)).map(|d| decision_json(&d))
@@ -303,7 +320,7 @@ fn the_suite_is_large_and_well_formed() {
     }
     assert_eq!(
         algorithms.into_iter().collect::<Vec<_>>(),
-        ["fixed_window", "quota", "sliding_window", "sliding_window_log", "token_bucket"],
+        ["concurrency", "fixed_window", "quota", "sliding_window", "sliding_window_log", "token_bucket"],
         "every algorithm is covered"
     );
 }

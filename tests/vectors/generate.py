@@ -63,6 +63,7 @@ after the manual clock has passed its expiry.
 """
 
 import copy
+import ipaddress
 import datetime
 import json
 import math
@@ -166,8 +167,14 @@ class Rule:
         self.shadow = bool(spec.get("shadow", False))
         m = spec.get("match", {})
         self.match = {k: ([v] if isinstance(v, str) else list(v)) for k, v in m.items()}
+        e = spec.get("exempt", {})
+        self.exempt = {k: ([v] if isinstance(v, str) else list(v)) for k, v in e.items()}
         self.algo = spec.get("algorithm", "sliding_window_log")
-        if self.algo in ("sliding_window_log", "fixed_window"):
+        if self.algo == "concurrency":
+            self.limit = spec["limit"]
+            self.lease_us = parse_duration_ms(spec["lease"]) * 1000
+            self.header_w = max(1, ceil_s(self.lease_us))
+        elif self.algo in ("sliding_window_log", "fixed_window"):
             self.limit = spec["limit"]
             self.window_us = parse_duration_ms(spec["window"]) * 1000
             self.header_w = max(1, ceil_s(self.window_us))
@@ -220,12 +227,35 @@ class Rule:
         v.tiers = None
         return v
 
+    def exempted(self, attrs):
+        """An attribute has an exempt value: an IP network or address
+        matches by address (IPv4-mapped IPv6 as IPv4), anything else exactly."""
+        for a, values in self.exempt.items():
+            v = attrs.get(a)
+            if v is None:
+                continue
+            for entry in values:
+                if entry == v:
+                    return True
+                try:
+                    net = ipaddress.ip_network(entry, strict=False)
+                    ip = ipaddress.ip_address(v)
+                except ValueError:
+                    continue
+                if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                    ip = ip.ipv4_mapped
+                if ip.version == net.version and ip in net:
+                    return True
+        return False
+
     def applies(self, attrs):
         if self.variant(attrs) is None:
             return False
         for a, values in self.match.items():
             if attrs.get(a) not in values:
                 return False
+        if self.exempted(attrs):
+            return False
         return all(a in attrs for a in self.attrs)
 
     def key(self, attrs):
@@ -485,6 +515,61 @@ class PeriodCount:
         return ttl_ms
 
 
+class Leases:
+    """A concurrency rule's key: per lease id, its end and its slots. A
+    slot counts while end > now; a denial waits for the slot, counted one
+    per slot in order of end, that brings the count low enough."""
+
+    fragile = False
+
+    def __init__(self):
+        self.held = {}  # lease id -> [end, slots]
+        self.expires_at = None
+
+    def live(self, now):
+        return {i: v for i, v in self.held.items() if v[0] > now}
+
+    def latest(self, now):
+        live = self.live(now)
+        return max(v[0] for v in live.values()) if live else None
+
+    def decide(self, now, cost, limit, lease):
+        live = self.live(now)
+        count = sum(v[1] for v in live.values())
+        latest = self.latest(now)
+        reset = latest - now if latest is not None else 0
+        if count + cost <= limit:
+            if cost > 0:
+                reset = max(reset, lease)
+            return dict(allowed=True, remaining=limit - count - cost, retry=0, reset=reset)
+        need = count + cost - limit
+        slots = sorted(e for e, n in live.values() for _ in range(n))
+        return dict(allowed=False, remaining=max(0, limit - count), retry=slots[need - 1] - now, reset=reset)
+
+    def seen(self, call_id, now, rule):
+        return call_id in self.live(now)
+
+    def commit(self, now, cost, lease, lease_id):
+        self.held = self.live(now)
+        self.held[lease_id] = [now + lease, cost]
+        self.expires_at = self.latest(now)
+
+    def release(self, now, lease_id):
+        held = lease_id in self.live(now)
+        self.held = self.live(now)
+        self.held.pop(lease_id, None)
+        self.expires_at = self.latest(now)
+        return held
+
+    def extend(self, now, lease_id, end):
+        self.held = self.live(now)
+        if lease_id not in self.held:
+            return False
+        self.held[lease_id][0] = end
+        self.expires_at = self.latest(now)
+        return True
+
+
 # ---- decisions and headers --------------------------------------------------
 
 def headline(results):
@@ -624,7 +709,8 @@ class Model:
                 st = self.state.get(r.key(attrs))
                 if st is None:
                     continue
-                seen = st.seen(call_id, self.now, r) if r.algo in NEW_ALGOS else st.seen(call_id)
+                seen = (st.seen(call_id, self.now, r) if r.algo in NEW_ALGOS or r.algo == "concurrency"
+                        else st.seen(call_id))
                 if seen:
                     self.live_state(r, attrs, "replay")
                     mode, cost = "peek", 0
@@ -633,7 +719,9 @@ class Model:
         raw = []
         for r in rules:
             st = self.state.get(r.key(attrs))
-            if r.algo == "sliding_window_log":
+            if r.algo == "concurrency":
+                o = (st or Leases()).decide(self.now, cost, r.limit, r.lease_us)
+            elif r.algo == "sliding_window_log":
                 o = (st or Log()).decide(self.now, cost, r.limit, r.window_us)
             elif r.algo == "sliding_window":
                 o = (st or Counters()).decide(self.now, cost, r.limit, r.window_us, r.precision_us)
@@ -670,6 +758,13 @@ class Model:
                 if not o["allowed"]:
                     continue
                 k = r.key(attrs)
+                if r.algo == "concurrency":
+                    st = self.state.setdefault(k, Leases())
+                    # The lease id: the call id, or one the limiter makes (never a given id).
+                    st.commit(self.now, cost, r.lease_us, call_id if call_id is not None else object())
+                    if ceil_ms(r.lease_us) < MIN_TTL_MS:
+                        raise CaseError(f"rule {r.name}: lease below {MIN_TTL_MS} ms of real time")
+                    continue
                 if r.algo == "sliding_window_log":
                     st = self.state.get(k)
                     if st is None or (st.expires_at is not None and self.now >= st.expires_at):
@@ -725,7 +820,8 @@ class Model:
         for r in self.applicable(attrs):
             k = r.key(attrs)
             st = self.state.get(k)
-            if st is None:
+            if st is None or r.algo == "concurrency":
+                # Slots are released, not settled.
                 continue
             if st.expires_at is not None and self.now >= st.expires_at:
                 # Logs, counters and periods check the time themselves; a
@@ -752,6 +848,27 @@ class Model:
                     del self.state[k]
             n += bool(done)
         return {"expect": {"settled": n}}
+
+    def lease_op(self, attrs, call_id, duration_ms=None):
+        """A release (duration_ms None) or an extend of lease `call_id`:
+        the number of concurrency rules where it held slots."""
+        if duration_ms is not None and not 1 <= duration_ms <= 366 * 86_400_000:
+            return {"error": "invalid_argument"}
+        checked = self.evaluate(attrs, 1, "validate", call_id)
+        if "error" in checked:
+            return checked
+        n = 0
+        for r in self.applicable(attrs):
+            if r.algo != "concurrency":
+                continue
+            st = self.state.get(r.key(attrs))
+            if st is None:
+                continue
+            if duration_ms is None:
+                n += st.release(self.now, call_id)
+            else:
+                n += st.extend(self.now, call_id, self.now + duration_ms * 1000)
+        return {"expect": {"released" if duration_ms is None else "extended": n}}
 
     def acquire(self, attrs, cost, timeout_ms):
         out = self.evaluate(attrs, cost, "peek")
@@ -812,6 +929,11 @@ def build(case):
             step["cost"] = s.get("cost", 1)
             step["actual_cost"] = s["actual_cost"]
             out = model.settle(attrs, s["call_id"], step["cost"], s["actual_cost"])
+        elif op in ("release", "extend"):
+            step["call_id"] = s["call_id"]
+            if op == "extend":
+                step["duration_ms"] = s["duration_ms"]
+            out = model.lease_op(attrs, s["call_id"], s.get("duration_ms"))
         elif op == "acquire":
             step["cost"] = s.get("cost", 1)
             step["timeout_ms"] = s["timeout_ms"]
@@ -1767,6 +1889,120 @@ case("acquire-timeout-when-the-wait-is-longer", "acquire fails with the timeout 
       acquire(IP, 0, timeout_ms=10, error="invalid_argument"),
       acquire(IP, 1, adv=30_000, timeout_ms=0, remaining=0)])
 
+
+
+# ---- concurrency ------------------------------------------------------------
+
+def conc(name, key, limit, lease, **extra):
+    r = {"name": name, "key": key, "algorithm": "concurrency", "limit": limit, "lease": lease}
+    r.update(extra)
+    return {k: v for k, v in r.items() if v is not None}
+
+
+def release(attrs, call_id, adv=0, released=None, **kw):
+    s = {"op": "release", "attributes": attrs, "call_id": call_id, "advance_ms": adv, "assert": kw}
+    if released is not None:
+        s["assert"]["released"] = released
+    return s
+
+
+def extend(attrs, call_id, duration_ms, adv=0, extended=None, **kw):
+    s = {"op": "extend", "attributes": attrs, "call_id": call_id, "duration_ms": duration_ms,
+         "advance_ms": adv, "assert": kw}
+    if extended is not None:
+        s["assert"]["extended"] = extended
+    return s
+
+
+USER = {"user": "u1"}
+
+case("conc-check-release", "A concurrency rule admits `limit` slots at once; a denial waits for the earliest lease to end; a release frees its slot at once, and a second release frees nothing.",
+     [conc("jobs", "user:{user}", 2, "30s")],
+     [chk(USER, call_id="a", remaining=1, reset_after_ms=30_000),
+      chk(USER, adv=1_000, call_id="b", remaining=0, reset_after_ms=30_000),
+      chk(USER, adv=1_000, allowed=False, remaining=0, retry_after_ms=28_000, reset_after_ms=29_000),
+      release(USER, "a", released=1),
+      release(USER, "a", released=0),
+      peek(USER, remaining=0, allowed=True),
+      chk(USER, call_id="c", remaining=0),
+      chk(USER, allowed=False, retry_after_ms=29_000)])
+
+case("conc-expiry-on-the-clock", "A slot never released comes back when its lease ends, not before; a release after that frees nothing.",
+     [conc("jobs", "user:{user}", 1, "10s")],
+     [chk(USER, call_id="a", remaining=0),
+      chk(USER, adv=9_999, allowed=False, retry_after_ms=1),
+      chk(USER, adv=1, call_id="b", allowed=True, remaining=0),
+      release(USER, "a", released=0),
+      release(USER, "b", released=1),
+      peek(USER, remaining=0, allowed=True, reset_after_ms=10_000)])
+
+case("conc-extend", "An extend renews a lease still held to end `duration` from now; a lease that has ended is never brought back.",
+     [conc("jobs", "user:{user}", 1, "10s")],
+     [chk(USER, call_id="a", remaining=0),
+      extend(USER, "a", 20_000, adv=5_000, extended=1),
+      chk(USER, adv=10_000, allowed=False, retry_after_ms=10_000, reset_after_ms=10_000),
+      extend(USER, "a", 5_000, adv=10_000, extended=0),
+      release(USER, "a", released=0),
+      chk(USER, call_id="b", remaining=0),
+      extend(USER, "b", 1_000, extended=1),
+      chk(USER, adv=999, allowed=False, retry_after_ms=1),
+      chk(USER, adv=1, allowed=True)])
+
+case("conc-cost-slots", "A check of cost N takes N slots under one lease; a denial waits for the slot, counted one per slot by end, that makes room; a release gives all N back.",
+     [conc("jobs", "user:{user}", 5, "30s")],
+     [chk(USER, 3, call_id="a", remaining=2),
+      chk(USER, 2, adv=1_000, call_id="b", remaining=0),
+      chk(USER, 4, allowed=False, remaining=0, retry_after_ms=30_000),
+      chk(USER, 1, allowed=False, retry_after_ms=29_000),
+      release(USER, "a", released=1),
+      peek(USER, 3, allowed=True, remaining=0),
+      chk(USER, 4, allowed=False, retry_after_ms=30_000),
+      chk(USER, 6, error="invalid_argument")])
+
+case("conc-replay-call-id", "A check re-sent with the same call id while its lease holds is answered without taking slots again.",
+     [conc("jobs", "user:{user}", 2, "30s")],
+     [chk(USER, call_id="a", remaining=1),
+      chk(USER, adv=1_000, call_id="a", allowed=True, remaining=1),
+      chk(USER, call_id="b", remaining=0),
+      release(USER, "a", released=1),
+      chk(USER, call_id="a", remaining=0)])
+
+case("conc-stacked-all-or-nothing", "Stacked with a rate rule: a request denied by either takes no slot and consumes no rate unit.",
+     [conc("jobs", "user:{user}", 1, "30s"), swl("rate", "r:{user}", 2, "1m")],
+     [chk(USER, call_id="a", allowed=True, rule="jobs"),
+      chk(USER, call_id="b", allowed=False, rule="jobs", retry_after_ms=30_000),
+      peek(USER, allowed=False, rule="jobs"),
+      release(USER, "a", released=1),
+      chk(USER, call_id="c", allowed=True, remaining=0),
+      release(USER, "c", released=1),
+      chk(USER, call_id="d", allowed=False, rule="rate"),
+      release(USER, "d", released=0),
+      peek(USER, allowed=False, rule="rate"),
+      chk(USER, adv=60_000, call_id="e", allowed=True)])
+
+case("conc-shadow-and-settle", "A shadow concurrency rule reports a denial but takes no slot for it; a settle skips concurrency rules (slots are released, not settled).",
+     [conc("jobs", "user:{user}", 1, "30s", shadow=True), swl("rate", "r:{user}", 10, "1m")],
+     [chk(USER, call_id="a", allowed=True, rule="rate"),
+      chk(USER, call_id="b", allowed=True, rule="rate"),
+      release(USER, "b", released=0),
+      settle(USER, "a", 1, 3, settled=1),
+      release(USER, "a", released=1),
+      chk(USER, call_id="c", allowed=True)])
+
+case("conc-exempt", "Exempt attribute values and IP networks skip a rule before any round trip, as if it did not match; other requests are limited.",
+     [conc("jobs", "ip:{ip}", 1, "30s", exempt={"ip": ["10.0.0.0/8", "2001:db8::/32", "192.0.2.7"],
+                                                  "api_key": "healthcheck"}),
+      swl("rate", "r:{ip}", 1, "1m", exempt={"route": ["/health"]})],
+     [chk({"ip": "10.1.2.3"}, call_id="a", allowed=True, rule="rate"),
+      chk({"ip": "10.1.2.3"}, allowed=False, rule="rate"),
+      chk({"ip": "10.1.2.3", "route": "/health"}, allowed=True, rule=None),
+      chk({"ip": "2001:db8::5", "route": "/health"}, allowed=True, rule=None),
+      chk({"ip": "192.0.2.7", "route": "/health"}, allowed=True, rule=None),
+      chk({"ip": "192.0.2.8", "route": "/health"}, call_id="b", allowed=True, rule="jobs"),
+      chk({"ip": "192.0.2.8", "route": "/health"}, allowed=False, rule="jobs"),
+      chk({"ip": "192.0.2.8", "route": "/health", "api_key": "healthcheck"}, allowed=True, rule=None),
+      release({"ip": "192.0.2.8"}, "b", released=1),
+      release({"ip": "10.1.2.3"}, "a", released=0)])
 
 def random_cases(count, seed):
     """Random cases for exploratory runs (`--random N --out DIR`): not part

@@ -29,6 +29,8 @@ pub const CHECK_SCRIPT: &str = concat!(
     "\n",
     include_str!("../../lua/period_counter.lua"),
     "\n",
+    include_str!("../../lua/concurrency.lua"),
+    "\n",
     include_str!("../../lua/replay.lua"),
     "\n",
     include_str!("../../lua/extensions.lua"),

@@ -20,6 +20,14 @@ pub fn extend_duration(value: crate::options::OptionValue, unit: crate::options:
     value.duration("duration", unit)
 }
 
+/// A new lease id as the limiter makes one (32 hex digits, 128 random
+/// bits), for a front end that cannot carry a decision's generated lease id
+/// (e.g. across a numeric record): give it as the check's call id, and the
+/// lease is known by it ([`Limiter::release_call`]).
+pub fn new_lease_id() -> String {
+    runtime::random_lease_id()
+}
+
 /// An extend's `duration`: from 1 ms to 366 days.
 fn check_duration(d: Duration) -> Result<i64> {
     if d < Duration::from_millis(1) || d > MAX_WINDOW {
@@ -40,6 +48,12 @@ struct Leased<'g> {
 }
 
 impl Limiter {
+    /// True when a rule of the policy in force is a concurrency rule (its
+    /// admitted checks hold slots until released).
+    pub fn has_concurrency_rules(&self) -> bool {
+        self.inner.current.load().policy.rules().iter().any(|r| matches!(r.algorithm, crate::policy::Algorithm::Concurrency { .. }))
+    }
+
     /// Give the decision a lease ticket when it is an admitted check (not
     /// degraded) that took slots of a concurrency rule under `lease`.
     pub(super) fn lease_ticket(

@@ -12,6 +12,10 @@ pub struct GettingStartedRust;
 pub struct ConceptsSettle;
 
 #[cfg(doctest)]
+#[doc = include_str!("../../../docs/concepts/concurrency.md")]
+pub struct ConceptsConcurrency;
+
+#[cfg(doctest)]
 #[doc = include_str!("../../../docs/operating/reload-lint-diff.md")]
 pub struct OperatingReload;
 
