@@ -156,7 +156,7 @@ name = "slots"
 key = "pool:{pool}"
 algorithm = "concurrency"
 limit = 4
-lease = "3s"
+lease = "5s"
 "#;
 
 const WORKERS_PER_PROCESS: usize = 16;
@@ -251,6 +251,8 @@ fn crash_and_64_workers() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let l = crash_limiter(&url);
     let a = [("pool", "p")];
+    // Connected and the script loaded before the holder starts its lease.
+    assert!(rt.block_on(l.peek(&a, 4)).unwrap().allowed);
 
     let mut holder = child("holder", &url);
     // The test harness prints its own words first (also on the same line).
@@ -266,7 +268,7 @@ fn crash_and_64_workers() {
     // The crash freed nothing: denied, and told to wait for the lease's end.
     let d = rt.block_on(l.check(&a, 1)).unwrap();
     assert!(!d.allowed, "slots came back before their lease ended");
-    assert!(d.retry_after > Duration::ZERO && d.retry_after <= Duration::from_secs(3), "{:?}", d.retry_after);
+    assert!(d.retry_after > Duration::ZERO && d.retry_after <= Duration::from_secs(5), "{:?}", d.retry_after);
     // Nobody can release them but their lease id's owner: a stranger's release frees nothing.
     assert_eq!(rt.block_on(l.release_call(&a, "not-the-holder")).unwrap(), 0);
     // When the lease ends, they are back.
@@ -293,4 +295,41 @@ fn crash_and_64_workers() {
     assert!((1..=4).contains(&most), "{most} holders at once for 4 slots");
     // Every worker released: nothing is held.
     assert!(rt.block_on(l.check(&a, 4)).unwrap().allowed);
+}
+
+/// The wire (Node's own socket): a check of a concurrency rule carries the
+/// same lease id the core sent, and a release by the decision frees it.
+#[test]
+fn a_check_over_the_wire_holds_a_lease_the_core_releases() {
+    use std::io::{Read, Write};
+    let server = RedisServer::start();
+    let l = Limiter::builder(Policy::from_toml_str(POLICY).unwrap())
+        .url(server.url())
+        .prefix("tgw:")
+        .timeout(Duration::from_secs(5))
+        .on_backend_error(FailureMode::Error)
+        .build()
+        .unwrap();
+    let mut wire = l.wire().expect("one Redis node over TCP");
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let mut done = Vec::new();
+    let mut decide = |wire: &mut throttlegate::Wire, id: u32, options: &CheckOptions| {
+        assert!(wire.begin(id, &[("user", "u1")], options, false).is_none());
+        while done.is_empty() {
+            sock.write_all(&wire.take_output()).unwrap();
+            let mut buf = [0u8; 4096];
+            let n = sock.read(&mut buf).unwrap();
+            assert!(wire.received(&buf[..n], &mut done));
+        }
+        done.pop().unwrap().1.unwrap()
+    };
+    let d = decide(&mut wire, 1, &CheckOptions::default());
+    assert!(d.allowed);
+    let id = d.lease_id().expect("a lease id").to_string();
+    assert_eq!(server.command(&["ZSCORE", "tgw:slots:user:u1", &id]).map(|s| s.is_empty()).ok(), Some(false));
+    let named = decide(&mut wire, 2, &CheckOptions { cost: 1, call_id: Some("w-2".into()) });
+    assert_eq!(named.lease_id(), Some("w-2"));
+    assert_eq!(l.release_blocking(&d).unwrap(), 1);
+    assert_eq!(l.release_call_blocking(&[("user", "u1")], "w-2").unwrap(), 1);
+    assert_eq!(server.command(&["EXISTS", "tgw:slots:user:u1"]).unwrap().trim_start_matches(':'), "0");
 }
