@@ -13,8 +13,8 @@ const { Limiter } = require('throttlegate');
 const { startRedis, freshPrefix, redisCommand } = require('./helpers.js');
 
 const LIMIT = 4;
-const LEASE_MS = 1000;
-const POLICY = { rules: [{ name: 'slots', key: 'slots:{job}', algorithm: 'concurrency', limit: LIMIT, lease: '1s' }] };
+const LEASE_MS = 2000;
+const POLICY = { rules: [{ name: 'slots', key: 'slots:{job}', algorithm: 'concurrency', limit: LIMIT, lease: '2s' }] };
 const ATTRS = { job: 'crash' };
 const WORKERS = 64;
 const ROOT = path.resolve(__dirname, '..', '..', '..');

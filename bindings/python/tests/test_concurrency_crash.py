@@ -17,8 +17,8 @@ import throttlegate
 from conftest import RedisServer
 
 LIMIT = 4
-LEASE_S = 1.0
-POLICY = [{"name": "slots", "key": "slots:{job}", "algorithm": "concurrency", "limit": LIMIT, "lease": "1s"}]
+LEASE_S = 2.0
+POLICY = [{"name": "slots", "key": "slots:{job}", "algorithm": "concurrency", "limit": LIMIT, "lease": "2s"}]
 ATTRS = {"job": "crash"}
 WORKERS = 64
 
