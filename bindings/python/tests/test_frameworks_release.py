@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import path
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from flask import Flask, Response
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -31,12 +31,13 @@ from conftest import RedisServer
 from test_frameworks_http import django_server, django_urlconf
 from test_integrations import uvicorn_server, werkzeug_server
 from throttlegate import asgi, wsgi
+from throttlegate.fastapi import RateLimit
 from throttlegate.fastapi import RateLimitMiddleware as FastAPIMiddleware
 from throttlegate.flask import Throttle
 
 # One slot per client address; a lease no test outlives.
 POLICY = [{"name": "one-at-a-time", "key": "busy:{ip}", "algorithm": "concurrency", "limit": 1, "lease": "10m"}]
-FRAMEWORKS = ["flask", "fastapi", "starlette", "asgi", "wsgi", "django-asgi", "django-wsgi"]
+FRAMEWORKS = ["flask", "fastapi", "fastapi-dependency", "starlette", "asgi", "wsgi", "django-asgi", "django-wsgi"]
 # How long a released slot may take to be seen free (the release runs as the response ends).
 SETTLE_S = 10.0
 
@@ -77,6 +78,23 @@ def server_for(framework: str, limiter: throttlegate.Limiter) -> Any:
             return Response(chunks_until_gone(), mimetype="text/plain")
 
         return werkzeug_server(app)
+    if framework == "fastapi-dependency":
+        # The route's own RateLimit dependency checks (no middleware).
+        fast = FastAPI(dependencies=[Depends(RateLimit(limiter=limiter))])
+
+        @fast.get("/ok")
+        async def ok_route() -> PlainTextResponse:
+            return PlainTextResponse("ok")
+
+        @fast.get("/boom")
+        async def boom_route() -> PlainTextResponse:
+            raise Boom("boom")
+
+        @fast.get("/stream")
+        async def stream_route() -> StreamingResponse:
+            return StreamingResponse(chunks_until_gone_async(), media_type="text/plain")
+
+        return uvicorn_server(fast)
     if framework in ("fastapi", "starlette", "asgi"):
         async def ok(request: Request) -> PlainTextResponse:
             return PlainTextResponse("ok")
