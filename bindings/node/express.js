@@ -16,11 +16,15 @@
 // request is checked once, in one round trip, against the policy's rules
 // and its route's limits. The decision, headers and problem body come from
 // the core; this file only wires them to the request and the response.
+// A decision holding concurrency slots releases them when the response is
+// finished: its 'finish' or 'close' event, whichever comes first (a handler
+// that threw is answered by Express's error handler, then finishes; a
+// client that went away closes it).
 'use strict';
 
 const {
   invalid, resolveOptions, clientAddress, requestModel, startupWarnings, denial, routeLimitSpec, addRouteLimit,
-  targetPath,
+  targetPath, releaseWhenFinished,
 } = require('./middleware.js');
 const { parseRate } = require('./index.js');
 
@@ -266,6 +270,7 @@ function rateLimit(options) {
       req.rateLimit = decision;
       req.rateLimitAttributes = attrs;
       if (!decision.allowed) return onDenied(req, res, next, decision);
+      releaseWhenFinished(limiter, decision, res);
       if (sendHeaders) setHeaders(res, decision);
       return next();
     } catch (err) {

@@ -19,12 +19,16 @@
 // declared, so each request is checked once, in one round trip, against
 // the policy's rules and its route's limits. The decision, headers and
 // problem body come from the core; this file only wires them to Fastify.
+// A decision holding concurrency slots releases them when the response is
+// finished: the raw response's 'finish' (Fastify's onResponse) or 'close'
+// (a request aborted by the client, Fastify's onRequestAbort), whichever
+// comes first.
 'use strict';
 
 const fp = require('fastify-plugin');
 const {
   invalid, resolveOptions, checkFunctions, clientAddress, requestModel, startupWarnings, denial, routeLimitSpec,
-  addRouteLimit,
+  addRouteLimit, releaseWhenFinished,
 } = require('./middleware.js');
 
 const WHERE = 'throttlegate/fastify';
@@ -122,6 +126,7 @@ async function throttlegatePlugin(fastify, options) {
         await o.onDenied(request, reply, decision);
         return reply;
       }
+      releaseWhenFinished(o.limiter, decision, reply.raw);
       if (o.headers) reply.headers(decision.headers);
     } catch (err) {
       // A handler that neither answers nor throws lets the request through.

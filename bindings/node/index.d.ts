@@ -96,6 +96,32 @@ export declare class Limiter {
    */
   settleCall(attributes: Record<string, string | null | undefined>, callId: string, cost: number, actualCost: number): Promise<number>
   /**
+   * Release the concurrency slots an admitted decision holds (rules with
+   * `algorithm = "concurrency"`) as soon as the work they guard is done.
+   * Resolves to how many concurrency rules gave a slot back (0 for a
+   * denied decision, one holding no slot, or a second release:
+   * idempotent). Slots never released come back when their lease ends.
+   */
+  release(decision: Decision): Promise<number>
+  /**
+   * `release` by lease id, without the decision (a release made
+   * elsewhere than the check): the check's attributes and its `callId`
+   * (or the decision's `leaseId`).
+   */
+  releaseCall(attributes: Record<string, string | null | undefined>, callId: string): Promise<number>
+  /**
+   * Renew the lease of the slots an admitted decision holds, for long
+   * work: each is held `ms` milliseconds (or text such as `"30s"`) from
+   * now. Resolves to how many concurrency rules renewed a slot (0 when
+   * the decision holds none, or they were released or expired).
+   */
+  extend(decision: Decision, ms: number | string): Promise<number>
+  /**
+   * `extend` by lease id, without the decision: the check's attributes
+   * and `callId` (or the decision's `leaseId`), and the new lease.
+   */
+  extendCall(attributes: Record<string, string | null | undefined>, callId: string, ms: number | string): Promise<number>
+  /**
    * Wait until a check is admitted, at most `options.timeout`
    * (milliseconds, or text such as `"250ms"`): resolves to the admitting
    * decision, or rejects with the `timeout` error kind at once when the
@@ -270,6 +296,13 @@ export interface Decision {
   results: Array<RuleResult>
   /** True when the answer came from the failure policy (`onBackendError`), not from the backend. */
   degraded: boolean
+  /**
+   * The lease id of the concurrency slots this admitted decision holds
+   * (the check's `callId` when given, else an id the limiter made), for
+   * `releaseCall` and `extendCall` elsewhere; `null` when it holds no
+   * slot (a denial, or no concurrency rule applied: nothing to release).
+   */
+  leaseId: string | null
   /** The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial). */
   headers: Record<string, string>
   /** On a denial, an `application/problem+json` body naming the violated rules; `null` when allowed. */

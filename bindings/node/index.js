@@ -34,6 +34,7 @@ const headersOf = proto._headers;
 const problemJsonOf = proto._problemJson;
 const ruleTableOf = proto._ruleTable;
 const overflowOf = proto._overflow;
+const takeLease = proto._takeLease;
 const wireAddressOf = proto._wireAddress;
 const wireOutput = proto._wireOutput;
 const wireReceived = proto._wireReceived;
@@ -56,6 +57,9 @@ const NOT_IN_PROCESS = -1;
 // What `checkNow` returns when the decision did not fit the scratch buffer
 // (a reload brought more rules): the record is read with `_overflow()`.
 const OVERFLOW = -2;
+// The flag of a record whose decision holds concurrency slots (its lease id
+// travels beside the record: `_takeLease()`, a batch's `leases`).
+const LEASED = 4;
 // What `wireBegin` returns when the call is on its way (answered later by id).
 const SENT = -1;
 // Calls whose commands are written at once, without waiting for the tick's end (see `Link.add`).
@@ -76,8 +80,14 @@ class Decision {
   #results;
   #headers;
   #problemJson;
+  #leaseAttributes;
 
-  constructor(limiter, records, offset, calls) {
+  /**
+   * `lease`: the lease id of the slots the decision holds (its record is
+   * flagged LEASED), else null; `attributes`: the check's, kept (a copy)
+   * only with a lease, for `release` and `extend`.
+   */
+  constructor(limiter, records, offset, calls, lease = null, attributes = undefined) {
     const flags = records[offset + 1];
     const rule = records[offset + 6];
     this.allowed = (flags & 1) !== 0;
@@ -87,6 +97,8 @@ class Decision {
     this.resetAfterMs = records[offset + 5];
     this.rule = rule < 0 ? null : ruleName(limiter, calls, rule);
     this.degraded = (flags & 2) !== 0;
+    this.leaseId = lease;
+    if (lease !== null) this.#leaseAttributes = { ...attributes };
     this.#limiter = limiter;
     // A copy: a decision kept for long holds its own few numbers, not a
     // buffer that others share.
@@ -139,6 +151,7 @@ class Decision {
       rule: this.rule,
       results: this.results,
       degraded: this.degraded,
+      leaseId: this.leaseId,
       headers: this.headers,
       problemJson: this.problemJson,
     };
@@ -151,6 +164,11 @@ class Decision {
   /** The record of a decision made here (`undefined` for anything else). */
   static recordOf(d) {
     return d !== null && typeof d === 'object' && #record in d ? d.#record : undefined;
+  }
+
+  /** The check's attributes of a decision made here holding a lease (`undefined` for anything else). */
+  static leaseAttributesOf(d) {
+    return d !== null && typeof d === 'object' && #record in d ? d.#leaseAttributes : undefined;
   }
 }
 
@@ -190,6 +208,8 @@ class Calls {
     setScratch(this.handle, this.scratch);
     this.resolves = [];
     this.rejects = [];
+    // The attributes of each queued call (kept by the decisions holding a lease).
+    this.attributes = [];
     this.scheduled = false;
     // The limiter's own connection, when the core has a wire for its backend.
     const address = this.inProcess ? null : wireAddressOf.call(limiter);
@@ -226,8 +246,8 @@ class Link {
    * the tick ends, or at once when WRITE_EVERY are waiting to be written
    * (so Redis works on the first ones while JavaScript issues the rest).
    */
-  add(resolve, reject, id) {
-    this.waiting.set(id, [resolve, reject]);
+  add(resolve, reject, id, attributes) {
+    this.waiting.set(id, [resolve, reject, attributes]);
     this.unwritten += 1;
     if (this.unwritten >= WRITE_EVERY) {
       this.write();
@@ -300,9 +320,10 @@ class Link {
     this.timer.unref();
   }
 
-  /** Settle what the core settled: `[keep, ids, [records, errors], nextMs, output]`. */
+  /** Settle what the core settled: `[keep, ids, [records, errors, leases], nextMs, output]`. */
   settle(out) {
-    const [keep, ids, [records, errors], , output] = out;
+    const [keep, ids, [records, errors, leases], , output] = out;
+    let leaseAt = 0;
     if (!keep) this.drop();
     else if (output !== null && this.socket !== null) this.socket.write(output);
     let offset = 0;
@@ -314,7 +335,8 @@ class Link {
         call[1](errors[i]);
         offset += 1;
       } else {
-        call[0](new Decision(this.limiter, records, offset, this.calls));
+        const lease = (records[offset + 1] & LEASED) !== 0 ? leases[leaseAt++] : null;
+        call[0](new Decision(this.limiter, records, offset, this.calls, lease, call[2]));
         offset += HEAD + PER_RULE * n;
       }
     }
@@ -403,21 +425,23 @@ function answerNow(limiter, calls, attributes, options, peek) {
     calls.inProcess = false;
     return queue(limiter, calls, attributes, options, peek);
   }
-  return answered(limiter, calls, status);
+  return answered(limiter, calls, status, attributes);
 }
 
 /**
  * The decision the native side wrote in place (to the scratch buffer, or
  * for `OVERFLOW` one too long for it, which also grows the buffer).
  */
-function answered(limiter, calls, status) {
+function answered(limiter, calls, status, attributes) {
   if (status === OVERFLOW) {
     const record = overflowOf.call(limiter);
     calls.scratch = new Float64Array(record.length);
     setScratch(calls.handle, calls.scratch);
-    return Promise.resolve(new Decision(limiter, record, 0, calls));
+    const lease = (record[1] & LEASED) !== 0 ? takeLease.call(limiter) : null;
+    return Promise.resolve(new Decision(limiter, record, 0, calls, lease, attributes));
   }
-  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls));
+  const lease = (calls.scratch[1] & LEASED) !== 0 ? takeLease.call(limiter) : null;
+  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls, lease, attributes));
 }
 
 /** A call on the limiter's own connection (`Link`). */
@@ -433,9 +457,9 @@ function send(limiter, calls, attributes, options, peek) {
     return Promise.reject(err);
   }
   if (status === SENT) {
-    return new Promise((resolve, reject) => link.add(resolve, reject, id >>> 0));
+    return new Promise((resolve, reject) => link.add(resolve, reject, id >>> 0, attributes));
   }
-  return answered(limiter, calls, status);
+  return answered(limiter, calls, status, attributes);
 }
 
 function queue(limiter, calls, attributes, options, peek) {
@@ -449,6 +473,7 @@ function queue(limiter, calls, attributes, options, peek) {
     calls.resolves.push(resolve);
     calls.rejects.push(reject);
   });
+  calls.attributes.push(attributes);
   if (!calls.scheduled) {
     calls.scheduled = true;
     process.nextTick(flush, limiter, calls);
@@ -468,14 +493,16 @@ function flush(limiter, calls) {
   const chunk = Math.min(MAX_CHUNK, Math.max(MIN_CHUNK, Math.ceil(all / CHUNKS)));
   for (let from = 0; from < all; from += chunk) {
     const to = Math.min(all, from + chunk);
-    flushChunk(limiter, calls, calls.resolves.slice(from, to), calls.rejects.slice(from, to));
+    flushChunk(limiter, calls, calls.resolves.slice(from, to), calls.rejects.slice(from, to),
+      calls.attributes.slice(from, to));
   }
   calls.resolves = [];
   calls.rejects = [];
+  calls.attributes = [];
   calls.scheduled = false;
 }
 
-function flushChunk(limiter, calls, resolves, rejects) {
+function flushChunk(limiter, calls, resolves, rejects, attributes) {
   const failAll = (err) => {
     for (const reject of rejects) reject(err);
   };
@@ -486,15 +513,17 @@ function flushChunk(limiter, calls, resolves, rejects) {
     failAll(err);
     return;
   }
-  batch.then(([records, errors]) => {
+  batch.then(([records, errors, leases]) => {
     let offset = 0;
+    let leaseAt = 0;
     for (let i = 0; i < resolves.length; i++) {
       const n = records[offset];
       if (n < 0) {
         rejects[i](errors[i]);
         offset += 1;
       } else {
-        resolves[i](new Decision(limiter, records, offset, calls));
+        const lease = (records[offset + 1] & LEASED) !== 0 ? leases[leaseAt++] : null;
+        resolves[i](new Decision(limiter, records, offset, calls, lease, attributes[i]));
         offset += HEAD + PER_RULE * n;
       }
     }
@@ -532,7 +561,24 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
 
   proto.acquire = function acquire(attributes, options) {
     const calls = callsOf(this);
-    return this._acquire(attributes, options).then((record) => new Decision(this, record, 0, calls));
+    return this._acquire(attributes, options).then(([records, , leases]) => {
+      const lease = (records[1] & LEASED) !== 0 ? leases[0] : null;
+      return new Decision(this, records, 0, calls, lease, attributes);
+    });
+  };
+
+  // A decision holding slots releases them by its lease id (`releaseCall`);
+  // any other is given to the core as recorded (it holds nothing to release).
+  proto.release = function release(decision) {
+    const attributes = Decision.leaseAttributesOf(decision);
+    if (attributes !== undefined) return this.releaseCall(attributes, decision.leaseId);
+    return this._releaseDecision(Decision.recordOf(decision));
+  };
+
+  proto.extend = function extend(decision, ms) {
+    const attributes = Decision.leaseAttributesOf(decision);
+    if (attributes !== undefined) return this.extendCall(attributes, decision.leaseId, ms);
+    return this._extendDecision(Decision.recordOf(decision), ms);
   };
 
   proto.peek = function peek(attributes, options) {

@@ -2,7 +2,8 @@
 // the limiter they check with, the client address of a Node request
 // (`IncomingMessage`) through the core's ClientIp rules, the request model
 // (the core's `Limiter.requestAttributes` over the framework's raw parts),
-// the start-up warnings and the 429 answer's parts. Internal: the public
+// the start-up warnings, the 429 answer's parts and the release of a
+// decision's concurrency slots when its response is finished. Internal: the public
 // entries are `throttlegate/express` and `throttlegate/fastify`.
 'use strict';
 
@@ -193,7 +194,34 @@ function addRouteLimit(where, limiter, spec, route, methods, attributes) {
   return names;
 }
 
+/**
+ * Release the concurrency slots an admitted `decision` holds once the
+ * response `res` (a `ServerResponse`) is finished: on its 'finish' (sent in
+ * full) or 'close' (also when the client went away first, and after an
+ * error), whichever comes first; once. A decision holding no slot (a
+ * denial, rate rules only) needs nothing and costs no round trip. A failed
+ * release (the backend is down) is dropped: the slots come back when their
+ * lease ends.
+ */
+function releaseWhenFinished(limiter, decision, res) {
+  if (!decision.allowed || decision.leaseId == null) return;
+  let done = false;
+  const release = () => {
+    if (done) return;
+    done = true;
+    res.removeListener('finish', release);
+    res.removeListener('close', release);
+    limiter.release(decision).catch(() => {});
+  };
+  if (res.writableFinished || res.destroyed) {
+    release();
+    return;
+  }
+  res.once('finish', release);
+  res.once('close', release);
+}
+
 module.exports = {
   invalid, resolveOptions, checkFunctions, clientAddress, requestModel, startupWarnings, denial,
-  routeLimitSpec, addRouteLimit, targetPath,
+  routeLimitSpec, addRouteLimit, targetPath, releaseWhenFinished,
 };

@@ -590,6 +590,17 @@ tg_result tg_decision_header(const struct tg_decision *decision,
 tg_result tg_decision_problem_json(const struct tg_decision *decision, const char **out);
 
 /**
+ * The lease id of the concurrency slots an admitted decision holds (the
+ * check's call id when it had one, else an id the limiter made): `*out`
+ * receives a NUL-terminated string owned by the decision, or NULL when the
+ * decision holds no slot (a denial, or no concurrency rule applied; such a
+ * decision needs no `tg_limiter_release()`).
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_decision_lease_id(const struct tg_decision *decision, const char **out);
+
+/**
  * Release a decision and every string read from it. `NULL` is a no-op.
  */
 void tg_decision_free(struct tg_decision *decision);
@@ -834,6 +845,63 @@ tg_result tg_limiter_settle_call(const struct tg_limiter *limiter,
                                  uint64_t cost,
                                  uint64_t actual_cost,
                                  uint32_t *settled);
+
+/**
+ * Release the concurrency slots an admitted decision holds (rules with
+ * `algorithm = "concurrency"`), as soon as the work they guard is done:
+ * `*released` receives how many concurrency rules gave a slot back (0 for
+ * a denied decision, one holding no slot, or a second release: releasing
+ * is idempotent). Slots never released come back when their lease ends.
+ * Blocks until the answer or the timeout.
+ *
+ * Errors: `TG_NULL_POINTER`, `TG_CLOSED`, `TG_BACKEND_UNAVAILABLE`,
+ * `TG_TIMEOUT`, `TG_BACKEND`.
+ */
+tg_result tg_limiter_release(const struct tg_limiter *limiter,
+                             const struct tg_decision *decision,
+                             uint32_t *released);
+
+/**
+ * `tg_limiter_release()` by lease id, without the decision (a release made
+ * elsewhere than the check): the check's attributes and its call id (the
+ * lease id of a check made with `tg_limiter_check_with_call_id()`).
+ *
+ * Errors: those of `tg_limiter_release()` and `TG_INVALID_ARGUMENT` (a
+ * call id that is not 1-64 allowed characters, bad attributes).
+ */
+tg_result tg_limiter_release_call(const struct tg_limiter *limiter,
+                                  const struct tg_attribute *attributes,
+                                  size_t attributes_len,
+                                  const char *call_id,
+                                  uint32_t *released);
+
+/**
+ * Renew the lease of the concurrency slots an admitted decision holds, for
+ * long work: each slot is held `duration_ms` milliseconds from now (instead
+ * of the rule's `lease`). `*extended` receives how many concurrency rules
+ * renewed a slot (0 when the decision holds none, or its slots were
+ * released or their lease ended: they may be someone else's now).
+ *
+ * Errors: those of `tg_limiter_release()` and `TG_INVALID_ARGUMENT` (a
+ * duration the core refuses).
+ */
+tg_result tg_limiter_extend(const struct tg_limiter *limiter,
+                            const struct tg_decision *decision,
+                            uint64_t duration_ms,
+                            uint32_t *extended);
+
+/**
+ * `tg_limiter_extend()` by lease id, without the decision: the check's
+ * attributes and call id. Arguments as for `tg_limiter_release_call()`.
+ *
+ * Errors: those of `tg_limiter_release_call()` and `tg_limiter_extend()`.
+ */
+tg_result tg_limiter_extend_call(const struct tg_limiter *limiter,
+                                 const struct tg_attribute *attributes,
+                                 size_t attributes_len,
+                                 const char *call_id,
+                                 uint64_t duration_ms,
+                                 uint32_t *extended);
 
 /**
  * Wait, blocking the calling thread, until a check of `cost` is admitted,

@@ -24,6 +24,7 @@ pub struct tg_decision {
     result_rules: Vec<CString>,
     headers: [OnceLock<Vec<(CString, CString)>>; 2],
     problem: OnceLock<Option<CString>>,
+    lease: OnceLock<Option<CString>>,
 }
 
 /// The headline of a decision, filled by `tg_decision_get()`.
@@ -92,6 +93,7 @@ impl tg_decision {
             decision,
             headers: [OnceLock::new(), OnceLock::new()],
             problem: OnceLock::new(),
+            lease: OnceLock::new(),
         }
     }
 
@@ -223,6 +225,24 @@ pub unsafe extern "C" fn tg_decision_problem_json(decision: *const tg_decision, 
         let d = in_ref(decision, "decision")?;
         let body = d.problem.get_or_init(|| d.decision.problem_json().map(to_cstring));
         *out = body.as_ref().map_or(std::ptr::null(), |b| b.as_ptr());
+        Ok(())
+    })
+}
+
+/// The lease id of the concurrency slots an admitted decision holds (the
+/// check's call id when it had one, else an id the limiter made): `*out`
+/// receives a NUL-terminated string owned by the decision, or NULL when the
+/// decision holds no slot (a denial, or no concurrency rule applied; such a
+/// decision needs no `tg_limiter_release()`).
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_decision_lease_id(decision: *const tg_decision, out: *mut *const c_char) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let d = in_ref(decision, "decision")?;
+        let lease = d.lease.get_or_init(|| d.decision.lease_id().map(to_cstring));
+        *out = lease.as_ref().map_or(std::ptr::null(), |l| l.as_ptr());
         Ok(())
     })
 }

@@ -548,6 +548,101 @@ pub unsafe extern "C" fn tg_limiter_settle_call(
     })
 }
 
+/// Release the concurrency slots an admitted decision holds (rules with
+/// `algorithm = "concurrency"`), as soon as the work they guard is done:
+/// `*released` receives how many concurrency rules gave a slot back (0 for
+/// a denied decision, one holding no slot, or a second release: releasing
+/// is idempotent). Slots never released come back when their lease ends.
+/// Blocks until the answer or the timeout.
+///
+/// Errors: `TG_NULL_POINTER`, `TG_CLOSED`, `TG_BACKEND_UNAVAILABLE`,
+/// `TG_TIMEOUT`, `TG_BACKEND`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_release(
+    limiter: *const tg_limiter,
+    decision: *const tg_decision,
+    released: *mut u32,
+) -> tg_result {
+    ffi(|| {
+        let released = out_ptr(released, "released")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let decision = &in_ref(decision, "decision")?.decision;
+        *released = limiter.release_blocking(decision)?;
+        Ok(())
+    })
+}
+
+/// `tg_limiter_release()` by lease id, without the decision (a release made
+/// elsewhere than the check): the check's attributes and its call id (the
+/// lease id of a check made with `tg_limiter_check_with_call_id()`).
+///
+/// Errors: those of `tg_limiter_release()` and `TG_INVALID_ARGUMENT` (a
+/// call id that is not 1-64 allowed characters, bad attributes).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_release_call(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    call_id: *const c_char,
+    released: *mut u32,
+) -> tg_result {
+    ffi(|| {
+        let released = out_ptr(released, "released")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let attrs = read_attributes(attributes, attributes_len)?;
+        let call_id = c_str(call_id, || "call_id".into())?;
+        *released = limiter.release_call_blocking(attrs.as_slice(), call_id)?;
+        Ok(())
+    })
+}
+
+/// Renew the lease of the concurrency slots an admitted decision holds, for
+/// long work: each slot is held `duration_ms` milliseconds from now (instead
+/// of the rule's `lease`). `*extended` receives how many concurrency rules
+/// renewed a slot (0 when the decision holds none, or its slots were
+/// released or their lease ended: they may be someone else's now).
+///
+/// Errors: those of `tg_limiter_release()` and `TG_INVALID_ARGUMENT` (a
+/// duration the core refuses).
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_extend(
+    limiter: *const tg_limiter,
+    decision: *const tg_decision,
+    duration_ms: u64,
+    extended: *mut u32,
+) -> tg_result {
+    ffi(|| {
+        let extended = out_ptr(extended, "extended")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let decision = &in_ref(decision, "decision")?.decision;
+        *extended = limiter.extend_blocking(decision, Duration::from_millis(duration_ms))?;
+        Ok(())
+    })
+}
+
+/// `tg_limiter_extend()` by lease id, without the decision: the check's
+/// attributes and call id. Arguments as for `tg_limiter_release_call()`.
+///
+/// Errors: those of `tg_limiter_release_call()` and `tg_limiter_extend()`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_extend_call(
+    limiter: *const tg_limiter,
+    attributes: *const tg_attribute,
+    attributes_len: usize,
+    call_id: *const c_char,
+    duration_ms: u64,
+    extended: *mut u32,
+) -> tg_result {
+    ffi(|| {
+        let extended = out_ptr(extended, "extended")?;
+        let limiter = &in_ref(limiter, "limiter")?.limiter;
+        let attrs = read_attributes(attributes, attributes_len)?;
+        let call_id = c_str(call_id, || "call_id".into())?;
+        *extended = limiter.extend_call_blocking(attrs.as_slice(), call_id, Duration::from_millis(duration_ms))?;
+        Ok(())
+    })
+}
+
 /// Wait, blocking the calling thread, until a check of `cost` is admitted,
 /// at most `timeout_ms` milliseconds: `*out` receives the admitting decision
 /// (release it with `tg_decision_free()`). Fails with `TG_TIMEOUT` at once

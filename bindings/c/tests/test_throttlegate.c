@@ -1697,6 +1697,212 @@ static void test_settle_and_acquire(const char *url) {
     tg_policy_free(policy);
 }
 
+/* release and extend: by decision and by call id, once; the lease id; bad input. */
+static void test_release_and_extend(const char *url) {
+    tg_policy *policy = policy_from(
+        "[[rules]]\nname = \"slots\"\nkey = \"s:{job}\"\nalgorithm = \"concurrency\"\nlimit = 1\nlease = \"1h\"\n");
+    tg_limiter *l = limiter_on(policy, url, NULL);
+    tg_attribute attrs[] = {{"job", "j1"}};
+    tg_decision *d = NULL, *again = NULL;
+    uint32_t n = 99;
+    const char *lease = SENTINEL;
+    OK(tg_limiter_check(l, attrs, 1, 1, &d));
+    CHECK(tg_decision_allowed(d), "the first check holds the slot");
+    OK(tg_decision_lease_id(d, &lease));
+    CHECK(lease != NULL && lease[0] != '\0', "a generated lease id");
+    CHECK(check_info(l, attrs, 1, 1).allowed == false, "the only slot is held");
+    OK(tg_limiter_extend(l, d, 60000, &n));
+    CHECK(n == 1, "extended %u", n);
+    OK(tg_limiter_release(l, d, &n));
+    CHECK(n == 1, "released %u", n);
+    OK(tg_limiter_release(l, d, &n));
+    CHECK(n == 0, "a second release releases nothing: %u", n);
+    OK(tg_limiter_extend(l, d, 60000, &n));
+    CHECK(n == 0, "a released lease is not extended: %u", n);
+    tg_decision_free(d);
+    /* By call id: the check's call id is its lease id. */
+    OK(tg_limiter_check_with_call_id(l, attrs, 1, 1, "job-1", &d));
+    OK(tg_decision_lease_id(d, &lease));
+    CHECK(lease != NULL && strcmp(lease, "job-1") == 0, "the lease id is the call id: %s", lease ? lease : "(null)");
+    OK(tg_limiter_check(l, attrs, 1, 1, &again));
+    CHECK(!tg_decision_allowed(again), "held by job-1");
+    lease = SENTINEL;
+    OK(tg_decision_lease_id(again, &lease));
+    CHECK(lease == NULL, "a denial holds no lease");
+    tg_decision_free(again);
+    OK(tg_limiter_extend_call(l, attrs, 1, "job-1", 30000, &n));
+    CHECK(n == 1, "extended by call id: %u", n);
+    OK(tg_limiter_release_call(l, attrs, 1, "job-1", &n));
+    CHECK(n == 1, "released by call id: %u", n);
+    OK(tg_limiter_release(l, d, &n));
+    CHECK(n == 0, "released already: %u", n);
+    tg_decision_free(d);
+    CHECK(check_info(l, attrs, 1, 1).allowed, "the slot is free again");
+    /* Bad input: typed errors, outputs untouched. */
+    n = 7;
+    EXPECT_RC(tg_limiter_release(l, NULL, &n), TG_NULL_POINTER, "decision");
+    EXPECT_RC(tg_limiter_release_call(l, attrs, 1, NULL, &n), TG_NULL_POINTER, "call_id");
+    EXPECT_RC(tg_limiter_release_call(l, attrs, 1, "", &n), TG_INVALID_ARGUMENT, "call_id");
+    EXPECT_RC(tg_limiter_extend_call(l, attrs, 1, "job-1", 0, &n), TG_INVALID_ARGUMENT, "duration");
+    CHECK(n == 7, "outputs untouched on failure: %u", n);
+    /* Rate rules alone: no lease, nothing to release. */
+    tg_policy *rate = policy_from("[[rules]]\nname = \"r\"\nkey = \"r:{job}\"\nlimit = 5\nwindow = \"1m\"\n");
+    tg_limiter *rl = limiter_on(rate, url, NULL);
+    OK(tg_limiter_check(rl, attrs, 1, 1, &d));
+    lease = SENTINEL;
+    OK(tg_decision_lease_id(d, &lease));
+    CHECK(lease == NULL, "rate rules hold no lease");
+    OK(tg_limiter_release(rl, d, &n));
+    CHECK(n == 0, "nothing released: %u", n);
+    tg_decision_free(d);
+    tg_limiter_free(rl);
+    tg_policy_free(rate);
+    tg_limiter_free(l);
+    tg_policy_free(policy);
+}
+
+/* ---- a holder killed with SIGKILL; 64 threads contending for its slots ---- */
+
+#define SLOT_LIMIT 4
+#define SLOT_WORKERS 64
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct slot_holders {
+    pthread_mutex_t lock;
+    const tg_limiter *limiter;
+    int held, most, admitted, target, stop, failed;
+    int64_t first_ms, deadline_ms;
+};
+
+static void *slot_worker(void *arg) {
+    struct slot_holders *h = arg;
+    tg_attribute attrs[] = {{"job", "crash"}};
+    for (;;) {
+        pthread_mutex_lock(&h->lock);
+        int stop = h->stop || wall_ms() > h->deadline_ms;
+        pthread_mutex_unlock(&h->lock);
+        if (stop) break;
+        tg_decision *d = NULL;
+        if (tg_limiter_check(h->limiter, attrs, 1, 1, &d) != TG_OK) {
+            pthread_mutex_lock(&h->lock);
+            h->failed++;
+            h->stop = 1;
+            pthread_mutex_unlock(&h->lock);
+            break;
+        }
+        if (!tg_decision_allowed(d)) {
+            tg_decision_free(d);
+            usleep(50000);
+            continue;
+        }
+        /* Counted in while holding, out before releasing: the holders' own count. */
+        pthread_mutex_lock(&h->lock);
+        if (h->first_ms < 0) h->first_ms = wall_ms();
+        h->held++;
+        if (h->held > h->most) h->most = h->held;
+        if (++h->admitted >= h->target) h->stop = 1;
+        pthread_mutex_unlock(&h->lock);
+        usleep(5000);
+        pthread_mutex_lock(&h->lock);
+        h->held--;
+        pthread_mutex_unlock(&h->lock);
+        uint32_t n = 0;
+        tg_result rc = tg_limiter_release(h->limiter, d, &n);
+        tg_decision_free(d);
+        if (rc != TG_OK || n != 1) {
+            pthread_mutex_lock(&h->lock);
+            h->failed++;
+            pthread_mutex_unlock(&h->lock);
+        }
+    }
+    return NULL;
+}
+
+static tg_limiter *slot_limiter(const tg_policy *policy, const char *prefix) {
+    tg_limiter_options *o = NULL;
+    tg_limiter *l = NULL;
+    OK(tg_limiter_options_new(&o));
+    OK(tg_limiter_options_set_url(o, redis_url));
+    OK(tg_limiter_options_set_prefix(o, prefix));
+    OK(tg_limiter_options_set_timeout_ms(o, 60000));
+    OK(tg_limiter_options_set_on_backend_error(o, TG_FAILURE_ERROR));
+    OK(tg_limiter_new_with_options(policy, o, &l));
+    tg_limiter_options_free(o);
+    return l;
+}
+
+static void test_killed_holder(void) {
+    /* A 1 s lease; longer under valgrind (TG_TIMING_SLACK_MS), where a
+     * holder may wait that long for the CPU between its check and release. */
+    const char *env = getenv("TG_TIMING_SLACK_MS");
+    int64_t lease_ms = 1000 + (env != NULL ? atoi(env) : 0);
+    char text[256], prefix[64];
+    snprintf(text, sizeof text,
+             "[[rules]]\nname = \"slots\"\nkey = \"slots:{job}\"\nalgorithm = \"concurrency\"\nlimit = %d\n"
+             "lease = \"%" PRId64 "ms\"\n", SLOT_LIMIT, lease_ms);
+    tg_policy *policy = policy_from(text);
+    fresh_prefix(prefix, sizeof prefix);
+    int report[2];
+    CHECK(pipe(report) == 0, "pipe");
+    fflush(stdout);
+    fflush(stderr);
+    int64_t started = wall_ms();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The holder: takes every slot, says so, waits to be killed. */
+        close(report[0]);
+        alarm(120);
+        tg_limiter *l = slot_limiter(policy, prefix);
+        tg_attribute attrs[] = {{"job", "crash"}};
+        char verdict = 'y';
+        for (int i = 0; i < SLOT_LIMIT; i++) {
+            tg_decision *d = NULL;
+            if (tg_limiter_check(l, attrs, 1, 1, &d) != TG_OK || !tg_decision_allowed(d)) verdict = 'n';
+            tg_decision_free(d);
+        }
+        if (write(report[1], &verdict, 1) != 1) _exit(1);
+        for (;;) pause();
+    }
+    close(report[1]);
+    CHECK(pid > 0, "fork failed");
+    char verdict = '?';
+    if (read(report[0], &verdict, 1) != 1) verdict = '?';
+    close(report[0]);
+    kill(pid, SIGKILL);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFSIGNALED(status), "the holder was not killed");
+    CHECK(verdict == 'y', "the holder did not take every slot ('%c')", verdict);
+
+    struct slot_holders h;
+    memset(&h, 0, sizeof h);
+    pthread_mutex_init(&h.lock, NULL);
+    h.limiter = slot_limiter(policy, prefix);
+    h.first_ms = -1;
+    h.target = (env != NULL ? 4 : 20) * SLOT_LIMIT;
+    h.deadline_ms = wall_ms() + 60000;
+    pthread_t threads[SLOT_WORKERS];
+    for (int i = 0; i < SLOT_WORKERS; i++) {
+        CHECK(pthread_create(&threads[i], NULL, slot_worker, &h) == 0, "pthread_create %d", i);
+    }
+    for (int i = 0; i < SLOT_WORKERS; i++) pthread_join(threads[i], NULL);
+    CHECK(h.failed == 0, "%d calls failed", h.failed);
+    CHECK(h.first_ms >= 0, "the killed holder's slots never came back");
+    /* Not before the lease: the holder took its slots after `started`. */
+    CHECK(h.first_ms - started >= lease_ms, "admitted %" PRId64 " ms after the holder started (lease %" PRId64 " ms)",
+          h.first_ms - started, lease_ms);
+    CHECK(h.admitted >= h.target, "only %d admissions", h.admitted);
+    CHECK(h.most >= 1 && h.most <= SLOT_LIMIT, "%d holders at once", h.most);
+    CHECK(h.held == 0, "%d still counted in", h.held);
+    tg_limiter_free((tg_limiter *)h.limiter);
+    pthread_mutex_destroy(&h.lock);
+    tg_policy_free(policy);
+}
+
 int main(void) {
     redis_url = getenv("TG_REDIS_URL");
     const char *port = getenv("TG_REDIS_PORT");
@@ -1722,6 +1928,7 @@ int main(void) {
         {"last error per thread", test_last_error_per_thread},
         {"fork", test_fork},
         {"reserve: processes on one key", test_reserve_processes},
+        {"a killed holder's concurrency slots", test_killed_holder},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         printf("test: %s\n", tests[i].name);
@@ -1739,6 +1946,8 @@ int main(void) {
         test_reload(urls[i]);
         printf("test: settle and acquire on %s\n", urls[i]);
         test_settle_and_acquire(urls[i]);
+        printf("test: release and extend on %s\n", urls[i]);
+        test_release_and_extend(urls[i]);
     }
     /* Redis behind Sentinel (scripts/test-c.sh starts one on a server of its own). */
     const char *sentinel_url = getenv("TG_SENTINEL_URL");

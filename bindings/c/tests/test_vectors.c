@@ -260,7 +260,7 @@ static void check_metrics(const tg_limiter *limiter, const json_value *expect) {
 }
 
 /* Run one step's op (check, with a call id or not, peek, reset, reload, the
- * override ops, settle by call id, acquire, metrics) on its attributes; false (and a
+ * override ops, settle, release and extend by call id, acquire, metrics) on its attributes; false (and a
  * mismatch) for an unknown op. */
 static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, uint64_t cost,
                    const json_value *call_id, tg_result *rc, tg_decision **d, uint64_t *deleted,
@@ -296,6 +296,16 @@ static bool run_op(tg_limiter *limiter, const json_value *step, const char *op, 
         *deleted = settled;
     } else if (strcmp(op, "metrics") == 0) {
         *rc = TG_OK; /* read and compared with the expectation by check_metrics() */
+    } else if (strcmp(op, "release") == 0) {
+        uint32_t released = 0;
+        *rc = tg_limiter_release_call(limiter, attrs, attrs_len, call_id != NULL ? call_id->string : NULL, &released);
+        *deleted = released;
+    } else if (strcmp(op, "extend") == 0) {
+        const json_value *duration = json_get(step, "duration_ms");
+        uint32_t extended = 0;
+        *rc = tg_limiter_extend_call(limiter, attrs, attrs_len, call_id != NULL ? call_id->string : NULL,
+                                     duration != NULL ? (uint64_t)duration->integer : 0, &extended);
+        *deleted = extended;
     } else if (strcmp(op, "acquire") == 0) {
         const json_value *timeout = json_get(step, "timeout_ms");
         *rc = tg_limiter_acquire(limiter, attrs, attrs_len, cost, timeout != NULL ? (uint64_t)timeout->integer : 0, d);
@@ -362,6 +372,10 @@ static void run_steps(const json_value *vector, tg_limiter *limiter, tg_clock *c
             expect_u64(expect, "settled", deleted);
         } else if (expect != NULL && strcmp(op, "metrics") == 0) {
             check_metrics(limiter, expect);
+        } else if (expect != NULL && strcmp(op, "release") == 0) {
+            expect_u64(expect, "released", deleted);
+        } else if (expect != NULL && strcmp(op, "extend") == 0) {
+            expect_u64(expect, "extended", deleted);
         } else if (expect != NULL) {
             check_decision(d, expect);
         }

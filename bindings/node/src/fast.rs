@@ -40,6 +40,9 @@ pub(crate) struct Hot {
     /// index.js on the JavaScript thread (`None` until `_wireAddress`, and
     /// for backends the core has no [`throttlegate::Wire`] for).
     pub wire: RefCell<Option<throttlegate::Wire>>,
+    /// The lease id of the last decision answered in place that holds
+    /// concurrency slots, for `Limiter._takeLease()`.
+    pub lease: RefCell<Option<String>>,
 }
 
 impl Hot {
@@ -55,6 +58,7 @@ impl Hot {
             overflow: RefCell::new(Vec::new()),
             names,
             wire: RefCell::new(None),
+            lease: RefCell::new(None),
         }
     }
 }
@@ -362,13 +366,28 @@ fn write_scratch(hot: &Hot, mut d: throttlegate::Decision) -> i32 {
         overflow.clear();
         overflow.resize(len, 0.0);
         record::write(&mut overflow, &d);
+        *hot.lease.borrow_mut() = mark_lease(&mut overflow, &d);
         return OVERFLOW;
     }
     // SAFETY: a live Float64Array of `scratch.len` numbers (see
     // `Scratch`), not read by JavaScript while this runs.
     let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, len) };
     record::write(out, &d);
+    *hot.lease.borrow_mut() = mark_lease(out, &d);
     0
+}
+
+/// The flag a decision record carries (with the core's flags, 1 allowed
+/// and 2 degraded) when the decision holds concurrency slots: its lease id
+/// then travels beside the record (`Limiter._takeLease()`, the batches'
+/// `leases`). The core's `record::rebuild` ignores the flag.
+pub(crate) const LEASED: f64 = 4.0;
+
+/// Flag `out`, the record of `d`, when `d` holds concurrency slots; their lease id.
+pub(crate) fn mark_lease(out: &mut [f64], d: &throttlegate::Decision) -> Option<String> {
+    let id = d.lease_id().filter(|_| d.allowed)?;
+    out[1] += LEASED;
+    Some(id.to_string())
 }
 
 /// What `wireBegin` returns when the limiter has no wire (use `enqueue`).

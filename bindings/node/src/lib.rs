@@ -337,6 +337,19 @@ fn override_limit(limit: f64) -> throttlegate::Result<u64> {
     Ok(limit as u64)
 }
 
+/// The `callId` of a release or extend, read as a check's call id (the
+/// core checks it and words its errors).
+fn lease_id(env: &Env, v: &Unknown<'_>) -> throttlegate::Result<String> {
+    let mut opts = throttlegate::CheckOptions::default();
+    opts.set(throttlegate::CheckOption::CallId, "callId", convert::value(env, v, "callId")?)?;
+    Ok(opts.call_id.unwrap_or_default())
+}
+
+/// The new lease of an extend: milliseconds, or text such as `"30s"`.
+fn lease_duration(env: &Env, v: &Unknown<'_>) -> throttlegate::Result<Duration> {
+    throttlegate::extend_duration(convert::value(env, v, "duration")?, throttlegate::DurationUnit::Millis)
+}
+
 /// Counters since a limiter was made, for operators.
 #[napi(object)]
 pub struct Stats {
@@ -588,11 +601,15 @@ pub fn hot_paths(env: &Env) -> Result<Unknown<'_>> {
 pub struct BatchOut {
     records: Vec<f64>,
     errors: Vec<(usize, throttlegate::Error)>,
+    /// The lease ids of the records flagged `fast::LEASED`, in record order.
+    leases: Vec<String>,
 }
 
 impl ToNapiValue for BatchOut {
-    /// `[Float64Array of records, errors]`, where `errors` is `null` or an
-    /// array holding at each failed call's position its `Error` with `code`.
+    /// `[Float64Array of records, errors, leases]`, where `errors` is `null`
+    /// or an array holding at each failed call's position its `Error` with
+    /// `code`, and `leases` is `null` or the lease ids of the records flagged
+    /// `fast::LEASED`, in order.
     unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
         let bytes = std::mem::size_of_val(val.records.as_slice());
         let mut data = ptr::null_mut();
@@ -631,11 +648,19 @@ impl ToNapiValue for BatchOut {
                 napi::check_status!(unsafe { sys::napi_set_element(env, errors, *i as u32, js) })?;
             }
         }
+        let leases = if val.leases.is_empty() {
+            let mut null = ptr::null_mut();
+            napi::check_status!(unsafe { sys::napi_get_null(env, &mut null) })?;
+            null
+        } else {
+            unsafe { Vec::<String>::to_napi_value(env, val.leases) }?
+        };
         let mut out = ptr::null_mut();
         unsafe {
-            napi::check_status!(sys::napi_create_array_with_length(env, 2, &mut out))?;
+            napi::check_status!(sys::napi_create_array_with_length(env, 3, &mut out))?;
             napi::check_status!(sys::napi_set_element(env, out, 0, records))?;
             napi::check_status!(sys::napi_set_element(env, out, 1, errors))?;
+            napi::check_status!(sys::napi_set_element(env, out, 2, leases))?;
         }
         Ok(out)
     }
@@ -646,8 +671,29 @@ fn encode(mut outcomes: Vec<throttlegate::Result<throttlegate::Decision>>, names
     for d in outcomes.iter_mut().flatten() {
         names.renumber(d);
     }
-    let (records, errors) = record::write_all(outcomes);
-    BatchOut { records, errors }
+    // Where each decision's record starts, and the lease it holds, if any.
+    let mut at = 0;
+    let mut leased = Vec::new();
+    for outcome in &outcomes {
+        match outcome {
+            Ok(d) => {
+                if let Some(id) = d.lease_id().filter(|_| d.allowed) {
+                    leased.push((at, id.to_string()));
+                }
+                at += record::len(d);
+            }
+            Err(_) => at += 1,
+        }
+    }
+    let (mut records, errors) = record::write_all(outcomes);
+    let leases = leased
+        .into_iter()
+        .map(|(at, id)| {
+            records[at + 1] += fast::LEASED;
+            id
+        })
+        .collect();
+    BatchOut { records, errors, leases }
 }
 
 /// What the limiter's connection settled (see `throttlegate::Wire`):
@@ -839,6 +885,99 @@ impl Limiter {
         })
     }
 
+    /// Release the concurrency slots an admitted decision holds (rules with
+    /// `algorithm = "concurrency"`) as soon as the work they guard is done.
+    /// Resolves to how many concurrency rules gave a slot back (0 for a
+    /// denied decision, one holding no slot, or a second release:
+    /// idempotent). Slots never released come back when their lease ends.
+    //
+    // Declared here for index.d.ts; index.js defines it (with `releaseCall`
+    // or `_releaseDecision`).
+    #[napi(ts_args_type = "decision: Decision", ts_return_type = "Promise<number>")]
+    pub fn release(&self) -> Result<(), Code> {
+        errors::guard(|| Err(throttlegate::Error::internal("Limiter.release is defined by index.js; load the package through it")))
+    }
+
+    /// `release` by lease id, without the decision (a release made
+    /// elsewhere than the check): the check's attributes and its `callId`
+    /// (or the decision's `leaseId`).
+    #[napi(
+        ts_args_type = "attributes: Record<string, string | null | undefined>, callId: string",
+        ts_return_type = "Promise<number>"
+    )]
+    pub fn release_call<'env>(&self, env: &'env Env, attributes: Unknown<'_>, call_id: Unknown<'_>) -> Result<PromiseRaw<'env, u32>> {
+        let args = throttlegate::Error::catch_panic(|| Ok((convert::attributes(env, &attributes)?, lease_id(env, &call_id)?)));
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let (attrs, id) = args?;
+            limiter.release_call(&attrs, &id).await
+        })
+    }
+
+    /// `release` of a decision holding no lease id (index.js): the core's
+    /// answer for the decision as recorded.
+    #[napi(js_name = "_releaseDecision", skip_typescript, enumerable = false)]
+    pub fn release_decision<'env>(&self, env: &'env Env, record: Option<Vec<f64>>) -> Result<PromiseRaw<'env, u32>> {
+        let args = throttlegate::Error::catch_panic(|| {
+            let record = record.ok_or_else(|| errors::invalid_argument("decision: expected a Decision"))?;
+            self.rebuilt(&record)
+        });
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let d = args?;
+            limiter.release(&d).await
+        })
+    }
+
+    /// Renew the lease of the slots an admitted decision holds, for long
+    /// work: each is held `ms` milliseconds (or text such as `"30s"`) from
+    /// now. Resolves to how many concurrency rules renewed a slot (0 when
+    /// the decision holds none, or they were released or expired).
+    //
+    // Declared here for index.d.ts; index.js defines it (with `extendCall`
+    // or `_extendDecision`).
+    #[napi(ts_args_type = "decision: Decision, ms: number | string", ts_return_type = "Promise<number>")]
+    pub fn extend(&self) -> Result<(), Code> {
+        errors::guard(|| Err(throttlegate::Error::internal("Limiter.extend is defined by index.js; load the package through it")))
+    }
+
+    /// `extend` by lease id, without the decision: the check's attributes
+    /// and `callId` (or the decision's `leaseId`), and the new lease.
+    #[napi(
+        ts_args_type = "attributes: Record<string, string | null | undefined>, callId: string, ms: number | string",
+        ts_return_type = "Promise<number>"
+    )]
+    pub fn extend_call<'env>(
+        &self,
+        env: &'env Env,
+        attributes: Unknown<'_>,
+        call_id: Unknown<'_>,
+        ms: Unknown<'_>,
+    ) -> Result<PromiseRaw<'env, u32>> {
+        let args = throttlegate::Error::catch_panic(|| {
+            Ok((convert::attributes(env, &attributes)?, lease_id(env, &call_id)?, lease_duration(env, &ms)?))
+        });
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let (attrs, id, duration) = args?;
+            limiter.extend_call(&attrs, &id, duration).await
+        })
+    }
+
+    /// `extend` of a decision holding no lease id (index.js).
+    #[napi(js_name = "_extendDecision", skip_typescript, enumerable = false)]
+    pub fn extend_decision<'env>(&self, env: &'env Env, record: Option<Vec<f64>>, ms: Unknown<'_>) -> Result<PromiseRaw<'env, u32>> {
+        let args = throttlegate::Error::catch_panic(|| {
+            let record = record.ok_or_else(|| errors::invalid_argument("decision: expected a Decision"))?;
+            Ok((self.rebuilt(&record)?, lease_duration(env, &ms)?))
+        });
+        let limiter = self.inner.clone();
+        errors::spawn(env, async move {
+            let (d, duration) = args?;
+            limiter.extend(&d, duration).await
+        })
+    }
+
     /// Wait until a check is admitted, at most `options.timeout`
     /// (milliseconds, or text such as `"250ms"`): resolves to the admitting
     /// decision, or rejects with the `timeout` error kind at once when the
@@ -855,24 +994,24 @@ impl Limiter {
         errors::guard(|| Err(throttlegate::Error::internal("Limiter.acquire is defined by index.js; load the package through it")))
     }
 
-    /// `acquire`, resolving to the decision's record (index.js makes the `Decision`).
+    /// `acquire`, resolving to the decision's record as a batch of one
+    /// (`[records, null, leases]`; index.js makes the `Decision`).
     #[napi(js_name = "_acquire", skip_typescript, enumerable = false)]
     pub fn acquire_record<'env>(
         &self,
         env: &'env Env,
         attributes: Unknown<'_>,
         options: Unknown<'_>,
-    ) -> Result<PromiseRaw<'env, Vec<f64>>> {
+    ) -> Result<PromiseRaw<'env, BatchOut>> {
         let args = throttlegate::Error::catch_panic(|| {
             Ok((convert::attributes(env, &attributes)?, convert::acquire_options(env, &options)?))
         });
         let limiter = self.inner.clone();
+        let names = self.names.clone();
         errors::spawn(env, async move {
             let (attrs, (opts, timeout)) = args?;
             let d = limiter.acquire_with(&attrs, &opts, timeout).await?;
-            let mut out = vec![0.0; record::len(&d)];
-            record::write(&mut out, &d);
-            Ok(out)
+            Ok(encode(vec![Ok(d)], &names))
         })
     }
 
@@ -986,6 +1125,13 @@ impl Limiter {
     #[napi(js_name = "_ruleTable", skip_typescript, enumerable = false)]
     pub fn rule_table(&self) -> Vec<String> {
         self.names.names().iter().map(|n| n.to_string()).collect()
+    }
+
+    /// The lease id of the last decision answered in place whose record is
+    /// flagged `fast::LEASED` (read once).
+    #[napi(js_name = "_takeLease", skip_typescript, enumerable = false)]
+    pub fn take_lease(&self) -> Option<String> {
+        self.hot.lease.borrow_mut().take()
     }
 
     /// The last embedded decision record that did not fit the scratch buffer.

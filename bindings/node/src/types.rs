@@ -35,6 +35,12 @@ pub struct Decision {
     pub results: Vec<RuleResult>,
     /// True when the answer came from the failure policy (`onBackendError`), not from the backend.
     pub degraded: bool,
+    /// The lease id of the concurrency slots this admitted decision holds
+    /// (the check's `callId` when given, else an id the limiter made), for
+    /// `releaseCall` and `extendCall` elsewhere; `null` when it holds no
+    /// slot (a denial, or no concurrency rule applied: nothing to release).
+    #[napi(ts_type = "string | null")]
+    pub lease_id: Either<String, Null>,
     /// The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial).
     #[napi(ts_type = "Record<string, string>")]
     pub headers: IndexMap<String, String>,

@@ -95,6 +95,7 @@ describe('decisions', () => {
         { rule: 'per-ip', allowed: true, shadow: false, limit: 3, remaining: 1, retryAfterMs: 0, resetAfterMs: 60000, windowMs: 60000 },
       ],
       degraded: false,
+      leaseId: null,
       headers: {
         'RateLimit-Limit': '3',
         'RateLimit-Remaining': '1',

@@ -21,7 +21,7 @@ const POLICY = {
   ],
 };
 const FIELDS = [
-  'allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'results', 'degraded', 'headers', 'problemJson',
+  'allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'results', 'degraded', 'leaseId', 'headers', 'problemJson',
 ];
 
 /** The outcome of a settled call, comparable across paths: the decision's fields, or the error's code and message. */
@@ -187,7 +187,7 @@ describe('decisions', () => {
     assert.deepEqual(json.results.map((r) => r.rule), ['per-ip', 'per-key', 'watch']);
     assert.equal(json.problemJson, null);
     // the headline fields are plain properties; the lazy ones are made once and kept
-    assert.deepEqual(Object.keys(d), ['allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'degraded']);
+    assert.deepEqual(Object.keys(d), ['allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'degraded', 'leaseId']);
     assert.equal(d.headers, d.headers);
     assert.equal(d.results, d.results);
     for (const field of FIELDS) assert.ok(field in d, field);
@@ -384,6 +384,7 @@ describe('redis backend, calls of one tick batched', () => {
         rule: 'per-ip',
         results,
         degraded: true,
+        leaseId: null,
         // Degraded: no count is claimed that Redis never gave.
         headers: {
           'RateLimit-Limit': '3',

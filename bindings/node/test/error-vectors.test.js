@@ -66,6 +66,8 @@ async function replaySteps(c, url) {
         if (op === 'overrides') return limiter.overrides(step.rule || '');
         if (op === 'settle') return limiter.settleCall(attrs, step.call_id, options.cost, step.actual_cost);
         if (op === 'acquire') return limiter.acquire(attrs, { cost: options.cost, timeout: step.timeout_ms });
+        if (op === 'release') return limiter.releaseCall(attrs, step.call_id);
+        if (op === 'extend') return limiter.extendCall(attrs, step.call_id, step.duration_ms);
         throw new Error(`unknown op ${op}`);
       });
       try {

@@ -106,6 +106,19 @@ async function replay(file, url) {
         });
       } else if (op === 'acquire') {
         call = limiter.acquire(step.attributes || {}, { cost: options.cost, timeout: step.timeout_ms });
+      } else if (op === 'release' || op === 'extend') {
+        // The decision of the check when this step releases (renews) it as made, else by call id.
+        const made = checks.get(step.call_id);
+        const byDecision = made && made.attributes === JSON.stringify(step.attributes || {});
+        if (op === 'release') {
+          call = byDecision ? limiter.release(made.d) : limiter.releaseCall(step.attributes || {}, step.call_id);
+          call = call.then((released) => ({ released }));
+        } else {
+          call = byDecision
+            ? limiter.extend(made.d, step.duration_ms)
+            : limiter.extendCall(step.attributes || {}, step.call_id, step.duration_ms);
+          call = call.then((extended) => ({ extended }));
+        }
       } else throw new Error(`${where}: unknown op ${op}`);
       if (step.expect_error !== undefined) {
         await assert.rejects(call, (err) => {
@@ -124,6 +137,8 @@ async function replay(file, url) {
         assert.deepEqual(got, step.expect, where);
       } else if (op === 'settle') {
         assert.deepEqual({ settled: got }, step.expect, where);
+      } else if (op === 'release' || op === 'extend') {
+        assert.deepEqual(got, step.expect, where);
       } else {
         assert.deepEqual(pick(snake(got), step.expect), step.expect, where);
       }

@@ -75,6 +75,12 @@ impl Limiter {
     }
 }
 
+/// The duration of an `extend` (seconds, or text such as `"30s"`), read
+/// and checked by the core.
+fn lease_duration(py: Python<'_>, seconds: &Bound<'_, PyAny>) -> PyResult<std::time::Duration> {
+    core::extend_duration(convert::option_value(seconds, "duration")?, core::DurationUnit::Seconds).map_err(|e| core_to_py(py, &e))
+}
+
 /// A health event to the `logging` logger `"throttlegate"`: an outage as a
 /// WARNING, a recovery as INFO, with the cause as `throttlegate_cause`.
 /// Called from whichever thread made the call (never holding the GIL);
@@ -322,6 +328,97 @@ impl Limiter {
             let l = self.inner.clone();
             runtime::future_into_py(py, async move {
                 l.settle_call(&attrs, &id, cost, actual).await.map(|n| Value::Count(n.into()))
+            })
+        })
+    }
+
+    /// Release the concurrency slots an admitted decision holds (rules with
+    /// `algorithm = "concurrency"`) as soon as the work they guard is done.
+    /// Returns how many concurrency rules gave a slot back (0 for a denied
+    /// decision, one holding no slot, or a second release: idempotent).
+    /// Slots never released come back when their lease ends.
+    fn release(&self, py: Python<'_>, decision: &Bound<'_, Decision>) -> PyResult<u32> {
+        guard(py, || {
+            let d = &decision.get().inner;
+            self.blocking(py, |l| l.release_blocking(d))
+        })
+    }
+
+    /// `release` as an awaitable.
+    fn release_async<'py>(&self, py: Python<'py>, decision: &Bound<'py, Decision>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let d = decision.get().inner.clone();
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.release(&d).await.map(|n| Value::Count(n.into())) })
+        })
+    }
+
+    /// `release` by lease id, without the decision (a release made
+    /// elsewhere than the check): the check's attributes and its `call_id`.
+    #[pyo3(signature = (attributes, call_id))]
+    fn release_call(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, call_id: &Bound<'_, PyAny>) -> PyResult<u32> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let id = convert::text(call_id, "call_id")?;
+            self.blocking(py, |l| l.release_call_blocking(&attrs, &id))
+        })
+    }
+
+    /// `release_call` as an awaitable.
+    #[pyo3(signature = (attributes, call_id))]
+    fn release_call_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>, call_id: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let id = convert::text(call_id, "call_id")?;
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.release_call(&attrs, &id).await.map(|n| Value::Count(n.into())) })
+        })
+    }
+
+    /// Renew the lease of the slots an admitted decision holds, for long
+    /// work: each is held `seconds` (a number, or text such as `"30s"`)
+    /// from now. Returns how many concurrency rules renewed a slot (0 when
+    /// the decision holds none, or they were released or expired).
+    fn extend(&self, py: Python<'_>, decision: &Bound<'_, Decision>, seconds: &Bound<'_, PyAny>) -> PyResult<u32> {
+        guard(py, || {
+            let duration = lease_duration(py, seconds)?;
+            let d = &decision.get().inner;
+            self.blocking(py, |l| l.extend_blocking(d, duration))
+        })
+    }
+
+    /// `extend` as an awaitable.
+    fn extend_async<'py>(&self, py: Python<'py>, decision: &Bound<'py, Decision>, seconds: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let duration = lease_duration(py, seconds)?;
+            let d = decision.get().inner.clone();
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move { l.extend(&d, duration).await.map(|n| Value::Count(n.into())) })
+        })
+    }
+
+    /// `extend` by lease id, without the decision: the check's attributes
+    /// and `call_id`, and the new lease in seconds.
+    #[pyo3(signature = (attributes, call_id, seconds))]
+    fn extend_call(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>, call_id: &Bound<'_, PyAny>, seconds: &Bound<'_, PyAny>) -> PyResult<u32> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let id = convert::text(call_id, "call_id")?;
+            let duration = lease_duration(py, seconds)?;
+            self.blocking(py, |l| l.extend_call_blocking(&attrs, &id, duration))
+        })
+    }
+
+    /// `extend_call` as an awaitable.
+    #[pyo3(signature = (attributes, call_id, seconds))]
+    fn extend_call_async<'py>(&self, py: Python<'py>, attributes: &Bound<'py, PyAny>, call_id: &Bound<'py, PyAny>, seconds: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        guard(py, || {
+            let attrs = convert::attributes(attributes)?;
+            let id = convert::text(call_id, "call_id")?;
+            let duration = lease_duration(py, seconds)?;
+            let l = self.inner.clone();
+            runtime::future_into_py(py, async move {
+                l.extend_call(&attrs, &id, duration).await.map(|n| Value::Count(n.into()))
             })
         })
     }

@@ -292,6 +292,14 @@ impl Decision {
     fn degraded(&self) -> bool {
         self.inner.degraded
     }
+    /// The lease id of the concurrency slots this admitted decision holds
+    /// (the check's `call_id` when given, else an id the limiter made), for
+    /// `Limiter.release_call` elsewhere; None when it holds no slot (a
+    /// denial, or no concurrency rule applied: nothing to release).
+    #[getter]
+    fn lease_id(&self) -> Option<&str> {
+        self.inner.lease_id()
+    }
     /// The HTTP headers, in order (no legacy `X-RateLimit-*`).
     #[getter]
     fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -73,6 +73,12 @@ def test_error_vector_option(case: dict[str, Any], backend_url: str | None) -> N
     assert outcome(lambda: limiter_for(case, backend_url)) == wanted(case)
 
 
+def as_text_ms(ms: Any) -> Any:
+    """A vector's ``duration_ms`` as Python gives it: text in milliseconds
+    (``"1500ms"``), exact where seconds as a float would not be."""
+    return f"{ms}ms" if isinstance(ms, int) and not isinstance(ms, bool) else ms
+
+
 @pytest.mark.parametrize("api", ["sync", "async"])
 @pytest.mark.parametrize("case", [c for _, c in CALL_CASES], ids=[i for i, _ in CALL_CASES])
 def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: str) -> None:
@@ -88,6 +94,10 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
             return await limiter.overrides_async(step.get("rule", ""))
         if op == "settle":
             return await limiter.settle_call_async(attrs, call_id, cost, step["actual_cost"])
+        if op == "release":
+            return await limiter.release_call_async(attrs, call_id)
+        if op == "extend":
+            return await limiter.extend_call_async(attrs, call_id, as_text_ms(step["duration_ms"]))
         if op == "acquire":
             return await limiter.acquire_async(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":
@@ -114,6 +124,10 @@ def test_error_vector_calls(case: dict[str, Any], backend_url: str | None, api: 
             return limiter.overrides(step.get("rule", ""))
         if op == "settle":
             return limiter.settle_call(attrs, step["call_id"], cost, step["actual_cost"])
+        if op == "release":
+            return limiter.release_call(attrs, step["call_id"])
+        if op == "extend":
+            return limiter.extend_call(attrs, step["call_id"], as_text_ms(step["duration_ms"]))
         if op == "acquire":
             return limiter.acquire(attrs, cost, timeout=step["timeout_ms"] / 1000)
         if op == "check":

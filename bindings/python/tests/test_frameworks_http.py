@@ -639,7 +639,7 @@ def test_route_limits_and_the_request_model_refuse_bad_input() -> None:
         (lambda: wsgi.RateLimitMiddleware(_bare_wsgi, limiter=limiter, on_denied="429"),  # type: ignore[arg-type]
          throttlegate.InvalidArgumentTypeError, "on_denied: expected a function, got str"),
         # A route limit with neither the middleware nor a limiter of its own.
-        (lambda: asyncio.run(RateLimit("5/minute")(Request({"type": "http", "headers": []}), Response())),
+        (lambda: asyncio.run(RateLimit("5/minute")(Request({"type": "http", "headers": []}), Response()).__anext__()),
          throttlegate.InvalidArgumentError, "RateLimit: no limiter: add throttlegate.fastapi.RateLimitMiddleware"),
     ]
     for call, kind, message in bad:

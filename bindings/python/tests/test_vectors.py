@@ -71,6 +71,14 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
     prefix = f"v-{uuid.uuid4().hex[:12]}:"
     limiter = tg.Limiter(case["policy"], url=url, prefix=prefix, clock=clock, timeout=10.0, on_backend_error="error")
 
+    # The decisions of the checks made with a call id, for release and extend by decision.
+    made: dict[str, tuple[tg.Decision, dict[str, Any]]] = {}
+
+    def decision_of(attrs: dict[str, Any], call_id: str | None) -> tg.Decision | None:
+        """The decision of the check ``call_id`` when it was made with these attributes."""
+        got = made.get(call_id or "")
+        return got[0] if got is not None and got[1] == attrs else None
+
     def listed(out: list[dict[str, Any]]) -> dict[str, Any]:
         return {"overrides": [{"attributes": o["attributes"], "limit": o["limit"]} for o in out]}
 
@@ -86,6 +94,15 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             return await limiter.settle_call_async(attrs, call_id, cost, step["actual_cost"])
         if op == "acquire":
             return await limiter.acquire_async(attrs, cost, timeout=step["timeout_ms"] / 1000)
+        if op == "release":
+            d = decision_of(attrs, call_id)
+            n = await (limiter.release_async(d) if d is not None else limiter.release_call_async(attrs, call_id))
+            return {"released": n}
+        if op == "extend":
+            d, seconds = decision_of(attrs, call_id), step["duration_ms"] / 1000
+            n = await (limiter.extend_async(d, seconds) if d is not None
+                       else limiter.extend_call_async(attrs, call_id, seconds))
+            return {"extended": n}
         if op == "check":
             return await limiter.check_async(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -108,6 +125,12 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
             return limiter.settle_call(attrs, call_id, cost, step["actual_cost"])
         if op == "acquire":
             return limiter.acquire(attrs, cost, timeout=step["timeout_ms"] / 1000)
+        if op == "release":
+            d = decision_of(attrs, call_id)
+            return {"released": limiter.release(d) if d is not None else limiter.release_call(attrs, call_id)}
+        if op == "extend":
+            d, seconds = decision_of(attrs, call_id), step["duration_ms"] / 1000
+            return {"extended": limiter.extend(d, seconds) if d is not None else limiter.extend_call(attrs, call_id, seconds)}
         if op == "check":
             return limiter.check(attrs, cost, call_id=call_id)
         if op == "peek":
@@ -131,6 +154,8 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
                     out = {"rules": metrics["rules"]}
                 else:
                     out = run(op, step.get("attributes", {}), step.get("cost", 1), step.get("call_id"), step)
+                    if op == "check" and step.get("call_id") is not None:
+                        made[step["call_id"]] = (out, step.get("attributes", {}))
             except tg.ThrottlegateError as e:
                 assert "expect_error" in step, f"{where}: unexpected {type(e).__name__}: {e}"
                 assert e.kind == step["expect_error"], f"{where}: {e.kind} ({e}) instead of {step['expect_error']}"
@@ -145,7 +170,7 @@ def replay(path: Path, url: str | None, api: str = "sync") -> None:
                 assert out == want, f"{where}: {out!r} != {want!r}"
             elif op == "settle":
                 assert {"settled": out} == want, where
-            elif op == "metrics":
+            elif op in ("metrics", "release", "extend"):
                 assert out == want, f"{where}: {out!r} != {want!r}"
             else:
                 assert decision_view(out, want) == want, where

@@ -25,6 +25,9 @@ results: list[RuleResult] = decision.results
 headers: dict[str, str] = decision.headers_with(legacy=True)
 body: Optional[str] = decision.problem_json()
 settled: int = limiter.settle(decision, 0) + limiter.settle_call({"ip": "203.0.113.7"}, "c-1", 1, 1)
+lease: Optional[str] = decision.lease_id
+released: int = limiter.release(decision) + limiter.release_call({"ip": "203.0.113.7"}, "c-1")
+extended: int = limiter.extend(decision, 30) + limiter.extend(decision, "30s") + limiter.extend_call({"ip": "x"}, "c-1", 1.5)
 acquired: Decision = limiter.acquire({"ip": "203.0.113.7"}, 1, timeout="10ms", call_id="c-2")
 deleted: int = limiter.reset({"ip": "203.0.113.7"})
 keys: list[str] = limiter.keys({"ip": "203.0.113.7"})
@@ -42,6 +45,8 @@ async def main() -> Decision:
         waited: Decision = await inner.acquire_async({"k": "v"}, timeout=0.01, call_id="c-3")
         assert await inner.settle_async(waited, 0) == 1
         assert await inner.settle_call_async({"k": "v"}, "c-3", 1, 1) == 0
+        assert await inner.release_async(waited) == 0 and await inner.release_call_async({"k": "v"}, "c-3") == 0
+        assert await inner.extend_async(waited, 1) == 0 and await inner.extend_call_async({"k": "v"}, "c-3", "1s") == 0
         return await inner.check_async({"k": "v"}, 1)
 
 
@@ -49,6 +54,7 @@ with limiter:
     final: Decision = asyncio.run(main())
     assert final.allowed and decision.allowed and deleted == 1 and client == "192.0.2.1"
     assert settled == 1 and acquired.allowed
+    assert lease is None and released == 0 and extended == 0
 
 
 

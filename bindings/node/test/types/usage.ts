@@ -133,6 +133,14 @@ async function main(): Promise<void> {
   const acquireOptions: AcquireOptions = { timeout: '5s', cost: 1 };
   const acquired: Decision = await fromFile.acquire({ ip: '203.0.113.7' }, acquireOptions);
   console.log(settled, byId, acquired.allowed);
+  const lease: string | null = acquired.leaseId;
+  const released: number = await fromFile.release(acquired);
+  const extended: number = await fromFile.extend(acquired, 30000) + await fromFile.extend(acquired, '30s');
+  if (lease !== null) {
+    const byLease: number = await fromFile.releaseCall({ tenant: 't1' }, lease) + await fromFile.extendCall({ tenant: 't1' }, lease, 1000);
+    console.log(byLease);
+  }
+  console.log(released, extended);
   console.log(VERSION, allowed, wait, rule, results, headers, degraded, peeked, deleted, keys, stats, backend, ip);
 }
 

@@ -8,6 +8,7 @@ an integration passes the framework's raw parts and its router's rules."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import threading
@@ -253,3 +254,70 @@ class RateLimitExceeded(Exception):
         super().__init__(f"rate limited by {decision.rule!r}; retry in {decision.retry_after:g} s")
         self.decision = decision
         self.options = options
+
+
+class Lease:
+    """The concurrency slots an admitted decision holds, given back once
+    when the response is finished (sent in full, failed, or abandoned by
+    the client): whichever of :meth:`release` and :meth:`release_async`
+    comes first releases, the others do nothing. A release that fails (the
+    backend is down) is logged at DEBUG: the slots come back when their
+    lease ends (the outage itself is logged by the limiter)."""
+
+    __slots__ = ("decision", "done", "limiter")
+
+    def __init__(self, limiter: Limiter, decision: Decision) -> None:
+        self.limiter = limiter
+        self.decision = decision
+        self.done = False
+
+    @staticmethod
+    def of(limiter: Limiter, decision: Decision) -> Optional[Lease]:
+        """The lease of ``decision``; None when it holds no slot (a denial,
+        or no concurrency rule applied): nothing to release, no round trip."""
+        if decision.allowed and decision.lease_id is not None:
+            return Lease(limiter, decision)
+        return None
+
+    def _first(self) -> bool:
+        if self.done:
+            return False
+        self.done = True
+        return True
+
+    def release(self) -> None:
+        """Release the slots now (blocking this thread for the round trip)."""
+        if not self._first():
+            return
+        try:
+            self.limiter.release(self.decision)
+        except Exception as e:
+            logger.debug("throttlegate: releasing %s failed: %s", self.decision.lease_id, e)
+
+    async def release_async(self) -> None:
+        """Release the slots, awaiting the round trip."""
+        if not self._first():
+            return
+        try:
+            await self.limiter.release_async(self.decision)
+        except Exception as e:
+            logger.debug("throttlegate: releasing %s failed: %s", self.decision.lease_id, e)
+
+    def release_soon(self) -> None:
+        """Start the release without waiting for it (where awaiting is not
+        possible: a cancelled task's clean-up); it completes on the core's
+        runtime whatever happens to the caller."""
+        if not self._first():
+            return
+        try:
+            fut = asyncio.ensure_future(self.limiter.release_async(self.decision))
+        except Exception as e:
+            logger.debug("throttlegate: releasing %s failed: %s", self.decision.lease_id, e)
+            return
+        fut.add_done_callback(_forget_outcome)
+
+
+def _forget_outcome(fut: Any) -> None:
+    """Retrieve a background release's outcome (no 'never retrieved' warning)."""
+    if not fut.cancelled() and fut.exception() is not None:
+        logger.debug("throttlegate: a release failed: %s", fut.exception())

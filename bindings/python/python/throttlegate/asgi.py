@@ -28,6 +28,14 @@ websocket scopes pass through unchecked. At start-up (the first scope,
 lifespan included) one warning per rule needing an attribute the
 integration never provides is logged to the ``throttlegate`` logger.
 
+A decision holding concurrency slots (a rule with ``algorithm =
+"concurrency"``) releases them when the response is finished: just before
+its last body chunk is sent (so a client that has the whole response can
+be admitted again at once), when the client disconnects
+(``http.disconnect``), or when the application raises or returns without
+finishing. Decisions of rate rules only need no release and cost no extra
+round trip.
+
 Run behind a server that leaves the peer address alone: uvicorn rewrites
 the client address from ``X-Forwarded-For`` by default (``--proxy-headers``,
 trusting 127.0.0.1); start it with ``--no-proxy-headers`` (or
@@ -44,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from throttlegate._http import (
     AttributeMap,
     HttpOptions,
+    Lease,
     RateLimitExceeded,
     denial,
     merge_headers,
@@ -260,6 +269,7 @@ class RateLimitMiddleware:
             await self.denied(scope, receive, send, decision)
             return
         extra = decision.headers_with(legacy=self.options.legacy_headers)
+        lease = Lease.of(self.options.limiter, decision)
         started = False
 
         async def send_with_headers(message: Message) -> None:
@@ -271,12 +281,26 @@ class RateLimitMiddleware:
                     added = merge_headers(present, extra)[len(present):]
                     message = dict(message)
                     message["headers"] = list(message.get("headers", [])) + _encoded(added)
+            elif lease is not None and message["type"] == "http.response.body" and not message.get("more_body", False):
+                # The last chunk: the slots are free before the client has it all.
+                await lease.release_async()
             await send(message)
 
+        async def receive_watching() -> Message:
+            message = await receive()
+            if lease is not None and message["type"] == "http.disconnect":
+                await lease.release_async()
+            return message
+
         try:
-            await self.app(scope, receive, send_with_headers)
+            await self.app(scope, receive if lease is None else receive_watching, send_with_headers)
         except RateLimitExceeded as e:
             # A route's own check (a dependency on another limiter) denied it.
             if started:
                 raise
             await self.denied(scope, receive, send, e.decision, e.options)
+        finally:
+            if lease is not None:
+                # An error, a cancelled task or an unfinished response: no
+                # await here (a cancelled scope would cancel it too).
+                lease.release_soon()

@@ -57,6 +57,13 @@ another response. The decision is ``request.ratelimit``. With
 ``on_backend_error = "error"`` a backend failure is raised (Django answers
 500) unless ``on_error(request, exception)`` answers it. A decorated view works without
 the middleware too: the decorator then checks the request itself.
+
+A decision holding concurrency slots (a rule with ``algorithm =
+"concurrency"``) releases them when the response is finished: when Django
+(or the WSGI server) closes the response, which it does after the last
+chunk of a streamed response too and when the client disconnects; at once
+when the view raises or its task is cancelled. Rate rules alone need no
+release.
 """
 
 from __future__ import annotations
@@ -75,7 +82,7 @@ from django.urls import Resolver404, resolve  # type: ignore[import-untyped]
 from django.utils.decorators import sync_and_async_middleware  # type: ignore[import-untyped]
 from django.utils.module_loading import import_string  # type: ignore[import-untyped]
 
-from throttlegate._http import OPTION_NAMES, AttributeMap, HttpOptions, RouteLimit, denial, model_attributes, peer_ip, raw_path
+from throttlegate._http import OPTION_NAMES, AttributeMap, HttpOptions, Lease, RouteLimit, denial, model_attributes, peer_ip, raw_path
 from throttlegate._native import ClientIp, Decision, Limiter
 
 __all__ = ["RateLimitMiddleware", "default_attributes", "denied_response", "get_limiter", "ratelimit", "ratelimit_exempt"]
@@ -242,6 +249,49 @@ def _add_headers(response: HttpResponse, decision: Decision, legacy: bool) -> Ht
     return response
 
 
+def _released_on_close(response: Any, lease: Lease) -> Any:
+    """``response``, releasing ``lease`` once it is closed."""
+    close = response.close
+
+    def closing() -> None:
+        try:
+            close()
+        finally:
+            lease.release()
+
+    response.close = closing
+    return response
+
+
+def _respond_sync(config: _Config, decision: Decision, get: Callable[[], Any]) -> Any:
+    """The admitted request's response (``get()``) with the headers; the
+    slots the decision holds are released when it is closed, or at once
+    when ``get`` raises."""
+    lease = Lease.of(config.limiter, decision)
+    try:
+        response = get()
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+    response = _add_headers(response, decision, config.legacy_headers)
+    return response if lease is None else _released_on_close(response, lease)
+
+
+async def _respond_async(config: _Config, decision: Decision, get: Callable[[], Awaitable[Any]]) -> Any:
+    """``_respond_sync`` for an awaited response (a cancelled task releases
+    without awaiting)."""
+    lease = Lease.of(config.limiter, decision)
+    try:
+        response = await get()
+    except BaseException:
+        if lease is not None:
+            lease.release_soon()
+        raise
+    response = _add_headers(response, decision, config.legacy_headers)
+    return response if lease is None else _released_on_close(response, lease)
+
+
 def _view_mark(request: HttpRequest) -> Any:
     match = _match(request)
     return getattr(match.func, _MARK, None) if match is not None else None
@@ -359,7 +409,7 @@ class RateLimitMiddleware:
             return _error(request, config, e)
         if not decision.allowed:
             return _denied(request, config, decision)
-        return _add_headers(self.get_response(request), decision, config.legacy_headers)
+        return _respond_sync(config, decision, lambda: self.get_response(request))
 
     async def _acall(self, request: HttpRequest) -> Any:
         config = _settings()
@@ -372,7 +422,7 @@ class RateLimitMiddleware:
             return _error(request, config, e)
         if not decision.allowed:
             return _denied(request, config, decision)
-        return _add_headers(await self.get_response(request), decision, config.legacy_headers)
+        return await _respond_async(config, decision, lambda: self.get_response(request))
 
 
 def ratelimit(
@@ -415,7 +465,7 @@ def ratelimit(
                     return _error(request, config, e)
                 if not decision.allowed:
                     return _denied(request, config, decision)
-                return _add_headers(await view(request, *args, **kwargs), decision, config.legacy_headers)
+                return await _respond_async(config, decision, lambda: view(request, *args, **kwargs))
 
             setattr(inner_async, _MARK, spec)
             return inner_async  # type: ignore[return-value]
@@ -431,7 +481,7 @@ def ratelimit(
                 return _error(request, config, e)
             if not decision.allowed:
                 return _denied(request, config, decision)
-            return _add_headers(view(request, *args, **kwargs), decision, config.legacy_headers)
+            return _respond_sync(config, decision, lambda: view(request, *args, **kwargs))
 
         setattr(inner, _MARK, spec)
         return inner  # type: ignore[return-value]

@@ -29,7 +29,7 @@ decision is ``request.state.ratelimit``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from starlette.requests import Request
@@ -37,7 +37,7 @@ from starlette.responses import Response
 
 from throttlegate import asgi
 from throttlegate._errors import InvalidArgumentError
-from throttlegate._http import AttributeMap, HttpOptions, RateLimitExceeded, RouteLimit, denial, merged
+from throttlegate._http import AttributeMap, HttpOptions, Lease, RateLimitExceeded, RouteLimit, denial, merged
 from throttlegate._native import ClientIp, Decision, Limiter
 
 if TYPE_CHECKING:
@@ -164,7 +164,9 @@ class RateLimit:
     integration (:class:`throttlegate._http.HttpOptions`); ``limiter`` is
     needed only without the middleware (or to check on another limiter).
 
-    Returns the request's :class:`Decision` when allowed; a denial raises
+    Gives the request's :class:`Decision` when allowed (a dependency with
+    ``yield``: the concurrency slots of its own check are released when the
+    response is sent, or the endpoint raised); a denial raises
     :class:`RateLimitExceeded`, answered by the middleware (or by the
     handler :func:`rate_limit_exceeded`, installed on the app when the
     dependency checks by itself) with the shared 429.
@@ -192,13 +194,15 @@ class RateLimit:
         self._compiled: set[str] = set()
         self.options: HttpOptions[Request] = HttpOptions(limiter, **options) if limiter is not None else _Unbound(options)
 
-    async def __call__(self, request: Request, response: Response) -> Decision:
+    async def __call__(self, request: Request, response: Response) -> AsyncIterator[Decision]:
         state = request.scope.get("state") or {}
         checked_by = state.get(asgi.CHECKED_BY)
         if checked_by is not None and (self.limiter is None or self.limiter is checked_by.limiter):
-            # The middleware checked this request once, this route's limit included.
+            # The middleware checked this request once, this route's limit
+            # included (and releases its slots).
             decision: Decision = state["ratelimit"]
-            return decision
+            yield decision
+            return
         if self.limiter is None:
             raise InvalidArgumentError(
                 "RateLimit: no limiter: add throttlegate.fastapi.RateLimitMiddleware to the app, or give limiter="
@@ -228,7 +232,16 @@ class RateLimit:
             raise RateLimitExceeded(decision, options)
         for name, value in decision.headers_with(legacy=options.legacy_headers).items():
             response.headers[name] = value
-        return decision
+        lease = Lease.of(options.limiter, decision)
+        if lease is None:
+            yield decision
+            return
+        # A dependency with yield: FastAPI finishes it once the response is
+        # sent, or when the endpoint raised or the client went away.
+        try:
+            yield decision
+        finally:
+            lease.release_soon()
 
 
 class _Unbound(HttpOptions[Request]):

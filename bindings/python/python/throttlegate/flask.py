@@ -32,6 +32,13 @@ A denial is a 429 with the rate-limit headers and the core's problem+json
 body, the bytes of every integration (or ``on_denied(request, decision)``'s
 response); ``on_error(request, exception)`` answers a check that raised. The
 decision is in ``g`` and ``request.environ["throttlegate.decision"]``.
+
+A decision holding concurrency slots (a rule with ``algorithm =
+"concurrency"``) releases them when the response is finished: ``init_app``
+wraps ``app.wsgi_app``, which releases when the server closes the response
+(after the last chunk of a streamed response too, and when the client
+disconnects mid-stream) or when the request raises. Rate rules alone need
+no release.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 from flask import Flask, Request, Response, current_app, g, request
 
 from throttlegate import wsgi
-from throttlegate._http import HttpOptions, RouteLimit, denial, merged
+from throttlegate._http import HttpOptions, Lease, RouteLimit, denial, merged
 from throttlegate._native import ClientIp, Decision, Limiter
 
 if TYPE_CHECKING:
@@ -61,6 +68,8 @@ _DECISION = "_throttlegate_decision"
 _CHECKED = "_throttlegate_checked"
 # Set on a decorated view: its _ViewLimit.
 _MARK = "_throttlegate_limit"
+# The environ key of the lease a request's check holds (released by _ReleasingApp).
+_LEASE = "throttlegate.flask.lease"
 
 
 class _ViewLimit:
@@ -118,6 +127,7 @@ class Throttle:
         app.extensions["throttlegate"] = self
         app.before_request(self._before_request)
         app.after_request(self._after_request)
+        app.wsgi_app = _ReleasingApp(app.wsgi_app)  # type: ignore[method-assign]
 
     def exempt(self, view: F) -> F:
         """Never check requests to this view."""
@@ -191,6 +201,9 @@ class Throttle:
         setattr(g, _DECISION, decision)
         setattr(g, _CHECKED, True)
         request.environ[wsgi.DECISION_KEY] = decision
+        lease = Lease.of(self.limiter, decision)
+        if lease is not None:
+            request.environ[_LEASE] = lease
         if not decision.allowed:
             if options.on_denied is not None:
                 return options.on_denied(request, decision)
@@ -215,3 +228,29 @@ class Throttle:
             for name, value in decision.headers_with(legacy=self.options.legacy_headers).items():
                 response.headers.setdefault(name, value)
         return response
+
+
+class _ReleasingApp:
+    """``app.wsgi_app`` wrapped: the lease a request's check took (in the
+    environ) is released when the response is finished: when the server
+    closes it, or at once when the request raises. Responses holding no
+    lease are returned as they are."""
+
+    def __init__(self, wsgi_app: wsgi.WSGIApp) -> None:
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ: wsgi.Environ, start_response: wsgi.StartResponse) -> Any:
+        try:
+            body = self.wsgi_app(environ, start_response)
+        except BaseException:
+            _release(environ)
+            raise
+        if _LEASE not in environ:
+            return body
+        return wsgi.ReleasedOnClose(body, lambda: _release(environ))
+
+
+def _release(environ: wsgi.Environ) -> None:
+    lease: Optional[Lease] = environ.pop(_LEASE, None)
+    if lease is not None:
+        lease.release()

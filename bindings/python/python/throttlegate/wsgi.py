@@ -22,15 +22,23 @@ denial is a 429 with the rate-limit headers and the core's
 ``application/problem+json`` body (or ``on_denied(environ, decision)``'s WSGI
 response); admitted responses get the headers too (headers the application
 set itself win). The decision is in ``environ["throttlegate.decision"]``.
+
+A decision holding concurrency slots (a rule with ``algorithm =
+"concurrency"``) releases them when the response is finished: when the
+server closes the response iterable (after the last chunk, on an error, or
+when the client went away mid-stream), or at once when the application
+raises. Decisions of rate rules only need no release and cost no extra
+round trip.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from throttlegate._http import HttpOptions, denial, merge_headers, model_attributes, peer_ip, raw_path
+from throttlegate._http import HttpOptions, Lease, denial, merge_headers, model_attributes, peer_ip, raw_path
 from throttlegate._native import ClientIp, Decision, Limiter
 
 if TYPE_CHECKING:
@@ -38,7 +46,7 @@ if TYPE_CHECKING:
 
     from throttlegate._http import HttpOptionArgs
 
-__all__ = ["DECISION_KEY", "RateLimitMiddleware", "WSGIApp", "default_attributes", "path_info"]
+__all__ = ["DECISION_KEY", "RateLimitMiddleware", "WSGIApp", "default_attributes", "ReleasedOnClose", "path_info", "released_on_close"]
 
 #: The environ key of a request's decision.
 DECISION_KEY = "throttlegate.decision"
@@ -97,6 +105,40 @@ def denied_response(decision: Decision, start_response: StartResponse, legacy: b
     return [body]
 
 
+class ReleasedOnClose:
+    """A response iterable that releases a lease when it is exhausted or
+    closed (PEP 3333: the server calls ``close()`` however the response
+    ended), after closing the application's own iterable."""
+
+    def __init__(self, inner: Iterable[bytes], release: Callable[[], None]) -> None:
+        self.inner = inner
+        self.release = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.inner
+        self.release()
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.inner, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.release()
+
+
+def released_on_close(app: WSGIApp, environ: Environ, start_response: StartResponse,
+                      release: Callable[[], None]) -> Iterable[bytes]:
+    """Call ``app`` and call ``release`` once its response is finished: when
+    its iterable is exhausted or closed, or at once when ``app`` raises."""
+    try:
+        body = app(environ, start_response)
+    except BaseException:
+        release()
+        raise
+    return ReleasedOnClose(body, release)
+
+
 class RateLimitMiddleware:
     """WSGI middleware checking every request with a :class:`Limiter`
     (options: :class:`throttlegate._http.HttpOptions`; its functions receive
@@ -131,8 +173,10 @@ class RateLimitMiddleware:
                 return denied(environ, start_response)
             return denied_response(decision, start_response, self.options.legacy_headers)
         extra = decision.headers_with(legacy=self.options.legacy_headers)
+        lease = Lease.of(self.options.limiter, decision)
+        app = self.app if lease is None else functools.partial(released_on_close, self.app, release=lease.release)
         if not extra:
-            return self.app(environ, start_response)
+            return app(environ, start_response)
 
         def start_with_headers(
             status: str, headers: list[tuple[str, str]], exc_info: Optional[_ExcInfo] = None
@@ -140,4 +184,4 @@ class RateLimitMiddleware:
             merged = merge_headers(list(headers), extra)
             return start_response(status, merged, exc_info) if exc_info is not None else start_response(status, merged)
 
-        return self.app(environ, start_with_headers)
+        return app(environ, start_with_headers)
