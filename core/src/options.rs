@@ -97,6 +97,14 @@ impl OptionValue {
                 unit.numbers()
             )));
         }
+        // Whole numbers are exact (no trip through float seconds), so an
+        // error can name the very value given.
+        if n.fract() == 0.0 && n < u64::MAX as f64 {
+            return Ok(match unit {
+                DurationUnit::Seconds => Duration::from_secs(n as u64),
+                DurationUnit::Millis => Duration::from_millis(n as u64),
+            });
+        }
         let secs = match unit {
             DurationUnit::Seconds => n,
             DurationUnit::Millis => n / 1000.0,
