@@ -197,7 +197,14 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
     end
     local value
     if code == 'b' or code == 'B' then
-      local tokens = math.min(capacity * 1000000, tonumber(t) + cost * 1000000)
+      local full = capacity * 1000000
+      local tokens = math.min(full, tonumber(t) + cost * 1000000)
+      if tokens >= full and #kept == 0 then
+        -- Full again and no id left: the same as no state, which a check
+        -- that never happened leaves.
+        redis.call('DEL', key)
+        return
+      end
       value = string.format('%d:%s', tokens, ts)
     else
       -- A period counter is "<end>:<units>": the units go back, and a counter

@@ -693,6 +693,10 @@ class Model:
                 else:
                     st = self.state.setdefault(k, Bucket())
                     if st.expires_at is not None and self.now >= st.expires_at:
+                        # Forgotten on the manual clock; in Redis the key may
+                        # still be there (real-time TTL), and its ids with it.
+                        if st.ids:
+                            raise CaseError(f"rule {r.name}: a bucket's call ids would outlive its expiry on the manual clock")
                         st = self.state[k] = Bucket()
                     ttl = st.commit(self.now, o["left"], o["reset"], call_id)
                 if ttl < MIN_TTL_MS:
