@@ -303,30 +303,26 @@ impl MemoryBackend {
         o
     }
 
-    /// Store an override (`limit`) under `key`'s digest, or clear it (`None`);
-    /// returns whether one was there.
-    pub fn set_override(&self, key: &str, limit: Option<u64>) -> bool {
-        let d = self.digest(key);
-        let mut g = lock(&self.shards[Self::shard_of(d)]);
-        let old = match limit {
-            Some(v) => g.map.insert(d, Entry { state: State::Override(v), expires_at: i64::MAX }),
-            None => g.map.remove(&d),
-        };
-        matches!(old, Some(Entry { state: State::Override(_), .. }))
-    }
-
-    /// Record (or with `None` forget) the override of `key` of `rule` for listing.
-    pub fn index_override(&self, rule: &str, key: &str, entry: Option<Override>) {
+    /// Store the override `entry` of `key` (stored under `side`) of `rule`,
+    /// or clear it (`None`); returns whether one was there. The override
+    /// and its listing change under one lock, so they never disagree.
+    pub fn put_override(&self, rule: &str, key: &str, side: &str, entry: Option<Override>) -> bool {
         let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let d = self.digest(side);
+        let mut g = lock(&self.shards[Self::shard_of(d)]);
         let at = (rule.to_string(), key.to_string());
-        match entry {
+        let old = match entry {
             Some(e) => {
+                let old = g.map.insert(d, Entry { state: State::Override(e.limit), expires_at: i64::MAX });
                 index.insert(at, e);
+                old
             }
             None => {
                 index.remove(&at);
+                g.map.remove(&d)
             }
-        }
+        };
+        matches!(old, Some(Entry { state: State::Override(_), .. }))
     }
 
     /// The overrides of `rule`, in key order.
