@@ -1,6 +1,7 @@
 -- Seventh in the script. Re-sent calls and give-backs, for every algorithm.
--- Reads `mode`, `now` and `floor_div` (args.lua) and `sw_spec`
--- (sliding_window.lua), and defines five locals, made only for the modes
+-- Reads `mode`, `uses_*`, `now` and `floor_div` (args.lua) and `sw_spec`
+-- (sliding_window.lua). Assigns ids_push and ids_take (below), and defines
+-- these locals, made only for the modes
 -- that need them ("C" and "u", and "x" for settle.lua; nil otherwise): ids_of(stored),
 -- counter_id(key, call_id, spec) and drop_counter_window(key, j), for the
 -- others and settle.lua, and, for check.lua,
@@ -10,8 +11,51 @@
 -- of counters, "f"/"F" fixed window, "q"/"Q" quota), `spec` its third
 -- argument.
 
+-- The recent call ids every algorithm keeps, in one shape: comma-separated
+-- entries, oldest first, at most 64 (a bucket's and a period counter's
+-- entry is the id, a counter's "<j>:<id>", a log's "<t>@<id>"). Assigns
+-- the two names args.lua declared, when a rule of this call keeps ids
+-- or the mode looks them up:
+--   ids_push(list, entry, keep): `list` (text; nil, false or '' when
+--     none) without the entries for which `keep` (when given) is false,
+--     `entry` appended (when not nil); the newest 64 as text, nil when none.
+--   ids_take(list, entry): whether `list` holds `entry`, and `list`
+--     without its first `entry` (nil when nothing is left).
+if uses_bucket or uses_counters or uses_period or mode == 'C' or mode == 'u' or mode == 'x' then
+  ids_push = function(list, entry, keep)
+    local ids = {}
+    for e in string.gmatch(list or '', '[^,]+') do
+      if keep == nil or keep(e) then
+        ids[#ids + 1] = e
+      end
+    end
+    if entry then
+      ids[#ids + 1] = entry
+    end
+    if #ids == 0 then
+      return nil
+    end
+    return table.concat(ids, ',', math.max(1, #ids - 64 + 1), #ids)
+  end
+
+  ids_take = function(list, entry)
+    local kept, found = {}, false
+    for e in string.gmatch(list or '', '[^,]+') do
+      if e == entry and not found then
+        found = true
+      else
+        kept[#kept + 1] = e
+      end
+    end
+    if #kept == 0 then
+      return found, nil
+    end
+    return found, table.concat(kept, ',')
+  end
+end
+
 local ids_of, counter_id, drop_counter_window, seen, give_back
-local log_check_time, without_log_id, log_rewrite
+local log_check_time, log_rewrite
 if mode == 'u' or mode == 'C' or mode == 'x' then
   -- For a log: the time of the check `call_id` among the ids its header
   -- keeps, while it still counts (any time when `window` is nil), then the
@@ -29,27 +73,15 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
     return nil
   end
 
-  -- A log's ids without the first "<t>@<call_id>".
-  without_log_id = function(ids, t, call_id)
-    local kept, target, found = {}, string.format('%d@', t) .. call_id, false
-    for e in string.gmatch(ids, '[^,]+') do
-      if e == target and not found then
-        found = true
-      else
-        kept[#kept + 1] = e
-      end
-    end
-    return table.concat(kept, ',')
-  end
-
-  -- A log's header after its entries changed: `extra` and `ids`; the key is
-  -- deleted when no unit is left.
-  log_rewrite = function(key, extra, ids)
+  -- A log's header after its entries changed: `extra`, and `ids` without
+  -- the check `call_id` made at `t`; the key is deleted when no unit is left.
+  log_rewrite = function(key, extra, ids, t, call_id)
     if redis.call('LLEN', key) - 1 + extra <= 0 then
       redis.call('DEL', key)
       return
     end
-    redis.call('LSET', key, 0, swl_header(extra, ids))
+    local _, rest = ids_take(ids, string.format('%d@', t) .. call_id)
+    redis.call('LSET', key, 0, swl_header(extra, rest or ''))
   end
 
   -- The call ids recorded in a stored bucket or period counter ("" when none).
@@ -118,12 +150,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       -- A period counter whose period has ended: its ids are gone with it.
       return false
     end
-    for id in string.gmatch(ids_of(stored), '[^,]+') do
-      if id == call_id then
-        return true
-      end
-    end
-    return false
+    return (ids_take(ids_of(stored), call_id))
   end
 
   -- Give back what the check `call_id` recorded under `key` (Redis Cluster:
@@ -138,11 +165,10 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       if t == nil then
         return
       end
-      ids = without_log_id(ids, t, call_id)
       if redis.call('LREM', key, 1, swl_entry(t, cost)) == 1 then
         extra = extra - (cost - 1)
       end
-      log_rewrite(key, extra, ids)
+      log_rewrite(key, extra, ids, t, call_id)
       return
     end
     if code == 'k' or code == 'K' then
@@ -150,22 +176,14 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       if j == nil then
         return
       end
-      local kept = {}
-      local found = false
-      for entry in string.gmatch(ids, '[^,]+') do
-        if entry == j .. ':' .. call_id and not found then
-          found = true
-        else
-          kept[#kept + 1] = entry
-        end
-      end
+      local _, kept = ids_take(ids, j .. ':' .. call_id)
       if redis.call('HINCRBY', key, 't', -cost) <= 0 then
         -- Nothing is left: no state, as a check that never happened leaves none.
         redis.call('DEL', key)
         return
       end
-      if #kept > 0 then
-        redis.call('HSET', key, 'ids', table.concat(kept, ','))
+      if kept then
+        redis.call('HSET', key, 'ids', kept)
       else
         redis.call('HDEL', key, 'ids')
       end
@@ -183,15 +201,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       -- A period counter whose period has ended: nothing of it counts any more.
       return
     end
-    local kept = {}
-    local found = false
-    for id in string.gmatch(ids_of(stored), '[^,]+') do
-      if id == call_id and not found then
-        found = true
-      else
-        kept[#kept + 1] = id
-      end
-    end
+    local found, kept = ids_take(ids_of(stored), call_id)
     if not found then
       return
     end
@@ -199,7 +209,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
     if code == 'b' or code == 'B' then
       local full = capacity * 1000000
       local tokens = math.min(full, tonumber(t) + cost * 1000000)
-      if tokens >= full and #kept == 0 then
+      if tokens >= full and not kept then
         -- Full again and no id left: the same as no state, which a check
         -- that never happened leaves.
         redis.call('DEL', key)
@@ -216,8 +226,8 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       end
       value = string.format('%s:%d', t, units)
     end
-    if #kept > 0 then
-      value = value .. ':' .. table.concat(kept, ',')
+    if kept then
+      value = value .. ':' .. kept
     end
     redis.call('SET', key, value, 'KEEPTTL')
   end

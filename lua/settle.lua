@@ -1,8 +1,8 @@
 -- Eighth in the script, before the driver: mode "x", settling a check whose
 -- real cost is known only after it ran. Reads `mode`, `now`, `call_id`, `n`
 -- (args.lua), `tb_wait` (token_bucket.lua), `sw_spec` (sliding_window.lua),
--- `recent_ids` (args.lua) and `ids_of` / `counter_id` / `drop_counter_window`
--- (replay.lua), and
+-- and `ids_take` / `ids_of` / `counter_id` / `drop_counter_window` /
+-- `log_check_time` / `log_rewrite` (replay.lua), and
 -- answers mode "x" itself, returning before check.lua runs; in every other
 -- mode it defines nothing.
 --
@@ -39,22 +39,6 @@ if mode == 'x' then
   local estimate_s, actual_s = string.match(ARGV[4], '^(%d+):(%d+)$')
   local estimate, actual = tonumber(estimate_s), tonumber(actual_s)
 
-  -- A list of ids without the first `target` (nil when it is absent).
-  local function without(list, target)
-    local kept, found = {}, false
-    for id in string.gmatch(list, '[^,]+') do
-      if id == target and not found then
-        found = true
-      else
-        kept[#kept + 1] = id
-      end
-    end
-    if not found then
-      return nil
-    end
-    return kept
-  end
-
   local function settle_log(key, a, window)
     local t, extra, ids = log_check_time(key, call_id, window)
     if t == nil then
@@ -76,7 +60,7 @@ if mode == 'x' then
       end
       extra = extra + a - estimate
     end
-    log_rewrite(key, extra, without_log_id(ids, t, call_id))
+    log_rewrite(key, extra, ids, t, call_id)
     return 1
   end
 
@@ -86,8 +70,8 @@ if mode == 'x' then
       return 0
     end
     local tk, ts = string.match(stored, '^(-?%d+):(%d+)')
-    local kept = without(ids_of(stored), call_id)
-    if not kept then
+    local found, list = ids_take(ids_of(stored), call_id)
+    if not found then
       return 0
     end
     local full = capacity * 1000000
@@ -97,7 +81,6 @@ if mode == 'x' then
     end
     local stamp = tonumber(ts)
     local value = string.format('%d:%d', tokens, stamp)
-    local list = recent_ids(kept, nil)
     if list then
       value = value .. ':' .. list
     end
@@ -111,7 +94,7 @@ if mode == 'x' then
     if j == nil then
       return 0
     end
-    local kept = without(ids, j .. ':' .. call_id)
+    local _, list = ids_take(ids, j .. ':' .. call_id)
     local delta = a - estimate
     if delta < 0 then
       local units = tonumber(redis.call('HGET', key, j)) or 0
@@ -124,7 +107,6 @@ if mode == 'x' then
       redis.call('DEL', key)
       return 1
     end
-    local list = recent_ids(kept, nil)
     if list then
       redis.call('HSET', key, 'ids', list)
     else
@@ -145,8 +127,8 @@ if mode == 'x' then
     if tonumber(e) <= now then
       return 0
     end
-    local kept = without(ids_of(stored), call_id)
-    if not kept then
+    local found, list = ids_take(ids_of(stored), call_id)
+    if not found then
       return 0
     end
     local units = tonumber(c) + a - estimate
@@ -155,7 +137,6 @@ if mode == 'x' then
       return 1
     end
     local value = string.format('%s:%d', e, units)
-    local list = recent_ids(kept, nil)
     if list then
       value = value .. ':' .. list
     end

@@ -147,13 +147,10 @@ if uses_counters then
     end
     if call_id then
       local first = floor_div(now - window, precision)
-      local kept = {}
-      for s, id in string.gmatch(ids or '', '(%d+):([^,]+)') do
-        if tonumber(s) >= first then
-          kept[#kept + 1] = s .. ':' .. id
-        end
-      end
-      redis.call('HSET', key, 'ids', recent_ids(kept, current .. ':' .. call_id))
+      redis.call('HSET', key, 'ids', ids_push(ids, current .. ':' .. call_id, function(e)
+        local s = string.match(e, '^(%d+):')
+        return s and tonumber(s) >= first
+      end))
     end
     -- The key expires when its newest sub-window stops counting: set only
     -- when the newest changes (`reset_after` counts to that same moment).
