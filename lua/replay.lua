@@ -57,6 +57,23 @@ end
 local ids_of, counter_id, drop_counter_window, seen, give_back
 local log_check_time, log_rewrite
 if mode == 'u' or mode == 'C' or mode == 'x' then
+  -- What the lists store of a call id is a tag of 8 characters: the
+  -- first 48 bits of its SHA-1 in the alphabet of call ids (A-Z a-z 0-9 -
+  -- _). A call id is up to 64 characters; 64 of them made a key of 5 KB,
+  -- where telling the last 64 calls of a key from any other needs only a
+  -- tag (two calls' tags are equal once in 2^48). From here on `call_id`
+  -- is the call's tag, in every mode that records or looks ids up.
+  local digits = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+  local hex = redis.sha1hex(call_id)
+  local tag = {}
+  for k = 0, 3 do
+    local v = tonumber(string.sub(hex, 3 * k + 1, 3 * k + 3), 16)
+    local hi, lo = math.floor(v / 64), v % 64
+    tag[2 * k + 1] = string.sub(digits, hi + 1, hi + 1)
+    tag[2 * k + 2] = string.sub(digits, lo + 1, lo + 1)
+  end
+  call_id = table.concat(tag)
+
   -- For a log: the time of the check `call_id` among the ids its header
   -- keeps, while it still counts (any time when `window` is nil), then the
   -- header's extra and ids; nil when not found.
