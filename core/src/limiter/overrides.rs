@@ -117,8 +117,9 @@ impl Limiter {
                 remote.query::<u64>(redis::cmd("HDEL").arg(index_key(r)).arg(&key)).await?;
                 // A set that ran meanwhile may have written its override after
                 // the DEL, and its index entry before the HDEL: put it back.
-                let again: u64 = remote.query(redis::cmd("EXISTS").arg(&side)).await?;
-                if again > 0 {
+                // (GET rather than EXISTS: the commands the documented ACL allows.)
+                let again: Option<String> = remote.query(redis::cmd("GET").arg(&side)).await?;
+                if again.is_some() {
                     let value = json!({ "attributes": attributes }).to_string();
                     remote.query::<()>(redis::cmd("HSET").arg(index_key(r)).arg(&key).arg(value)).await?;
                 }
