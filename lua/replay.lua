@@ -19,8 +19,9 @@
 --   ids_push(list, entry, keep): `list` (text; nil, false or '' when
 --     none) without the entries for which `keep` (when given) is false,
 --     `entry` appended (when not nil); the newest 64 as text, nil when none.
---   ids_take(list, entry): whether `list` holds `entry`, and `list`
---     without its first `entry` (nil when nothing is left).
+--   ids_take(list, entry, instead): whether `list` holds `entry`, and
+--     `list` without its first `entry` (nil when nothing is left), or with
+--     `instead` in its place when given (a settle marks its entry so).
 if uses_bucket or uses_counters or uses_period or mode == 'C' or mode == 'u' or mode == 'x' then
   ids_push = function(list, entry, keep)
     local ids = {}
@@ -38,11 +39,12 @@ if uses_bucket or uses_counters or uses_period or mode == 'C' or mode == 'u' or 
     return table.concat(ids, ',', math.max(1, #ids - 64 + 1), #ids)
   end
 
-  ids_take = function(list, entry)
+  ids_take = function(list, entry, instead)
     local kept, found = {}, false
     for e in string.gmatch(list or '', '[^,]+') do
       if e == entry and not found then
         found = true
+        kept[#kept + 1] = instead
       else
         kept[#kept + 1] = e
       end
@@ -91,13 +93,15 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   end
 
   -- A log's header after its entries changed: `extra`, and `ids` without
-  -- the check `call_id` made at `t`; the key is deleted when no unit is left.
-  log_rewrite = function(key, extra, ids, t, call_id)
+  -- the check `call_id` made at `t` (or with it marked settled, "!" after
+  -- it, when `settled`); the key is deleted when no unit is left.
+  log_rewrite = function(key, extra, ids, t, call_id, settled)
     if redis.call('LLEN', key) - 1 + extra <= 0 then
       redis.call('DEL', key)
       return
     end
-    local _, rest = ids_take(ids, string.format('%d@', t) .. call_id)
+    local entry = string.format('%d@', t) .. call_id
+    local _, rest = ids_take(ids, entry, settled and entry .. '!' or nil)
     redis.call('LSET', key, 0, swl_header(extra, rest or ''))
   end
 

@@ -301,7 +301,7 @@ impl ClusterBackend {
         call_id: &str,
         actual: u64,
         now: Option<i64>,
-    ) -> Result<SmallVec<[bool; 4]>> {
+    ) -> Result<super::Settled> {
         let conn = self.conn().await?;
         let groups = slot_groups(&plan.keys);
         let results = join_all(groups.iter().map(|(_, idx)| {
@@ -319,7 +319,7 @@ impl ClusterBackend {
             }
         }))
         .await;
-        let mut settled: SmallVec<[bool; 4]> = SmallVec::from_elem(false, plan.keys.len());
+        let mut settled: super::Settled = SmallVec::from_elem(super::SettleOutcome::Unchanged, plan.keys.len());
         for ((_, idx), r) in groups.iter().zip(results) {
             for (&i, done) in idx.iter().zip(r?) {
                 settled[i] = done;

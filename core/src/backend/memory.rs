@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use super::{Outcomes, Settled};
+use super::{Outcomes, SettleOutcome, Settled};
 use crate::algo::{fixed_end, quota_end, Bucket, Counters, Log, Outcome, PeriodCount, TB_IDS};
 use crate::error::Result;
 use crate::plan::{Mode, Plan, RuleArgs};
@@ -335,7 +335,7 @@ impl MemoryBackend {
     /// `actual` at `now`, atomically over every rule of the plan: mirror of
     /// `lua/settle.lua`. Which rules were settled.
     pub fn settle(&self, plan: &Plan<'_, Digest>, actual: u64, now: i64) -> Settled {
-        let Some(call_id) = plan.call_id else { return Settled::from_elem(false, plan.keys.len()) };
+        let Some(call_id) = plan.call_id else { return Settled::from_elem(SettleOutcome::Unchanged, plan.keys.len()) };
         let id = id_hash(call_id);
         let digests = &plan.keys[..];
         let n = digests.len();
@@ -345,6 +345,7 @@ impl MemoryBackend {
         order.dedup();
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        use SettleOutcome::{PushedOut, Settled as Done, Unchanged};
         let mut out = Settled::new();
         for i in 0..n {
             let rule = plan.rules[i];
@@ -352,24 +353,28 @@ impl MemoryBackend {
             let estimate = plan.cost;
             let shard = &mut guards[order.binary_search(&idx[i]).expect("locked shard")].1;
             let Some(entry) = shard.map.get_mut(&digests[i]).filter(|e| e.expires_at > now) else {
-                out.push(false);
+                out.push(Unchanged);
                 continue;
             };
+            let lost = |pushed: bool| if pushed { PushedOut } else { Unchanged };
             let done = match (&mut entry.state, rule.args) {
                 (State::Log(log), RuleArgs::Window { window_us, .. }) => {
-                    let done = log.settle(now, id, estimate, actual, window_us);
-                    if log.len() == 0 {
-                        entry.state = State::Absent;
+                    if log.settle(now, id, estimate, actual, window_us) {
+                        if log.len() == 0 {
+                            entry.state = State::Absent;
+                        }
+                        Done
+                    } else {
+                        lost(log.pushed_out(now, id, window_us))
                     }
-                    done
                 }
                 (State::Bucket(b), RuleArgs::Bucket { capacity, rate, .. }) => {
                     match b.settle(now, id, estimate, actual, capacity, rate) {
                         Some(full_in) => {
                             entry.expires_at = now + ceil_ms(full_in).max(1) * 1000;
-                            true
+                            Done
                         }
-                        None => false,
+                        None => lost(b.pushed_out(id)),
                     }
                 }
                 (State::Counters(c), RuleArgs::Counters { window_us, precision_us, .. }) => {
@@ -378,9 +383,9 @@ impl MemoryBackend {
                             if !left {
                                 entry.state = State::Absent;
                             }
-                            true
+                            Done
                         }
-                        None => false,
+                        None => lost(c.pushed_out(now, id, window_us, precision_us)),
                     }
                 }
                 (State::Period(p), RuleArgs::Fixed { .. } | RuleArgs::Quota { .. }) => {
@@ -389,12 +394,12 @@ impl MemoryBackend {
                             if !left {
                                 entry.state = State::Absent;
                             }
-                            true
+                            Done
                         }
-                        None => false,
+                        None => lost(p.pushed_out(now, id)),
                     }
                 }
-                _ => false,
+                _ => Unchanged,
             };
             out.push(done);
         }

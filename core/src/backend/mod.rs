@@ -28,8 +28,22 @@ use crate::runtime::{block_on, current_runtime, fork_generation, random_call_id,
 /// current state.)
 pub(crate) type Outcomes = SmallVec<[Outcome; 4]>;
 
-/// A settle's answer: per rule of the plan, whether it was settled there.
-pub(crate) type Settled = SmallVec<[bool; 4]>;
+/// What a settle did on one rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SettleOutcome {
+    /// Corrected to the real cost.
+    Settled,
+    /// Nothing to correct: the call never consumed there, was settled
+    /// already, or its units no longer count.
+    Unchanged,
+    /// The call is not among the 64 recent ids the key keeps, which are all
+    /// newer calls': it may have been pushed out, and its units can no
+    /// longer be told apart. Nothing changed.
+    PushedOut,
+}
+
+/// A settle's answer: per rule of the plan, what it did there.
+pub(crate) type Settled = SmallVec<[SettleOutcome; 4]>;
 
 /// How much earlier than the caller's own deadline a check's deadline on
 /// the server is set (at most a quarter of the timeout): the time its reply

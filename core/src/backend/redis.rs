@@ -332,7 +332,7 @@ impl RedisBackend {
         call_id: &str,
         actual: u64,
         now: Option<i64>,
-    ) -> Result<smallvec::SmallVec<[bool; 4]>> {
+    ) -> Result<super::Settled> {
         let mut conn = self.conn()?;
         let build = |sha: Option<&str>| settle_command(sha, &plan.keys, &plan.rules, now, call_id, plan.cost, actual);
         let cmd = build(Some(&self.0.sha));

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{AttrRef, CheckOptions, Generation, Limiter};
+use crate::backend::{SettleOutcome, Settled};
 use crate::decision::{ceil_millis, Decision, SettleTicket};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Attributes;
@@ -128,7 +129,10 @@ impl Limiter {
     /// more than the check took, and only while the check's units still count;
     /// a second settle of the same call id changes nothing. Returns the
     /// number of rules settled (0 for a denied or degraded decision, for a
-    /// check already settled, or when no rule applied).
+    /// check already settled, or when no rule applied). When newer checks
+    /// with call ids have pushed the call id out of a key's last 64, that
+    /// rule cannot be settled: an [`ErrorKind::InvalidArgument`] error names
+    /// the call id and those rules (the others are settled all the same).
     ///
     /// The check must have been made with a call id
     /// ([`CheckOptions::call_id`]): the backend records it, and the settle
@@ -195,7 +199,7 @@ impl Limiter {
             call_id: plan.call_id,
             ext: Default::default(),
         };
-        Ok(memory.settle(&digests, actual, self.local_now()).iter().filter(|&&b| b).count() as u32)
+        answer(plan, &memory.settle(&digests, actual, self.local_now()))
     }
 
     /// [`Limiter::settle`] answered in place on the embedded backend.
@@ -246,7 +250,7 @@ impl Limiter {
             }
             (None, None) => return Err(Error::closed()),
         };
-        Ok(settled.iter().filter(|&&b| b).count() as u32)
+        answer(&plan, &settled)
     }
 
     /// Wait until a check of `cost` is admitted, at most `timeout`: returns
@@ -306,6 +310,32 @@ impl Limiter {
     ) -> Result<Decision> {
         runtime::block_on(self.acquire_with(attrs, options, timeout))?
     }
+}
+
+/// The answer of a settle: the number of rules settled, or an error naming
+/// the call id and the rules where it is no longer found among the key's
+/// recent ids (pushed out by newer checks with call ids), so that its real
+/// cost is never silently left unapplied there.
+fn answer(plan: &Plan<'_, String>, settled: &Settled) -> Result<u32> {
+    let done = settled.iter().filter(|&&s| s == SettleOutcome::Settled).count();
+    let lost: Vec<String> = plan
+        .rules
+        .iter()
+        .zip(settled)
+        .filter(|(_, &s)| s == SettleOutcome::PushedOut)
+        .map(|(r, _)| format!("{:?}", &*r.name))
+        .collect();
+    if lost.is_empty() {
+        return Ok(done as u32);
+    }
+    Err(Error::invalid_argument(format!(
+        "settle: call_id {:?} is no longer among the last 64 call ids recorded on the key of rule {}: \
+         newer checks with call ids pushed it out, so its real cost was not applied there \
+         (settled on {done} other rule{}); settle sooner, or give the key fewer checks with call ids between a check and its settle",
+        plan.call_id.unwrap_or_default(),
+        lost.join(", "),
+        if done == 1 { "" } else { "s" },
+    )))
 }
 
 /// The [`ErrorKind::Timeout`] of an acquire not admitted in time.
