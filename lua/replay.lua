@@ -114,7 +114,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- (as written) that `call_id` was admitted in while it still counts (nil
   -- when the call is not among the recent ids or its sub-window has left).
   counter_id = function(key, call_id, spec)
-    local ids = redis.call('HGET', key, 'ids')
+    local ids = sw_ids_get(key)
     if not ids then
       return false, nil
     end
@@ -203,11 +203,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
         redis.call('DEL', key)
         return
       end
-      if kept then
-        redis.call('HSET', key, 'ids', kept)
-      else
-        redis.call('HDEL', key, 'ids')
-      end
+      sw_ids_put(key, kept)
       if redis.call('HINCRBY', key, j, -cost) <= 0 then
         drop_counter_window(key, j)
       end

@@ -136,11 +136,7 @@ if mode == 'x' then
       redis.call('DEL', key)
       return 1
     end
-    if list then
-      redis.call('HSET', key, 'ids', list)
-    else
-      redis.call('HDEL', key, 'ids')
-    end
+    sw_ids_put(key, list)
     if redis.call('HINCRBY', key, j, delta) <= 0 then
       drop_counter_window(key, j)
     end
