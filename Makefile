@@ -86,10 +86,18 @@ compare: deps
 	benches/compare/run.sh
 	benches/serve/run.sh
 
-## A million cases of each property test: policy parser and key rendering (core), C entry points.
+## A million cases of each property test: policy parser and key rendering (core), C entry points;
+## then FUZZ_VECTORS random conformance cases (tests/vectors/generate.py --random, seed FUZZ_SEED)
+## replayed by the Rust runner on the embedded backend, Redis and Redis Cluster.
+FUZZ_VECTORS ?= 2000
+FUZZ_SEED ?= $(shell date +%s)
 fuzz:
 	PROPTEST_CASES=1000000 $(CARGO) test --release -p throttlegate --test fuzz
 	PROPTEST_CASES=1000000 $(CARGO) test --release -p throttlegate-c --test fuzz
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	  echo "random vectors: $(FUZZ_VECTORS) cases, seed $(FUZZ_SEED)"; \
+	  python3 tests/vectors/generate.py --random $(FUZZ_VECTORS) --seed $(FUZZ_SEED) --out "$$dir" && \
+	  THROTTLEGATE_VECTORS="$$dir" $(CARGO) test --release -p throttlegate --test vectors -- every_vector
 
 ## The release artifacts of this machine's target in dist/ (see scripts/dist.sh):
 ## the Python wheel and sdist, the npm main and platform packages, the C and CLI tarballs.

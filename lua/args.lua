@@ -5,9 +5,8 @@
 -- from TIME), call_id, cost, n (#KEYS), replayed (0; check.lua may set it),
 -- uses_log / uses_bucket / uses_counters / uses_period / uses_lease (which algorithms
 -- this call's rules use), floor_div(a, b) (made only when a sliding
--- window of counters or a period counter needs it; nil otherwise) and
--- recent_ids(ids, id) (made only when a bucket, counter or period counter
--- is used; nil otherwise).
+-- window of counters or a period counter needs it; nil otherwise) and the
+-- names ids_push / ids_take (assigned by replay.lua).
 --
 -- KEYS = the rules' keys, one per rule, in the order of their arguments
 -- ARGV[1] mode: "c" check (consume on success); "C" the same, for a call
@@ -108,19 +107,8 @@ if uses_counters or uses_period then
 end
 
 
--- The list of recent call ids that buckets, sliding windows of counters and
--- period counters store: `ids` (a table of entries, oldest first) with `id`
--- appended when it is not nil, as the comma-separated text of the newest 64,
--- or nil when there is none.
-local recent_ids
-if uses_bucket or uses_counters or uses_period then
-  recent_ids = function(ids, id)
-    if id then
-      ids[#ids + 1] = id
-    end
-    if #ids == 0 then
-      return nil
-    end
-    return table.concat(ids, ',', math.max(1, #ids - 64 + 1), #ids)
-  end
-end
+-- The lists of recent call ids that logs, buckets, sliding windows of
+-- counters and period counters store are kept by one helper of replay.lua,
+-- ids_push(list, entry, keep) and ids_take(list, entry): declared here so
+-- that the algorithm files can call them, assigned there.
+local ids_push, ids_take

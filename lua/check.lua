@@ -142,8 +142,9 @@ if mode ~= 'p' and all_pass then
       elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
         pc_commit(KEYS[i], now, cost + (granted and granted[i] or 0), held[3 * i - 2], stored_id, held[3 * i - 1])
       elseif code == 'l' or code == 'L' then
-        -- The lease id is the call id (the caller's, or the one the core made).
-        cc_commit(KEYS[i], now, cost, tonumber(ARGV[3 * i + 4]), call_id, out[4 * i + 2])
+        -- The lease id is the call id as sent (the caller's, or the one the
+        -- core made), never its tag (replay.lua): release and extend name it.
+        cc_commit(KEYS[i], now, cost, tonumber(ARGV[3 * i + 4]), ARGV[3], out[4 * i + 2])
       else
         tb_commit(KEYS[i], held[3 * i - 1], held[3 * i - 2], out[4 * i + 2], stored_id, held[3 * i] or nil)
       end

@@ -122,11 +122,7 @@ if uses_period then
     end
     local value = string.format('%d:%d', end_us, count + cost)
     if call_id or kept ~= '' then
-      local ids = {}
-      for id in string.gmatch(kept, '[^,]+') do
-        ids[#ids + 1] = id
-      end
-      local list = recent_ids(ids, call_id)
+      local list = ids_push(kept, call_id)
       if list then
         value = value .. ':' .. list
       end

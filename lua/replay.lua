@@ -1,6 +1,7 @@
 -- Seventh in the script. Re-sent calls and give-backs, for every algorithm.
--- Reads `mode`, `now` and `floor_div` (args.lua) and `sw_spec`
--- (sliding_window.lua), and defines five locals, made only for the modes
+-- Reads `mode`, `uses_*`, `now` and `floor_div` (args.lua) and `sw_spec`
+-- (sliding_window.lua). Assigns ids_push and ids_take (below), and defines
+-- these locals, made only for the modes
 -- that need them ("C" and "u", and "x" for settle.lua; nil otherwise): ids_of(stored),
 -- counter_id(key, call_id, spec) and drop_counter_window(key, j), for the
 -- others and settle.lua, and, for check.lua,
@@ -10,9 +11,71 @@
 -- of counters, "f"/"F" fixed window, "q"/"Q" quota), `spec` its third
 -- argument.
 
+-- The recent call ids every algorithm keeps, in one shape: comma-separated
+-- entries, oldest first, at most 64 (a bucket's and a period counter's
+-- entry is the id, a counter's "<j>:<id>", a log's "<t>@<id>"). Assigns
+-- the two names args.lua declared, when a rule of this call keeps ids
+-- or the mode looks them up:
+--   ids_push(list, entry, keep): `list` (text; nil, false or '' when
+--     none) without the entries for which `keep` (when given) is false,
+--     `entry` appended (when not nil); the newest 64 as text, nil when none.
+--   ids_take(list, entry, instead): whether `list` holds `entry`, and
+--     `list` without its first `entry` (nil when nothing is left), or with
+--     `instead` in its place when given (a settle marks its entry so).
+if uses_bucket or uses_counters or uses_period or mode == 'C' or mode == 'u' or mode == 'x' then
+  ids_push = function(list, entry, keep)
+    local ids = {}
+    for e in string.gmatch(list or '', '[^,]+') do
+      if keep == nil or keep(e) then
+        ids[#ids + 1] = e
+      end
+    end
+    if entry then
+      ids[#ids + 1] = entry
+    end
+    if #ids == 0 then
+      return nil
+    end
+    return table.concat(ids, ',', math.max(1, #ids - 64 + 1), #ids)
+  end
+
+  ids_take = function(list, entry, instead)
+    local kept, found = {}, false
+    for e in string.gmatch(list or '', '[^,]+') do
+      if e == entry and not found then
+        found = true
+        kept[#kept + 1] = instead
+      else
+        kept[#kept + 1] = e
+      end
+    end
+    if #kept == 0 then
+      return found, nil
+    end
+    return found, table.concat(kept, ',')
+  end
+end
+
 local ids_of, counter_id, drop_counter_window, seen, give_back
-local log_check_time, without_log_id, log_rewrite
+local log_check_time, log_rewrite
 if mode == 'u' or mode == 'C' or mode == 'x' then
+  -- What the lists store of a call id is a tag of 8 characters: the
+  -- first 48 bits of its SHA-1 in the alphabet of call ids (A-Z a-z 0-9 -
+  -- _). A call id is up to 64 characters; 64 of them made a key of 5 KB,
+  -- where telling the last 64 calls of a key from any other needs only a
+  -- tag (two calls' tags are equal once in 2^48). From here on `call_id`
+  -- is the call's tag, in every mode that records or looks ids up.
+  local digits = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+  local hex = redis.sha1hex(call_id)
+  local tag = {}
+  for k = 0, 3 do
+    local v = tonumber(string.sub(hex, 3 * k + 1, 3 * k + 3), 16)
+    local hi, lo = math.floor(v / 64), v % 64
+    tag[2 * k + 1] = string.sub(digits, hi + 1, hi + 1)
+    tag[2 * k + 2] = string.sub(digits, lo + 1, lo + 1)
+  end
+  call_id = table.concat(tag)
+
   -- For a log: the time of the check `call_id` among the ids its header
   -- keeps, while it still counts (any time when `window` is nil), then the
   -- header's extra and ids; nil when not found.
@@ -29,27 +92,17 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
     return nil
   end
 
-  -- A log's ids without the first "<t>@<call_id>".
-  without_log_id = function(ids, t, call_id)
-    local kept, target, found = {}, string.format('%d@', t) .. call_id, false
-    for e in string.gmatch(ids, '[^,]+') do
-      if e == target and not found then
-        found = true
-      else
-        kept[#kept + 1] = e
-      end
-    end
-    return table.concat(kept, ',')
-  end
-
-  -- A log's header after its entries changed: `extra` and `ids`; the key is
-  -- deleted when no unit is left.
-  log_rewrite = function(key, extra, ids)
+  -- A log's header after its entries changed: `extra`, and `ids` without
+  -- the check `call_id` made at `t` (or with it marked settled, "!" after
+  -- it, when `settled`); the key is deleted when no unit is left.
+  log_rewrite = function(key, extra, ids, t, call_id, settled)
     if redis.call('LLEN', key) - 1 + extra <= 0 then
       redis.call('DEL', key)
       return
     end
-    redis.call('LSET', key, 0, swl_header(extra, ids))
+    local entry = string.format('%d@', t) .. call_id
+    local _, rest = ids_take(ids, entry, settled and entry .. '!' or nil)
+    redis.call('LSET', key, 0, swl_header(extra, rest or ''))
   end
 
   -- The call ids recorded in a stored bucket or period counter ("" when none).
@@ -61,7 +114,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- (as written) that `call_id` was admitted in while it still counts (nil
   -- when the call is not among the recent ids or its sub-window has left).
   counter_id = function(key, call_id, spec)
-    local ids = redis.call('HGET', key, 'ids')
+    local ids = sw_ids_get(key)
     if not ids then
       return false, nil
     end
@@ -104,7 +157,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- admissions recorded in a bucket.
   seen = function(code, key, call_id, spec)
     if code == 'l' or code == 'L' then
-      return cc_seen(key, call_id)
+      return cc_seen(key, ARGV[3]) -- the lease id as sent, not its tag
     end
     if code == 'w' or code == 'W' then
       return log_check_time(key, call_id, tonumber(spec)) ~= nil
@@ -121,12 +174,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       -- A period counter whose period has ended: its ids are gone with it.
       return false
     end
-    for id in string.gmatch(ids_of(stored), '[^,]+') do
-      if id == call_id then
-        return true
-      end
-    end
-    return false
+    return (ids_take(ids_of(stored), call_id))
   end
 
   -- Give back what the check `call_id` recorded under `key` (Redis Cluster:
@@ -137,7 +185,7 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
   -- ended) is not refunded (a brief over-restriction, never an over-admission).
   give_back = function(code, key, cost, capacity, call_id, spec)
     if code == 'l' or code == 'L' then
-      cc_drop(key, call_id)
+      cc_drop(key, ARGV[3]) -- the lease id as sent, not its tag
       return
     end
     if code == 'w' or code == 'W' then
@@ -145,11 +193,10 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       if t == nil then
         return
       end
-      ids = without_log_id(ids, t, call_id)
       if redis.call('LREM', key, 1, swl_entry(t, cost)) == 1 then
         extra = extra - (cost - 1)
       end
-      log_rewrite(key, extra, ids)
+      log_rewrite(key, extra, ids, t, call_id)
       return
     end
     if code == 'k' or code == 'K' then
@@ -157,25 +204,13 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       if j == nil then
         return
       end
-      local kept = {}
-      local found = false
-      for entry in string.gmatch(ids, '[^,]+') do
-        if entry == j .. ':' .. call_id and not found then
-          found = true
-        else
-          kept[#kept + 1] = entry
-        end
-      end
+      local _, kept = ids_take(ids, j .. ':' .. call_id)
       if redis.call('HINCRBY', key, 't', -cost) <= 0 then
         -- Nothing is left: no state, as a check that never happened leaves none.
         redis.call('DEL', key)
         return
       end
-      if #kept > 0 then
-        redis.call('HSET', key, 'ids', table.concat(kept, ','))
-      else
-        redis.call('HDEL', key, 'ids')
-      end
+      sw_ids_put(key, kept)
       if redis.call('HINCRBY', key, j, -cost) <= 0 then
         drop_counter_window(key, j)
       end
@@ -190,21 +225,20 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       -- A period counter whose period has ended: nothing of it counts any more.
       return
     end
-    local kept = {}
-    local found = false
-    for id in string.gmatch(ids_of(stored), '[^,]+') do
-      if id == call_id and not found then
-        found = true
-      else
-        kept[#kept + 1] = id
-      end
-    end
+    local found, kept = ids_take(ids_of(stored), call_id)
     if not found then
       return
     end
     local value
     if code == 'b' or code == 'B' then
-      local tokens = math.min(capacity * 1000000, tonumber(t) + cost * 1000000)
+      local full = capacity * 1000000
+      local tokens = math.min(full, tonumber(t) + cost * 1000000)
+      if tokens >= full and not kept then
+        -- Full again and no id left: the same as no state, which a check
+        -- that never happened leaves.
+        redis.call('DEL', key)
+        return
+      end
       value = string.format('%d:%s', tokens, ts)
     else
       -- A period counter is "<end>:<units>": the units go back, and a counter
@@ -216,8 +250,8 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       end
       value = string.format('%s:%d', t, units)
     end
-    if #kept > 0 then
-      value = value .. ':' .. table.concat(kept, ',')
+    if kept then
+      value = value .. ':' .. kept
     end
     redis.call('SET', key, value, 'KEEPTTL')
   end

@@ -1,8 +1,9 @@
 -- Eighth in the script, before the driver: mode "x", settling a check whose
--- real cost is known only after it ran. Reads `mode`, `now`, `call_id`, `n`
--- (args.lua), `tb_wait` (token_bucket.lua), `sw_spec` (sliding_window.lua),
--- `recent_ids` (args.lua) and `ids_of` / `counter_id` / `drop_counter_window`
--- (replay.lua), and
+-- real cost is known only after it ran. Reads `mode`, `now`, `call_id` (the
+-- call's tag, replay.lua), `n` (args.lua), `tb_wait` (token_bucket.lua),
+-- `sw_spec` (sliding_window.lua), `swl_head` / `swl_entry`
+-- (sliding_window_log.lua) and `ids_take` / `ids_of` / `counter_id` /
+-- `drop_counter_window` / `log_check_time` / `log_rewrite` (replay.lua), and
 -- answers mode "x" itself, returning before check.lua runs; in every other
 -- mode it defines nothing.
 --
@@ -10,18 +11,13 @@
 -- with and the cost it really had. Per key, the usual three arguments. Each
 -- rule is settled as if the check had cost `actual` from the start (capped
 -- at the rule's limit or capacity), for as long as the check's units still
--- count there, and only once: the call id is looked up and marked settled,
--- so a second settle finds nothing. A rule where the call is not found (it
--- never consumed there, it was settled already, its units stopped counting,
--- or for a bucket, counter or period counter its id has left the last 64) is
--- left as it is.
+-- count there, and only once: the call's entry among the key's recent ids
+-- is found and marked settled ("!" after its tag), so a second settle finds
+-- it marked and changes nothing.
 --
---   log      the head member `call_id` (its score is the check's time) must
---            still be in the window; a refund removes members
---            `call_id:<actual+1>` .. `call_id:<estimate>` (all of them, the
---            head too, at actual 0), a debit adds `call_id:<estimate+1>` ..
---            `call_id:<actual>` at the check's time; the head is then
---            renamed `call_id:settled` (it still counts as a unit).
+--   log      the header's ids must hold the call with a time still in the
+--            window, and its entry "<t>:<estimate>" must be stored: it
+--            becomes "<t>:<actual>" (removed at 0), the header's extra with it.
 --   bucket   the id must be in the bucket's list; the difference goes back
 --            (capped at the capacity) or comes off, and the micro-tokens may
 --            go below zero: a debit beyond the capacity is waited off at the
@@ -33,32 +29,45 @@
 --            difference is added to or taken from its units (down to zero,
 --            the key then deleted, as for a give-back).
 --
--- Returns { now, 0, then per key 1 when the rule was settled, 0 otherwise }.
+-- Returns { now, 0, then per key 1 when the rule was settled, -1 when the
+-- call is not found and the key's list holds 64 entries that still count
+-- (newer calls' ids pushed it out: the core answers an error naming it),
+-- 0 otherwise }.
 
 if mode == 'x' then
   local estimate_s, actual_s = string.match(ARGV[4], '^(%d+):(%d+)$')
   local estimate, actual = tonumber(estimate_s), tonumber(actual_s)
+  local settled_id = call_id .. '!'
 
-  -- A list of ids without the first `target` (nil when it is absent).
-  local function without(list, target)
-    local kept, found = {}, false
-    for id in string.gmatch(list, '[^,]+') do
-      if id == target and not found then
-        found = true
-      else
-        kept[#kept + 1] = id
+  -- The answer for a rule whose list of ids `list` does not hold the call:
+  -- 0 when it holds it marked settled, or fewer than 64 entries that `live`
+  -- (when given; an entry's time or sub-window still counts) accepts;
+  -- -1 when it holds 64: the call may have been pushed out by newer ones,
+  -- and nothing can tell its units apart any more.
+  local function lost(list, live)
+    local held = 0
+    for e in string.gmatch(list or '', '[^,]+') do
+      local at = string.find(e, '[@:]')
+      if string.sub(e, (at or 0) + 1) == settled_id then
+        return 0
+      end
+      if live == nil or live(e) then
+        held = held + 1
       end
     end
-    if not found then
-      return nil
+    if held >= 64 then
+      return -1
     end
-    return kept
+    return 0
   end
 
   local function settle_log(key, a, window)
     local t, extra, ids = log_check_time(key, call_id, window)
     if t == nil then
-      return 0
+      local _, all = swl_head(key, false)
+      return lost(all, function(e)
+        return tonumber(string.match(e, '^(%d+)')) + window > now
+      end)
     end
     local entry = swl_entry(t, estimate)
     if a == 0 then
@@ -76,7 +85,7 @@ if mode == 'x' then
       end
       extra = extra + a - estimate
     end
-    log_rewrite(key, extra, without_log_id(ids, t, call_id))
+    log_rewrite(key, extra, ids, t, call_id, true)
     return 1
   end
 
@@ -86,9 +95,9 @@ if mode == 'x' then
       return 0
     end
     local tk, ts = string.match(stored, '^(-?%d+):(%d+)')
-    local kept = without(ids_of(stored), call_id)
-    if not kept then
-      return 0
+    local found, list = ids_take(ids_of(stored), call_id, settled_id)
+    if not found then
+      return lost(ids_of(stored))
     end
     local full = capacity * 1000000
     local tokens = tonumber(tk) + (estimate - a) * 1000000
@@ -97,7 +106,6 @@ if mode == 'x' then
     end
     local stamp = tonumber(ts)
     local value = string.format('%d:%d', tokens, stamp)
-    local list = recent_ids(kept, nil)
     if list then
       value = value .. ':' .. list
     end
@@ -109,9 +117,13 @@ if mode == 'x' then
   local function settle_counters(key, a, spec)
     local ids, j = counter_id(key, call_id, spec)
     if j == nil then
-      return 0
+      local window, precision = sw_spec(spec)
+      local first = floor_div(now - window, precision)
+      return lost(ids, function(e)
+        return tonumber(string.match(e, '^(%d+)')) >= first
+      end)
     end
-    local kept = without(ids, j .. ':' .. call_id)
+    local _, list = ids_take(ids, j .. ':' .. call_id, j .. ':' .. settled_id)
     local delta = a - estimate
     if delta < 0 then
       local units = tonumber(redis.call('HGET', key, j)) or 0
@@ -124,12 +136,7 @@ if mode == 'x' then
       redis.call('DEL', key)
       return 1
     end
-    local list = recent_ids(kept, nil)
-    if list then
-      redis.call('HSET', key, 'ids', list)
-    else
-      redis.call('HDEL', key, 'ids')
-    end
+    sw_ids_put(key, list)
     if redis.call('HINCRBY', key, j, delta) <= 0 then
       drop_counter_window(key, j)
     end
@@ -145,9 +152,9 @@ if mode == 'x' then
     if tonumber(e) <= now then
       return 0
     end
-    local kept = without(ids_of(stored), call_id)
-    if not kept then
-      return 0
+    local found, list = ids_take(ids_of(stored), call_id, settled_id)
+    if not found then
+      return lost(ids_of(stored))
     end
     local units = tonumber(c) + a - estimate
     if units <= 0 then
@@ -155,7 +162,6 @@ if mode == 'x' then
       return 1
     end
     local value = string.format('%s:%d', e, units)
-    local list = recent_ids(kept, nil)
     if list then
       value = value .. ':' .. list
     end

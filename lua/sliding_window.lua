@@ -19,8 +19,9 @@
 -- The state is a hash: field "<j>" (decimal) -> units admitted in sub-window
 -- j, and beside them field "t" (the units of every "<j>" field), "o" and "n"
 -- (the oldest and newest j stored) and, once a call asked for deduplication
--- (mode "C"), field "ids" -> "<j>:<call id>,..." for the last 64 such
--- admissions (newest last). A decision reads "t", "o", "n" (and "ids" in
+-- (mode "C"), fields "i1", "i2", ... -> "<j>:<tag>,..." for the last 64 such
+-- admissions (newest last; sw_ids_get / sw_ids_put below, also for
+-- replay.lua and settle.lua). A decision reads "t", "o", "n" (and the ids in
 -- mode "C") with one HMGET: while the oldest sub-window still counts, the
 -- count is "t". Once it has stopped counting, deciding drops the fields of
 -- every sub-window that no longer counts (invisible to every reader) and
@@ -31,8 +32,61 @@
 -- sets "o" / "n" (and the key's TTL: it expires when its newest sub-window
 -- stops counting).
 
-local sw_spec, sw_decide, sw_commit
+local sw_spec, sw_decide, sw_commit, sw_ids_get, sw_ids_put
 if uses_counters then
+  -- The recent ids (mode "C": "<j>:<tag>,...", oldest first) are kept in
+  -- fields "i1", "i2", ... of at most 64 bytes each, whole entries in
+  -- order: a longer field (hash-max-listpack-value) would make Redis keep
+  -- the whole hash, every sub-window field, in its larger encoding. 64
+  -- entries of at most 25 bytes need at most 32 fields.
+  local id_fields = {}
+  for k = 1, 32 do
+    id_fields[k] = 'i' .. k
+  end
+
+  -- The recent ids stored under `key`, as one text (false when none).
+  sw_ids_get = function(key)
+    local parts = {}
+    for _, v in ipairs(redis.call('HMGET', key, unpack(id_fields))) do
+      if v then
+        parts[#parts + 1] = v
+      end
+    end
+    if #parts == 0 then
+      return false
+    end
+    return table.concat(parts, ',')
+  end
+
+  -- Store the recent ids `list` (text, nil when none) under `key`.
+  sw_ids_put = function(key, list)
+    local set, cur = {}, nil
+    for e in string.gmatch(list or '', '[^,]+') do
+      if cur == nil then
+        cur = e
+      elseif #cur + 1 + #e <= 64 then
+        cur = cur .. ',' .. e
+      else
+        set[#set + 1] = 'i' .. (#set / 2 + 1)
+        set[#set + 1] = cur
+        cur = e
+      end
+    end
+    if cur then
+      set[#set + 1] = 'i' .. (#set / 2 + 1)
+      set[#set + 1] = cur
+    end
+    if #set > 0 then
+      redis.call('HSET', key, unpack(set))
+    end
+    -- The fields no longer used, and the single "ids" field of an earlier version.
+    local gone = { 'ids' }
+    for k = #set / 2 + 1, 32 do
+      gone[#gone + 1] = id_fields[k]
+    end
+    redis.call('HDEL', key, unpack(gone))
+  end
+
   -- The rule's third argument "<window_us>:<precision_us>" as two numbers.
   sw_spec = function(spec)
     local w, p = string.match(spec, '^(%d+):(%d+)$')
@@ -45,16 +99,14 @@ if uses_counters then
   sw_decide = function(key, now, cost, limit, spec)
     local window, precision = sw_spec(spec)
     local first = floor_div(now - window, precision)
-    local head
-    if mode == 'C' then
-      head = redis.call('HMGET', key, 't', 'o', 'n', 'ids')
-    else
-      head = redis.call('HMGET', key, 't', 'o', 'n')
-    end
+    local head = redis.call('HMGET', key, 't', 'o', 'n')
     local count = tonumber(head[1]) or 0
     local oldest = tonumber(head[2])
     local newest = tonumber(head[3])
-    local ids = head[4] or false
+    local ids = false
+    if mode == 'C' and oldest then
+      ids = sw_ids_get(key)
+    end
     if oldest and oldest < first then
       -- Some sub-windows have stopped counting: drop them.
       local flat = redis.call('HGETALL', key)
@@ -147,13 +199,10 @@ if uses_counters then
     end
     if call_id then
       local first = floor_div(now - window, precision)
-      local kept = {}
-      for s, id in string.gmatch(ids or '', '(%d+):([^,]+)') do
-        if tonumber(s) >= first then
-          kept[#kept + 1] = s .. ':' .. id
-        end
-      end
-      redis.call('HSET', key, 'ids', recent_ids(kept, current .. ':' .. call_id))
+      sw_ids_put(key, ids_push(ids, current .. ':' .. call_id, function(e)
+        local s = string.match(e, '^(%d+):')
+        return s and tonumber(s) >= first
+      end))
     end
     -- The key expires when its newest sub-window stops counting: set only
     -- when the newest changes (`reset_after` counts to that same moment).

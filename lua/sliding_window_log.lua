@@ -230,14 +230,9 @@ if uses_log then
   -- expires when the log would be empty.
   swl_commit = function(key, now, cost, reset_after, window, id, hdr, extra, ids, newest)
     if id then
-      local kept = {}
-      for e in string.gmatch(ids, '[^,]+') do
-        if tonumber(string.match(e, '^(%d+)')) + window > now then
-          kept[#kept + 1] = e
-        end
-      end
-      kept[#kept + 1] = string.format('%d@', now) .. id
-      ids = table.concat(kept, ',', math.max(1, #kept - 64 + 1), #kept)
+      ids = ids_push(ids, string.format('%d@', now) .. id, function(e)
+        return tonumber(string.match(e, '^(%d+)')) + window > now
+      end)
     end
     local entry = now
     if cost ~= 1 then

@@ -70,13 +70,9 @@ if uses_bucket then
   -- them, and the oldest drops out after 64.
   tb_commit = function(key, stamp, left, reset_after, call_id, previous)
     local stored = string.format('%d:%d', left, stamp)
-    local kept = previous and string.match(previous, '^-?%d+:%d+:(.*)$') or ''
-    if call_id or kept ~= '' then
-      local ids = {}
-      for id in string.gmatch(kept, '[^,]+') do
-        ids[#ids + 1] = id
-      end
-      local list = recent_ids(ids, call_id)
+    local kept = previous and string.match(previous, '^-?%d+:%d+:(.*)$')
+    if call_id or kept then
+      local list = ids_push(kept, call_id)
       if list then
         stored = stored .. ':' .. list
       end

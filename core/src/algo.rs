@@ -20,6 +20,22 @@ pub(crate) struct Outcome {
     pub blocked: bool,
 }
 
+/// The form a settled call's id keeps in a list of recent ids: every id
+/// is odd (`id_hash`), its settled form even, so it matches no call any
+/// more and still tells a second settle that the call was settled (the
+/// `"<tag>!"` of `lua/settle.lua`).
+pub(crate) fn settled_id(id: u64) -> u64 {
+    id ^ 1
+}
+
+/// Mirror of `lost` in `lua/settle.lua`, for a call not found among
+/// `ids`: pushed out when no entry is its settled form and 64 of them are
+/// live (all newer calls').
+fn pushed_out<T: Copy>(ids: &[T], id: u64, of: impl Fn(T) -> u64, live: impl Fn(T) -> bool) -> bool {
+    let settled = settled_id(id);
+    !ids.iter().any(|&e| of(e) == settled) && ids.iter().filter(|&&e| live(e)).count() >= TB_IDS
+}
+
 /// How many recent call ids a sliding-window log remembers (as many as a
 /// bucket; the header of `lua/sliding_window_log.lua`).
 pub(crate) const LOG_IDS: usize = TB_IDS;
@@ -161,7 +177,7 @@ impl Log {
     /// Mirror of `settle_log` (`lua/settle.lua`): when call `id` is among
     /// the recent ids, its check still counts and its units are still
     /// stored, the check holds `actual` units instead of `estimate` (units
-    /// removed or added at the check's time) and the id leaves the list, so
+    /// removed or added at the check's time) and the id is marked settled, so
     /// a second settle finds nothing. False when the call is not found.
     pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64, window: i64) -> bool {
         let Some((at, t)) = self.check_time(now, window, id) else { return false };
@@ -173,7 +189,7 @@ impl Log {
             return false;
         }
         if let Some(ids) = self.ids.as_mut() {
-            ids.remove(at);
+            ids[at].1 = settled_id(id);
         }
         if actual < estimate {
             self.times.drain(end - (estimate - actual) as usize..end);
@@ -187,6 +203,12 @@ impl Log {
             self.newest = newest;
         }
         true
+    }
+
+    /// For a call [`Log::settle`] did not find: whether it may have been
+    /// pushed out of the recent ids (`lost` in `lua/settle.lua`).
+    pub fn pushed_out(&self, now: i64, id: u64, window: i64) -> bool {
+        self.ids.as_ref().is_some_and(|ids| pushed_out(ids, id, |(_, i)| i, |(t, _)| t + window > now))
     }
 }
 
@@ -271,16 +293,22 @@ impl Bucket {
     }
 
     /// Mirror of `settle_bucket` (`lua/settle.lua`): when call `id` is among
-    /// the recent ids, it leaves them and the bucket gets `estimate -
+    /// the recent ids, it is marked settled and the bucket gets `estimate -
     /// actual` tokens back (capped at the capacity; a negative difference is
     /// a debit, which may take it below zero). Returns the time the bucket
     /// is full again, counted from now, or `None` when the call is not found.
     pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64, capacity: u64, rate: f64) -> Option<i64> {
         let at = self.ids.iter().position(|&i| i == id)?;
-        self.ids.remove(at);
+        self.ids[at] = settled_id(id);
         let full = (capacity * MICRO) as i64;
         self.tokens = (self.tokens + (estimate as i64 - actual as i64) * MICRO as i64).min(full);
         Some(self.last + tb_wait((full - self.tokens) as u64, rate) - now)
+    }
+
+    /// For a call [`Bucket::settle`] did not find: whether it may have been
+    /// pushed out of the recent ids.
+    pub fn pushed_out(&self, id: u64) -> bool {
+        pushed_out(&self.ids, id, |i| i, |_| true)
     }
 }
 
@@ -391,14 +419,15 @@ impl Counters {
     }
 
     /// Mirror of `settle_counters` (`lua/settle.lua`): when call `id` was
-    /// admitted in a sub-window that still counts, it leaves the recent ids
+    /// admitted in a sub-window that still counts, it is marked settled
     /// and that sub-window gets `actual - estimate` more units (at most its
     /// units fewer). `None` when the call is not found, else whether any
     /// unit is left.
     pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64, window: i64, precision: i64) -> Option<bool> {
         let first = floor_div(now - window, precision);
         let at = self.ids.iter().position(|&(j, i)| i == id && j >= first)?;
-        let (j, _) = self.ids.remove(at);
+        let j = self.ids[at].0;
+        self.ids[at].1 = settled_id(id);
         let delta = actual as i64 - estimate as i64;
         match self.subs.binary_search_by_key(&j, |&(s, _)| s) {
             Ok(at) => {
@@ -413,6 +442,13 @@ impl Counters {
             Err(_) => {}
         }
         Some(self.subs.iter().any(|&(_, c)| c > 0))
+    }
+
+    /// For a call [`Counters::settle`] did not find: whether it may have
+    /// been pushed out of the recent ids.
+    pub fn pushed_out(&self, now: i64, id: u64, window: i64, precision: i64) -> bool {
+        let first = floor_div(now - window, precision);
+        pushed_out(&self.ids, id, |(_, i)| i, |(j, _)| j >= first)
     }
 }
 
@@ -519,7 +555,7 @@ impl PeriodCount {
     }
 
     /// Mirror of `settle_period` (`lua/settle.lua`): when call `id` is among
-    /// the ids of the period that still runs, it leaves them and the period
+    /// the ids of the period that still runs, it is marked settled and the period
     /// gets `actual - estimate` more units (down to zero). `None` when the
     /// call is not found, else whether any unit is left.
     pub fn settle(&mut self, now: i64, id: u64, estimate: u64, actual: u64) -> Option<bool> {
@@ -527,10 +563,16 @@ impl PeriodCount {
             return None;
         }
         let at = self.ids.iter().position(|&i| i == id)?;
-        self.ids.remove(at);
+        self.ids[at] = settled_id(id);
         let units = self.count as i64 + actual as i64 - estimate as i64;
         self.count = units.max(0) as u64;
         Some(units > 0)
+    }
+
+    /// For a call [`PeriodCount::settle`] did not find: whether it may have
+    /// been pushed out of the recent ids of the period that still runs.
+    pub fn pushed_out(&self, now: i64, id: u64) -> bool {
+        self.end > now && pushed_out(&self.ids, id, |i| i, |_| true)
     }
 
     /// Mirror of `pc_commit`: `cost` more units in the period ending at

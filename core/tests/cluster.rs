@@ -31,6 +31,7 @@ async fn cluster_suite() {
     same_slot_rules_are_one_invocation(&cluster).await;
     cross_slot_rules_never_exceed_and_give_back(&cluster).await;
     slot_migration_under_load(&cluster).await;
+    overrides_listed_from_the_override_keys(&cluster).await;
     primary_failover(cluster).await;
 }
 
@@ -105,6 +106,72 @@ async fn cross_slot_rules_never_exceed_and_give_back(cluster: &RedisCluster) {
     let taken = if admitted >= 30 { admitted } else { admitted + 1 };
     let expect = |limit: u64| limit.saturating_sub(taken);
     assert_eq!(remaining, vec![expect(50), expect(30), expect(40)], "admitted {admitted}");
+}
+
+/// On a cluster an override and its entry in the rule's index live in
+/// different slots: the listing follows the override keys (what checks
+/// read), whatever happened to the index.
+async fn overrides_listed_from_the_override_keys(cluster: &RedisCluster) {
+    let l = cluster_limiter(
+        cluster,
+        vec![Rule::fixed_window("tenant", "t:{tenant}", 5, ms(3_600_000)).overrides(true)],
+        "ov:",
+    );
+    let side = |tenant: &str| format!("ov:tenant:#o{{{}}}", l.keys(&[("tenant", tenant)])[0]);
+    let on_node = |key: &str, args: &[&str]| {
+        let node = cluster.primary_of(keyslot(&cluster.nodes[0], key));
+        let mut all = args.to_vec();
+        all.insert(1, key);
+        node.command(&all).unwrap()
+    };
+    let listed = |l: Limiter| async move {
+        l.overrides("tenant")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.attributes["tenant"].clone(), o.limit))
+            .collect::<Vec<_>>()
+    };
+    let tenants = ["t1", "t2", "t3", "t4", "t5", "t6"];
+    for (i, t) in tenants.iter().enumerate() {
+        l.set_override("tenant", &[("tenant", *t)], 11 + i as u64).await.unwrap();
+    }
+    let slots: std::collections::BTreeSet<u16> = tenants.iter().map(|t| keyslot(&cluster.nodes[0], &side(t))).collect();
+    assert!(slots.len() > 1, "the overrides spread over slots");
+    let all: Vec<(String, u64)> = tenants.iter().enumerate().map(|(i, t)| (t.to_string(), 11 + i as u64)).collect();
+    assert_eq!(listed(l.clone()).await, all);
+    // Deleted (or evicted) behind the index: no longer an override, nor listed.
+    assert_eq!(on_node(&side("t2"), &["DEL"]), "1");
+    // Changed behind the index (a set whose index write was lost): the limit checks read.
+    assert_eq!(on_node(&side("t3"), &["SET", "40"]), "+OK");
+    // An index entry left by a clear whose second write failed.
+    let index = "ov:tenant#overrides";
+    on_node(index, &["HSET", &l.keys(&[("tenant", "t9")])[0], r#"{"attributes":{"tenant":"t9"}}"#]);
+    let have = listed(l.clone()).await;
+    assert_eq!(
+        have,
+        [("t1", 11), ("t3", 40), ("t4", 14), ("t5", 15), ("t6", 16)].map(|(t, v)| (t.to_string(), v)).to_vec()
+    );
+    for (t, limit) in &have {
+        let d = l.peek(&[("tenant", t.as_str())], 1).await.unwrap();
+        assert_eq!(d.remaining, limit - 1, "{t}: the listed limit is the one a check applies");
+    }
+    assert_eq!(l.peek(&[("tenant", "t2")], 1).await.unwrap().remaining, 4, "t2 has the rule's limit");
+    // Sets and clears of one key racing each other: listed exactly when it is set.
+    for round in 1..=20u64 {
+        let (a, b) = (l.clone(), l.clone());
+        let set = tokio::spawn(async move { a.set_override("tenant", &[("tenant", "t7")], round).await });
+        let clear = tokio::spawn(async move { b.clear_override("tenant", &[("tenant", "t7")]).await });
+        set.await.unwrap().unwrap();
+        clear.await.unwrap().unwrap();
+        let exists = Some(on_node(&side("t7"), &["GET"])).filter(|v| v != "(nil)").unwrap_or_default();
+        let shown = listed(l.clone()).await.into_iter().find(|(t, _)| t == "t7").map(|(_, v)| v.to_string());
+        assert_eq!(shown.unwrap_or_default(), exists, "round {round}");
+    }
+    for t in tenants.iter().chain(&["t7"]) {
+        l.clear_override("tenant", &[("tenant", *t)]).await.unwrap();
+    }
+    assert_eq!(listed(l.clone()).await, Vec::<(String, u64)>::new());
 }
 
 async fn slot_migration_under_load(cluster: &RedisCluster) {

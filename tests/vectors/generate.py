@@ -295,8 +295,9 @@ class Log:
             reset=max(inside) + window - now,
         )
 
-    def seen(self, call_id):
-        return any(i == call_id for _, i in self.members)
+    def seen(self, call_id, now, window):
+        # Only a check that still counts is recognised (log_check_time).
+        return any(i == call_id and s > now - window for s, i in self.members)
 
     def settle(self, now, call_id, estimate, actual, window):
         mine = [s for s, i in self.members if i == call_id and s > now - window]
@@ -328,9 +329,20 @@ def tb_wait(need, rate):
 
 NEW_ALGOS = ("sliding_window", "fixed_window", "quota")
 
-# How many call ids of recent admissions a bucket remembers. Cases stay well
-# below it: the contract only says a retried call must not count twice.
-TB_IDS = 16
+# How many call ids of recent admissions a key remembers (a bucket, counters,
+# a period counter). A settled call keeps its place, marked ("settled", id).
+# A settle of a call not found while 64 entries that still count are newer
+# calls' is an invalid_argument error (the call was pushed out). The log's
+# model keeps every unit's id: its cases stay below 64 ids.
+TB_IDS = 64
+
+
+def pushed_out(ids, call_id, live=None):
+    """For a call a settle did not find among `ids` (ids, or (sub-window,
+    id) for counters): not marked settled there, and 64 entries that still
+    count (`live`)."""
+    own = [e[1] if isinstance(e, tuple) and e[0] != "settled" else e for e in ids]
+    return ("settled", call_id) not in own and sum(1 for e in ids if live is None or live(e)) >= TB_IDS
 
 
 class Bucket:
@@ -370,7 +382,7 @@ class Bucket:
     def settle(self, now, call_id, estimate, actual, capacity, rate):
         if self.tokens is None or call_id not in self.ids:
             return None
-        self.ids.remove(call_id)
+        self.ids[self.ids.index(call_id)] = ("settled", call_id)
         full = capacity * MICRO
         self.tokens = min(full, self.tokens + (estimate - actual) * MICRO)
         ttl_ms = max(1, ceil_ms(self.last + tb_wait(full - self.tokens, rate) - now))
@@ -432,8 +444,8 @@ class Counters:
         found = [(j, i) for j, i in self.ids if i == call_id and j >= first]
         if not found:
             return None
-        self.ids.remove(found[0])
         j = found[0][0]
+        self.ids[self.ids.index(found[0])] = (j, ("settled", call_id))
         units = self.subs.get(j, 0) + max(actual - estimate, -self.subs.get(j, 0))
         if units:
             self.subs[j] = units
@@ -507,7 +519,7 @@ class PeriodCount:
         """None when the call is not found, else whether any unit is left."""
         if not self.live(now) or call_id not in self.ids:
             return None
-        self.ids.remove(call_id)
+        self.ids[self.ids.index(call_id)] = ("settled", call_id)
         self.count = max(0, self.count + actual - estimate)
         return self.count > 0
 
@@ -733,8 +745,12 @@ class Model:
                 st = self.state.get(r.key(attrs))
                 if st is None:
                     continue
-                seen = (st.seen(call_id, self.now, r) if r.algo in NEW_ALGOS or r.algo == "concurrency"
-                        else st.seen(call_id))
+                if r.algo in NEW_ALGOS or r.algo == "concurrency":
+                    seen = st.seen(call_id, self.now, r)
+                elif r.algo == "sliding_window_log":
+                    seen = st.seen(call_id, self.now, r.window_us)
+                else:
+                    seen = st.seen(call_id)
                 if seen:
                     self.live_state(r, attrs, "replay")
                     mode, cost = "peek", 0
@@ -812,6 +828,10 @@ class Model:
                 else:
                     st = self.state.setdefault(k, Bucket())
                     if st.expires_at is not None and self.now >= st.expires_at:
+                        # Forgotten on the manual clock; in Redis the key may
+                        # still be there (real-time TTL), and its ids with it.
+                        if st.ids:
+                            raise CaseError(f"rule {r.name}: a bucket's call ids would outlive its expiry on the manual clock")
                         st = self.state[k] = Bucket()
                     ttl = st.commit(self.now, o["left"], o["reset"], call_id)
                 if ttl < MIN_TTL_MS:
@@ -842,6 +862,7 @@ class Model:
         if actual > 10 ** 15:
             return {"error": "invalid_argument"}
         n = 0
+        lost = False
         for r in self.applicable(attrs):
             k = r.key(attrs)
             st = self.state.get(k)
@@ -856,6 +877,8 @@ class Model:
                 continue
             a = min(actual, r.limit)
             if r.algo == "sliding_window_log":
+                if len({i for _, i in st.members}) > TB_IDS:
+                    raise CaseError(f"rule {r.name}: the log's model keeps every id, not the last {TB_IDS}")
                 done = st.settle(self.now, call_id, estimate, a, r.window_us)
             elif r.algo == "token_bucket":
                 ttl = st.settle(self.now, call_id, estimate, a, r.limit, r.rate)
@@ -863,6 +886,7 @@ class Model:
                 if ttl is not None and ttl < MIN_TTL_MS and st.tokens < r.limit * MICRO:
                     raise CaseError(f"rule {r.name}: key TTL {ttl} ms after a settle is below {MIN_TTL_MS} ms")
                 done = ttl is not None
+                lost = lost or (not done and pushed_out(st.ids, call_id))
             else:
                 if r.algo == "sliding_window":
                     left = st.settle(self.now, call_id, estimate, a, r.window_us, r.precision_us)
@@ -871,12 +895,19 @@ class Model:
                 done = left is not None
                 if left is False:
                     del self.state[k]
+                if not done and r.algo == "sliding_window":
+                    first = (self.now - r.window_us) // r.precision_us
+                    lost = lost or pushed_out(st.ids, call_id, lambda e: e[0] >= first)
+                elif not done:
+                    lost = lost or (st.live(self.now) and pushed_out(st.ids, call_id))
             n += bool(done)
             if done:
                 m = self.metrics[r.name]
                 m["settles"] += 1
                 m["settle_refunded"] += max(0, estimate - a)
                 m["settle_debited"] += max(0, a - estimate)
+        if lost:
+            return {"error": "invalid_argument"}
         return {"expect": {"settled": n}}
 
     def lease_op(self, attrs, call_id, duration_ms=None):
@@ -1933,6 +1964,23 @@ case("settle-stacked-only-where-consumed", "A stacked check settles on every rul
       peek(WEB, remaining=3, rule="per-ip"),
       settle(WEB, "a", 2, 1, settled=3),
       settle(WEB, "never-checked", 1, 4, settled=0), metrics()],
+     start_us=utc_us(2026, 3, 2, 10))
+
+TENANT = {"tenant": "t"}
+
+case("settle-pushed-out", "A key keeps the last 64 call ids recorded on it: a call still among them settles (once; a "
+     "second settle answers 0 though the list is full); a call that 64 newer ones pushed out cannot be settled: an "
+     "invalid_argument error, and nothing changes.",
+     [tb("bucket", "b:{tenant}", 1_000, 0.001), sw("counters", "c:{tenant}", 1_000, "1h"),
+      fw("window", "f:{tenant}", 1_000, "1h")],
+     [chk(TENANT, 2, call_id="a")] + [chk(TENANT, call_id=f"n{i}") for i in range(1, 64)] +
+     [settle(TENANT, "a", 2, 1, settled=3), settle(TENANT, "a", 2, 1, settled=0),
+      chk(TENANT, 3, call_id="b")] + [chk(TENANT, call_id=f"n{i}") for i in range(64, 128)] +
+     [peek(TENANT, remaining=868),
+      settle(TENANT, "b", 3, 0, error="invalid_argument"), settle(TENANT, "b", 3, 9, error="invalid_argument"),
+      peek(TENANT, remaining=868),
+      settle(TENANT, "n127", 1, 0, settled=3), settle(TENANT, "n127", 1, 0, settled=0),
+      peek(TENANT, remaining=869)],
      start_us=utc_us(2026, 3, 2, 10))
 
 case("settle-invalid", "A settle validates like a check (the estimate is a cost, the call id well formed) and bounds the actual cost.",

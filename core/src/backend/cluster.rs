@@ -9,7 +9,9 @@
 //!
 //! Every cluster call carries a call id that the script checks first, so a
 //! script the cluster client re-sends (after a redirection or a lost
-//! connection) cannot count twice.
+//! connection) cannot count twice. When one slot recognises the call id and
+//! another does not (its key was reset since), the call is a re-send on
+//! every slot: the other slot gives back and is peeked at cost 0.
 
 use std::time::Duration;
 
@@ -129,14 +131,15 @@ impl ClusterBackend {
         Ok(c.clone())
     }
 
-    /// One invocation for the rules `idx` of the plan (all in one slot).
+    /// One invocation for the rules `idx` of the plan (all in one slot): their
+    /// outcomes, and whether the slot recognised the call id as a re-send.
     async fn eval_group(
         &self,
         mut conn: ClusterConnection,
         plan: &Plan<'_, String>,
         idx: &[usize],
         header: Header<'_>,
-    ) -> Result<Outcomes> {
+    ) -> Result<(Outcomes, bool)> {
         let keys: SmallVec<[&str; 4]> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
         let rules: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| plan.rules[i]).collect();
         // The overrides and blocks of these rules, at their places in the group
@@ -158,10 +161,11 @@ impl ClusterBackend {
             Err(e) => return Err(override_error(&e, &rules, plan.cost).unwrap_or_else(|| e.into())),
         };
         if header.mode == "u" {
-            return Ok(SmallVec::new());
+            return Ok((SmallVec::new(), false));
         }
         self.0.time.observe_reply(&reply, header.now);
-        parse_reply(&reply, idx.len(), &ext)
+        let replayed = reply.get(1) == Some(&1);
+        Ok((parse_reply(&reply, idx.len(), &ext)?, replayed))
     }
 
     /// Decide the plan slot by slot; give back on a denial.
@@ -174,19 +178,59 @@ impl ClusterBackend {
         // failover, so its call id is always looked up first ("C").
         let m = if mode == Mode::Check { "C" } else { "p" };
         let header = Header { mode: m, now, call_id, cost: plan.cost, deadline: None }.until(deadline);
-        let results = join_all(
+        let mut results = join_all(
             groups
                 .iter()
                 .map(|(_, idx)| self.eval_group(conn.clone(), plan, idx, header)),
         )
         .await;
+        let replay = mode == Mode::Check && results.iter().any(|r| matches!(r, Ok((_, true))));
+        if replay {
+            // A slot recognised the call id: the call is a re-send, answered
+            // as a peek at cost 0 everywhere (as one Redis node answers it).
+            // A slot that did not (its key was reset, or its id forgotten)
+            // gives back what it has just recorded and is peeked instead.
+            let redo = join_all(groups.iter().zip(&results).map(|((_, idx), r)| {
+                let conn = conn.clone();
+                async move {
+                    match r {
+                        Ok((_, true)) | Err(_) => None,
+                        Ok((os, false)) => {
+                            let passed = idx.iter().zip(os).all(|(&i, o)| o.allowed || plan.rules[i].args.shadow());
+                            let took: Vec<usize> = idx.iter().zip(os).filter(|(_, o)| passed && o.allowed).map(|(&i, _)| i).collect();
+                            if !took.is_empty() {
+                                if let Err(e) = self.eval_group(conn.clone(), plan, &took, Header { mode: "u", deadline: None, ..header }).await {
+                                    return Some(Err(e));
+                                }
+                            }
+                            let peek = Header { mode: "p", cost: 0, deadline: None, ..header };
+                            Some(self.eval_group(conn, plan, idx, peek).await.map(|(os, _)| (os, true)))
+                        }
+                    }
+                }
+            }))
+            .await;
+            for (r, again) in results.iter_mut().zip(redo) {
+                if let Some(again) = again {
+                    *r = again;
+                }
+            }
+            // Nothing was recorded: nothing to give back, whatever the answers.
+            let mut outcomes = vec![None; plan.keys.len()];
+            for ((_, idx), r) in groups.iter().zip(results) {
+                for (&i, o) in idx.iter().zip(r?.0) {
+                    outcomes[i] = Some(o);
+                }
+            }
+            return Ok(outcomes.into_iter().map(|o| o.expect("every group answered")).collect());
+        }
         let mut outcomes = vec![None; plan.keys.len()];
         let mut first_err = None;
         let mut committed: Vec<&Vec<usize>> = Vec::new();
         let mut all_pass = true;
         for ((_, idx), r) in groups.iter().zip(results) {
             match r {
-                Ok(os) => {
+                Ok((os, _)) => {
                     let group_pass = idx
                         .iter()
                         .zip(&os)
@@ -257,7 +301,7 @@ impl ClusterBackend {
         call_id: &str,
         actual: u64,
         now: Option<i64>,
-    ) -> Result<SmallVec<[bool; 4]>> {
+    ) -> Result<super::Settled> {
         let conn = self.conn().await?;
         let groups = slot_groups(&plan.keys);
         let results = join_all(groups.iter().map(|(_, idx)| {
@@ -275,7 +319,7 @@ impl ClusterBackend {
             }
         }))
         .await;
-        let mut settled: SmallVec<[bool; 4]> = SmallVec::from_elem(false, plan.keys.len());
+        let mut settled: super::Settled = SmallVec::from_elem(super::SettleOutcome::Unchanged, plan.keys.len());
         for ((_, idx), r) in groups.iter().zip(results) {
             for (&i, done) in idx.iter().zip(r?) {
                 settled[i] = done;
@@ -315,7 +359,7 @@ impl ClusterBackend {
         let mut done: SmallVec<[bool; 4]> = SmallVec::from_elem(false, keys.len());
         for ((_, idx), r) in groups.iter().zip(results) {
             for (&i, d) in idx.iter().zip(r?) {
-                done[i] = d;
+                done[i] = d == super::SettleOutcome::Settled;
             }
         }
         Ok(done)

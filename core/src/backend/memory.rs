@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use super::{Outcomes, Settled};
+use super::{Outcomes, SettleOutcome, Settled};
 use crate::algo::{fixed_end, quota_end, Bucket, Counters, Leases, Log, Outcome, PeriodCount, TB_IDS};
 use crate::error::Result;
 use crate::plan::{Mode, Plan, RuleArgs};
@@ -307,30 +307,26 @@ impl MemoryBackend {
         o
     }
 
-    /// Store an override (`limit`) under `key`'s digest, or clear it (`None`);
-    /// returns whether one was there.
-    pub fn set_override(&self, key: &str, limit: Option<u64>) -> bool {
-        let d = self.digest(key);
-        let mut g = lock(&self.shards[Self::shard_of(d)]);
-        let old = match limit {
-            Some(v) => g.map.insert(d, Entry { state: State::Override(v), expires_at: i64::MAX }),
-            None => g.map.remove(&d),
-        };
-        matches!(old, Some(Entry { state: State::Override(_), .. }))
-    }
-
-    /// Record (or with `None` forget) the override of `key` of `rule` for listing.
-    pub fn index_override(&self, rule: &str, key: &str, entry: Option<Override>) {
+    /// Store the override `entry` of `key` (stored under `side`) of `rule`,
+    /// or clear it (`None`); returns whether one was there. The override
+    /// and its listing change under one lock, so they never disagree.
+    pub fn put_override(&self, rule: &str, key: &str, side: &str, entry: Option<Override>) -> bool {
         let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let d = self.digest(side);
+        let mut g = lock(&self.shards[Self::shard_of(d)]);
         let at = (rule.to_string(), key.to_string());
-        match entry {
+        let old = match entry {
             Some(e) => {
+                let old = g.map.insert(d, Entry { state: State::Override(e.limit), expires_at: i64::MAX });
                 index.insert(at, e);
+                old
             }
             None => {
                 index.remove(&at);
+                g.map.remove(&d)
             }
-        }
+        };
+        matches!(old, Some(Entry { state: State::Override(_), .. }))
     }
 
     /// The overrides of `rule`, in key order.
@@ -343,7 +339,7 @@ impl MemoryBackend {
     /// `actual` at `now`, atomically over every rule of the plan: mirror of
     /// `lua/settle.lua`. Which rules were settled.
     pub fn settle(&self, plan: &Plan<'_, Digest>, actual: u64, now: i64) -> Settled {
-        let Some(call_id) = plan.call_id else { return Settled::from_elem(false, plan.keys.len()) };
+        let Some(call_id) = plan.call_id else { return Settled::from_elem(SettleOutcome::Unchanged, plan.keys.len()) };
         let id = id_hash(call_id);
         let digests = &plan.keys[..];
         let n = digests.len();
@@ -353,6 +349,7 @@ impl MemoryBackend {
         order.dedup();
         let mut guards: SmallVec<[(usize, MutexGuard<'_, Shard>); 4]> =
             order.iter().map(|&i| (i, lock(&self.shards[i]))).collect();
+        use SettleOutcome::{PushedOut, Settled as Done, Unchanged};
         let mut out = Settled::new();
         for i in 0..n {
             let rule = plan.rules[i];
@@ -360,24 +357,28 @@ impl MemoryBackend {
             let estimate = plan.cost;
             let shard = &mut guards[order.binary_search(&idx[i]).expect("locked shard")].1;
             let Some(entry) = shard.map.get_mut(&digests[i]).filter(|e| e.expires_at > now) else {
-                out.push(false);
+                out.push(Unchanged);
                 continue;
             };
+            let lost = |pushed: bool| if pushed { PushedOut } else { Unchanged };
             let done = match (&mut entry.state, rule.args) {
                 (State::Log(log), RuleArgs::Window { window_us, .. }) => {
-                    let done = log.settle(now, id, estimate, actual, window_us);
-                    if log.len() == 0 {
-                        entry.state = State::Absent;
+                    if log.settle(now, id, estimate, actual, window_us) {
+                        if log.len() == 0 {
+                            entry.state = State::Absent;
+                        }
+                        Done
+                    } else {
+                        lost(log.pushed_out(now, id, window_us))
                     }
-                    done
                 }
                 (State::Bucket(b), RuleArgs::Bucket { capacity, rate, .. }) => {
                     match b.settle(now, id, estimate, actual, capacity, rate) {
                         Some(full_in) => {
                             entry.expires_at = now + ceil_ms(full_in).max(1) * 1000;
-                            true
+                            Done
                         }
-                        None => false,
+                        None => lost(b.pushed_out(id)),
                     }
                 }
                 (State::Counters(c), RuleArgs::Counters { window_us, precision_us, .. }) => {
@@ -386,9 +387,9 @@ impl MemoryBackend {
                             if !left {
                                 entry.state = State::Absent;
                             }
-                            true
+                            Done
                         }
-                        None => false,
+                        None => lost(c.pushed_out(now, id, window_us, precision_us)),
                     }
                 }
                 (State::Period(p), RuleArgs::Fixed { .. } | RuleArgs::Quota { .. }) => {
@@ -397,12 +398,12 @@ impl MemoryBackend {
                             if !left {
                                 entry.state = State::Absent;
                             }
-                            true
+                            Done
                         }
-                        None => false,
+                        None => lost(p.pushed_out(now, id)),
                     }
                 }
-                _ => false,
+                _ => Unchanged,
             };
             out.push(done);
         }
@@ -413,7 +414,7 @@ impl MemoryBackend {
     /// lease `lease_id` on these keys of concurrency rules, at `now`:
     /// mirror of `lua/concurrency.lua`'s modes `r` and `e`. Per key, whether
     /// the lease held slots there.
-    pub fn lease(&self, keys: &[Digest], lease_id: &str, extend_to: Option<i64>, now: i64) -> Settled {
+    pub fn lease(&self, keys: &[Digest], lease_id: &str, extend_to: Option<i64>, now: i64) -> super::Held {
         let id = id_hash(lease_id);
         keys.iter()
             .map(|&d| {

@@ -28,8 +28,25 @@ use crate::runtime::{block_on, current_runtime, fork_generation, random_call_id,
 /// current state.)
 pub(crate) type Outcomes = SmallVec<[Outcome; 4]>;
 
-/// A settle's answer: per rule of the plan, whether it was settled there.
-pub(crate) type Settled = SmallVec<[bool; 4]>;
+/// What a settle did on one rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SettleOutcome {
+    /// Corrected to the real cost.
+    Settled,
+    /// Nothing to correct: the call never consumed there, was settled
+    /// already, or its units no longer count.
+    Unchanged,
+    /// The call is not among the 64 recent ids the key keeps, which are all
+    /// newer calls': it may have been pushed out, and its units can no
+    /// longer be told apart. Nothing changed.
+    PushedOut,
+}
+
+/// A settle's answer: per rule of the plan, what it did there.
+pub(crate) type Settled = SmallVec<[SettleOutcome; 4]>;
+
+/// A release's or extend's answer: per key, whether the lease held slots there.
+pub(crate) type Held = SmallVec<[bool; 4]>;
 
 /// How much earlier than the caller's own deadline a check's deadline on
 /// the server is set (at most a quarter of the timeout): the time its reply
@@ -164,7 +181,7 @@ impl Remote {
         }
     }
 
-    async fn lease(&self, keys: &[String], rules: &[&CompiledRule], lease_id: &str, extend_us: Option<i64>, now: Option<i64>) -> Result<Settled> {
+    async fn lease(&self, keys: &[String], rules: &[&CompiledRule], lease_id: &str, extend_us: Option<i64>, now: Option<i64>) -> Result<Held> {
         match self {
             Remote::Redis(r) => r.lease(keys, rules, lease_id, extend_us, now).await,
             Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.lease(keys, rules, lease_id, extend_us, now).await })).await,
@@ -310,7 +327,7 @@ impl Connection {
 
     /// Release (`extend_us` `None`) or extend lease `lease_id` on these keys
     /// of concurrency rules, within the timeout: per key, whether it held slots.
-    pub async fn lease(&self, keys: &[String], rules: &[&CompiledRule], lease_id: &str, extend_us: Option<i64>, now: Option<i64>) -> Result<Settled> {
+    pub async fn lease(&self, keys: &[String], rules: &[&CompiledRule], lease_id: &str, extend_us: Option<i64>, now: Option<i64>) -> Result<Held> {
         let remote = self.get()?;
         self.bounded(remote.lease(keys, rules, lease_id, extend_us, now)).await
     }

@@ -332,7 +332,7 @@ impl RedisBackend {
         call_id: &str,
         actual: u64,
         now: Option<i64>,
-    ) -> Result<smallvec::SmallVec<[bool; 4]>> {
+    ) -> Result<super::Settled> {
         let mut conn = self.conn()?;
         let build = |sha: Option<&str>| settle_command(sha, &plan.keys, &plan.rules, now, call_id, plan.cost, actual);
         let cmd = build(Some(&self.0.sha));
@@ -363,7 +363,8 @@ impl RedisBackend {
             Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
             Err(e) => return Err(e.into()),
         };
-        parse_settle_reply(&reply, keys.len())
+        // The same reply shape as a settle's: 1 where the lease held slots.
+        Ok(parse_settle_reply(&reply, keys.len())?.into_iter().map(|o| o == super::SettleOutcome::Settled).collect())
     }
 
     /// Delete `keys`; returns how many existed.

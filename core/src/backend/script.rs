@@ -1,7 +1,6 @@
 //! The check script: its text, the arguments a plan sends, and its reply.
 
 use crate::algo::Outcome;
-use smallvec::SmallVec;
 use super::Outcomes;
 use crate::error::{Error, ErrorKind, Result};
 use std::fmt::Write as _;
@@ -259,7 +258,7 @@ pub(crate) fn lease_command<K: redis::ToRedisArgs>(
 }
 
 /// Which of `n` rules a settle's reply says were settled.
-pub(crate) fn parse_settle_reply(reply: &[i64], n: usize) -> Result<SmallVec<[bool; 4]>> {
+pub(crate) fn parse_settle_reply(reply: &[i64], n: usize) -> Result<super::Settled> {
     if reply.len() != 2 + n {
         return Err(Error::new(
             ErrorKind::Backend,
@@ -269,7 +268,14 @@ pub(crate) fn parse_settle_reply(reply: &[i64], n: usize) -> Result<SmallVec<[bo
             ),
         ));
     }
-    Ok(reply[2..].iter().map(|&v| v == 1).collect())
+    Ok(reply[2..]
+        .iter()
+        .map(|&v| match v {
+            1 => super::SettleOutcome::Settled,
+            -1 => super::SettleOutcome::PushedOut,
+            _ => super::SettleOutcome::Unchanged,
+        })
+        .collect())
 }
 
 /// True for the reply of a check that reached Redis after its deadline and

@@ -5,10 +5,16 @@
 //! On Redis an override is two keys: the one checks read (`<prefix><rule>:#o{<rule key>}`,
 //! in the rule key's Cluster slot), holding the limit, and an entry in the
 //! rule's index hash `<prefix><rule>#overrides` (field: the rule key; value:
-//! the attributes and the limit as JSON), which [`Limiter::overrides`]
-//! lists. Setting writes the first, then the second; clearing deletes in
-//! the same order, so a check never sees an override the list does not
-//! show unless the second write failed (repeat the call to repair it).
+//! the attributes as JSON), which [`Limiter::overrides`] reads to find them.
+//! On Redis Cluster the two live in different slots, so no write can keep
+//! them in step: the index is only where to look. Listing reads every
+//! indexed override key and lists those that exist, with the limit they
+//! hold (what checks read), so a key deleted, evicted or changed behind the
+//! index, or a clear whose second write failed, never shows a stale entry.
+//! Setting writes the index entry before the override and again after it;
+//! clearing deletes the override, then the index entry, and puts the entry
+//! back when the override exists again by then (a concurrent set): every
+//! override that exists stays indexed.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +23,7 @@ use serde_json::{json, Value};
 use super::{AttrRef, Generation, Limiter};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Attributes;
-use crate::plan::{CompiledRule, RuleArgs};
+use crate::plan::{side_key, CompiledRule, RuleArgs, OVERRIDE_SUFFIX};
 use crate::policy::{MAX_REFILL_RATE, MIN_REFILL_RATE};
 use crate::runtime;
 
@@ -79,14 +85,16 @@ impl Limiter {
         }
         match (&self.inner.memory, &self.inner.remote) {
             (Some(m), _) => {
-                m.set_override(&side, Some(limit));
-                m.index_override(rule, &key, Some(entry_of(rule, &attributes, limit)));
+                m.put_override(rule, &key, &side, Some(entry_of(rule, &attributes, limit)));
                 Ok(())
             }
             (None, Some(remote)) => {
+                let value = json!({ "attributes": attributes }).to_string();
+                let index = redis::cmd("HSET").arg(index_key(r)).arg(&key).arg(&value).clone();
+                remote.query::<()>(&index).await?;
                 remote.query::<()>(redis::cmd("SET").arg(&side).arg(limit)).await?;
-                let value = json!({ "attributes": attributes, "limit": limit }).to_string();
-                remote.query::<()>(redis::cmd("HSET").arg(index_key(r)).arg(&key).arg(value)).await?;
+                // Again: a concurrent clear may have removed the entry meanwhile.
+                remote.query::<()>(&index).await?;
                 Ok(())
             }
             (None, None) => Err(Error::closed()),
@@ -96,19 +104,25 @@ impl Limiter {
     /// Clear the override of one key of `rule`; returns whether there was one.
     pub async fn clear_override<A: Attributes + ?Sized>(&self, rule: &str, attrs: &A) -> Result<bool> {
         let g = self.inner.current.load_full();
-        let (r, key, side, _) = self.override_parts(&g, rule, &AttrRef(attrs))?;
+        let (r, key, side, attributes) = self.override_parts(&g, rule, &AttrRef(attrs))?;
         if let Some(c) = &g.deny_cache {
             c.forget(std::slice::from_ref(&key));
         }
         match (&self.inner.memory, &self.inner.remote) {
             (Some(m), _) => {
-                let had = m.set_override(&side, None);
-                m.index_override(rule, &key, None);
-                Ok(had)
+                Ok(m.put_override(rule, &key, &side, None))
             }
             (None, Some(remote)) => {
                 let n: u64 = remote.query(redis::cmd("DEL").arg(&side)).await?;
                 remote.query::<u64>(redis::cmd("HDEL").arg(index_key(r)).arg(&key)).await?;
+                // A set that ran meanwhile may have written its override after
+                // the DEL, and its index entry before the HDEL: put it back.
+                // (GET rather than EXISTS: the commands the documented ACL allows.)
+                let again: Option<String> = remote.query(redis::cmd("GET").arg(&side)).await?;
+                if again.is_some() {
+                    let value = json!({ "attributes": attributes }).to_string();
+                    remote.query::<()>(redis::cmd("HSET").arg(index_key(r)).arg(&key).arg(value)).await?;
+                }
                 Ok(n > 0)
             }
             (None, None) => Err(Error::closed()),
@@ -124,10 +138,21 @@ impl Limiter {
             (Some(m), _) => Ok(m.overrides_of(rule)),
             (None, Some(remote)) => {
                 let flat: Vec<(String, String)> = remote.query(redis::cmd("HGETALL").arg(index_key(r))).await?;
-                let mut out = Vec::with_capacity(flat.len());
                 let mut sorted = flat;
                 sorted.sort();
-                for (key, value) in sorted {
+                // The limits the override keys hold now (each in its key's slot).
+                let limits = futures_util::future::join_all(sorted.iter().map(|(key, _)| {
+                    let side = side_key(r.head(), key, OVERRIDE_SUFFIX);
+                    async move { remote.query::<Option<String>>(redis::cmd("GET").arg(side)).await }
+                }))
+                .await;
+                let mut out = Vec::with_capacity(sorted.len());
+                for ((key, value), limit) in sorted.into_iter().zip(limits) {
+                    // Indexed, but gone (cleared, deleted or evicted): not an override.
+                    let Some(limit) = limit? else { continue };
+                    let limit: u64 = limit.parse().map_err(|_| {
+                        Error::new(ErrorKind::Backend, format!("override of rule {rule:?} for {key:?}: {limit:?} is not a limit"))
+                    })?;
                     let parsed: Value = serde_json::from_str(&value).map_err(|e| {
                         Error::new(ErrorKind::Backend, format!("override index of rule {rule:?}: entry {key:?} is not JSON: {e}"))
                     })?;
@@ -135,7 +160,6 @@ impl Limiter {
                         .as_object()
                         .map(|o| o.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
                         .unwrap_or_default();
-                    let limit = parsed["limit"].as_u64().unwrap_or(0);
                     out.push(entry_of(rule, &attributes, limit));
                 }
                 Ok(out)

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{AttrRef, CheckOptions, Generation, Limiter};
+use crate::backend::{SettleOutcome, Settled};
 use crate::decision::{ceil_millis, Decision, SettleTicket};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Attributes;
@@ -128,7 +129,10 @@ impl Limiter {
     /// more than the check took, and only while the check's units still count;
     /// a second settle of the same call id changes nothing. Returns the
     /// number of rules settled (0 for a denied or degraded decision, for a
-    /// check already settled, or when no rule applied).
+    /// check already settled, or when no rule applied). When newer checks
+    /// with call ids have pushed the call id out of a key's last 64, that
+    /// rule cannot be settled: an [`ErrorKind::InvalidArgument`] error names
+    /// the call id and those rules (the others are settled all the same).
     ///
     /// The check must have been made with a call id
     /// ([`CheckOptions::call_id`]): the backend records it, and the settle
@@ -197,17 +201,18 @@ impl Limiter {
             lease: None,
         };
         let settled = memory.settle(&digests, actual, self.local_now());
-        Ok(self.count_settled(g, plan, &settled, actual))
+        self.count_settled(g, plan, &settled, actual);
+        answer(plan, &settled)
     }
 
     /// Count a settle's corrections in the totals and, when metrics are
     /// on, per rule (in the counters of the policy `g` the plan was made
-    /// on); returns the number of rules settled. A rule settled to
+    /// on). A rule settled to
     /// `actual` (capped at its limit, as the backends cap it) gave back
     /// what the check's cost exceeded it by, or took what it exceeded the cost by.
-    fn count_settled(&self, g: &Generation, plan: &Plan<'_, String>, settled: &[bool], actual: u64) -> u32 {
+    fn count_settled(&self, g: &Generation, plan: &Plan<'_, String>, settled: &[SettleOutcome], actual: u64) {
         let (mut rules, mut refunded, mut debited) = (0u32, 0u64, 0u64);
-        for (rule, _) in plan.rules.iter().zip(settled).filter(|(_, &done)| done) {
+        for (rule, _) in plan.rules.iter().zip(settled).filter(|(_, &done)| done == SettleOutcome::Settled) {
             let actual = actual.min(rule.limit);
             let (back, taken) = (plan.cost.saturating_sub(actual), actual.saturating_sub(plan.cost));
             rules += 1;
@@ -223,7 +228,6 @@ impl Limiter {
             c.refunded.fetch_add(refunded, std::sync::atomic::Ordering::Relaxed);
             c.debited.fetch_add(debited, std::sync::atomic::Ordering::Relaxed);
         }
-        rules
     }
 
     /// [`Limiter::settle`] answered in place on the embedded backend.
@@ -274,7 +278,8 @@ impl Limiter {
             }
             (None, None) => return Err(Error::closed()),
         };
-        Ok(self.count_settled(g, &plan, &settled, actual))
+        self.count_settled(g, &plan, &settled, actual);
+        answer(&plan, &settled)
     }
 
     /// Wait until a check of `cost` is admitted, at most `timeout`: returns
@@ -334,6 +339,32 @@ impl Limiter {
     ) -> Result<Decision> {
         runtime::block_on(self.acquire_with(attrs, options, timeout))?
     }
+}
+
+/// The answer of a settle: the number of rules settled, or an error naming
+/// the call id and the rules where it is no longer found among the key's
+/// recent ids (pushed out by newer checks with call ids), so that its real
+/// cost is never silently left unapplied there.
+fn answer(plan: &Plan<'_, String>, settled: &Settled) -> Result<u32> {
+    let done = settled.iter().filter(|&&s| s == SettleOutcome::Settled).count();
+    let lost: Vec<String> = plan
+        .rules
+        .iter()
+        .zip(settled)
+        .filter(|(_, &s)| s == SettleOutcome::PushedOut)
+        .map(|(r, _)| format!("{:?}", &*r.name))
+        .collect();
+    if lost.is_empty() {
+        return Ok(done as u32);
+    }
+    Err(Error::invalid_argument(format!(
+        "settle: call_id {:?} is no longer among the last 64 call ids recorded on the key of rule {}: \
+         newer checks with call ids pushed it out, so its real cost was not applied there \
+         (settled on {done} other rule{}); settle sooner, or give the key fewer checks with call ids between a check and its settle",
+        plan.call_id.unwrap_or_default(),
+        lost.join(", "),
+        if done == 1 { "" } else { "s" },
+    )))
 }
 
 /// The [`ErrorKind::Timeout`] of an acquire not admitted in time.
