@@ -329,6 +329,24 @@ const base = `http://127.0.0.1:${process.argv[2]}`;
 })().catch((e) => { console.error(e); process.exit(1); });
 EOF
 
+step "Node: fastify without fastify-plugin (an optional peer dependency), the error names it"
+(cd "$APP" && notool npm install --no-audit --no-fund --prefer-offline fastify@5 >"$WORK/npm-fastify.log" 2>&1) \
+  || { cat "$WORK/npm-fastify.log" >&2; fail "npm install fastify failed"; }
+(cd "$APP" && notool node -) <<'EOF'
+const assert = require('node:assert/strict');
+assert.throws(() => require('fastify-plugin'), { code: 'MODULE_NOT_FOUND' });
+const throttlegate = require('throttlegate/fastify');
+const app = require('fastify')();
+app.register(throttlegate, { policy: { rules: [{ name: 'a', key: 'ip:{ip}', limit: 1, window: '1m' }] } });
+app.ready().then(
+  () => { console.error('the plugin registered without fastify-plugin'); process.exit(1); },
+  (err) => {
+    assert.match(err.message, /throttlegate\/fastify needs the package fastify-plugin, which is not installed/);
+    console.log(`fastify without fastify-plugin: ${err.message}`);
+  },
+);
+EOF
+
 step "Node: without the platform package, the error names it"
 BARE=$WORK/bare
 mkdir -p "$BARE"
