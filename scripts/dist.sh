@@ -9,7 +9,8 @@
 #           throttlegate-<platform>-V.tgz (the prebuilt addon)
 #   c       throttlegate-V-<target>.tar.gz (x86_64-linux-gnu, ...): include/throttlegate.h,
 #           lib/libthrottlegate.so.0 (+ .so link), lib/libthrottlegate.a,
-#           lib/pkgconfig/throttlegate.pc (relocatable: ${pcfiledir})
+#           lib/pkgconfig/throttlegate.pc (relocatable: ${pcfiledir}),
+#           share/doc/throttlegate/README.md, share/licenses/throttlegate/LICENSE-*
 #   cli     throttlegate-cli-V-<target>.tar.gz: the `throttlegate` command
 #
 # Usage: scripts/dist.sh [python] [node] [c] [cli]   (none: all four)
@@ -192,7 +193,11 @@ c_dist() {
   # Relocatable: the prefix is found from the .pc file's own folder.
   sed -e 's|@PREFIX@|${pcfiledir}/../..|' -e "s|@VERSION@|$VERSION|" \
     bindings/c/throttlegate.pc.in >"$dir/lib/pkgconfig/throttlegate.pc"
-  install -m 0644 bindings/c/README.md LICENSE-MIT LICENSE-APACHE "$dir/"
+  # Unpacked into a prefix (/usr/local) with --strip-components=1, only
+  # include/, lib/ and share/ land there.
+  install -d "$dir/share/doc/throttlegate" "$dir/share/licenses/throttlegate"
+  install -m 0644 bindings/c/README.md "$dir/share/doc/throttlegate/"
+  install -m 0644 LICENSE-MIT LICENSE-APACHE "$dir/share/licenses/throttlegate/"
   tarball "$name"
 }
 

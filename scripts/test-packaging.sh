@@ -362,7 +362,28 @@ grep -m1 -o "throttlegate: the native addon for $PLATFORM is missing[^;]*" <<<"$
 step "C: the tarball in a temporary prefix, examples/c/check.c through pkg-config"
 CPREFIX=$WORK/c-prefix
 mkdir -p "$CPREFIX" "$WORK/c"
-tar xzf "$C_TAR" -C "$CPREFIX" --strip-components=1
+# The documented command, as written in the install page and the C README,
+# with a temporary prefix for /usr/local (and no sudo, nor ldconfig for it).
+for doc in docs/getting-started/install.md bindings/c/README.md; do
+  cmd=$(grep -m1 -E '^sudo tar -xzf throttlegate-[0-9.]+-.*-C /usr/local --strip-components=1' "$doc") \
+    || fail "$doc has no tar command for /usr/local"
+  cmd=${cmd%% && *}
+  cmd=${cmd#sudo }
+  cmd=${cmd//\/usr\/local/\"\$PREFIX\"}
+  cmd=${cmd//-x86_64-linux-gnu.tar.gz/-$ARCHIVE.tar.gz}
+  prefix=$WORK/prefix-$(basename "$doc" .md)
+  mkdir -p "$prefix"
+  echo "$doc: $cmd  (PREFIX=$prefix)"
+  (cd "$(dirname "$C_TAR")" && notool env PREFIX="$prefix" bash -euc "$cmd")
+  top=$(ls -A "$prefix" | tr '\n' ' ')
+  [ "$top" = "include lib share " ] || fail "$doc's command puts into the prefix: $top"
+  for f in share/doc/throttlegate/README.md share/licenses/throttlegate/LICENSE-MIT \
+    share/licenses/throttlegate/LICENSE-APACHE include/throttlegate.h lib/pkgconfig/throttlegate.pc; do
+    [ -f "$prefix/$f" ] || fail "$doc's command installs no $f"
+  done
+done
+echo "the prefix holds: $(cd "$prefix" && find . -type f -o -type l | sort | tr '\n' ' ')"
+mv "$prefix"/* "$CPREFIX/"
 cp examples/c/check.c examples/c/rules.toml "$WORK/c/"
 cat >"$WORK/c/version.c" <<'EOF'
 #include <stdio.h>
