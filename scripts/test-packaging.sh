@@ -64,6 +64,7 @@ trap 'exit 130' INT TERM HUP PIPE
 
 step "one version: $VERSION"
 python3 scripts/bump-version --check
+python3 scripts/describe --check
 
 step "the release workflow through actionlint"
 .venv/bin/actionlint -no-color .github/workflows/*.yml
