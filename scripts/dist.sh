@@ -275,5 +275,11 @@ for part in "${PARTS[@]}"; do
     *) echo "dist: unknown part $part (python, node, c, cli)" >&2; exit 2 ;;
   esac
 done
+# The sizes and glibc floors of what was built, measured (dist/sizes.md);
+# SIZES_DOC (make dist: the install page) gets the table.
+if [ "$OS" = linux ]; then
+  step "sizes"
+  python3 scripts/artifact-sizes.py "$DIST" "$VERSION" "$ARCHIVE" "$PLATFORM" ${SIZES_DOC:+--update "$SIZES_DOC"}
+fi
 step "done"
 ls -l "$DIST"

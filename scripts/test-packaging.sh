@@ -7,9 +7,10 @@
 #     release, as `pip install .` builds it; Node, C and the command: dev,
 #     stripped), each final crate linked again with zig for glibc 2.17 as
 #     make dist links the release. Every Linux binary needs no GLIBC_
-#     symbol version above 2.17 (objdump -T), auditwheel agrees; twine
-#     check, npm pack --dry-run contents, the release workflow through
-#     actionlint;
+#     symbol version above 2.17 (objdump -T), auditwheel agrees; the
+#     artifacts built in release match the install page's table (sizes,
+#     glibc); twine check, npm pack --dry-run contents, the release
+#     workflow through actionlint;
 #  3. with no Rust toolchain reachable (a PATH and HOME from which cargo and
 #     rustc cannot be found, checked first), on a redis-server of its own:
 #     - a fresh venv installs the wheel from dist/, checks against Redis and
@@ -26,7 +27,8 @@
 #
 # SKIP_DIST=1 tests the artifacts already in $DIST (the release workflow's
 # builds); SKIP_SDIST=1 leaves out step 4. PROFILE and PY_PROFILE choose
-# the builds that dist.sh packs.
+# the builds that dist.sh packs (the install page's table is checked for
+# those built in release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -124,6 +126,15 @@ for bin in throttlegate/_native.abi3.so "package/throttlegate.$PLATFORM.node" \
     || fail "$bin needs GLIBC_$need, above the floor $FLOOR: $(objdump -T "$WORK/bins/$bin" | grep "GLIBC_$need" | head -3)"
   echo "$(basename "$bin"): newest symbol version GLIBC_$need (floor $FLOOR)"
 done
+if [ -z "${SKIP_DIST:-}" ]; then
+  # The rows of what was built in release: the sdist and the npm main
+  # package (no binary), the wheel and the rest as their profiles are.
+  only='^throttlegate-[0-9.]+\.(tar\.gz|tgz)$'
+  if [ "$PY_PROFILE" = release ]; then only+='|\.whl$'; fi
+  if [ "$PROFILE" = release ]; then only='.'; fi
+  python3 scripts/artifact-sizes.py "$DIST" "$VERSION" "$ARCHIVE" "$PLATFORM" \
+    --check docs/getting-started/install.md --only "$only"
+fi
 
 step "the wheel: abi3, stripped, typed; twine check"
 "$VPY" - "$WHEEL" "$WORK/wheel" <<'EOF'
