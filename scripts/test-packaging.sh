@@ -110,10 +110,10 @@ FLOOR=$(sed -n "s/^const GLIBC_FLOOR = '\(2\.[0-9]*\)';/\1/p" bindings/node/nati
 [ -n "$FLOOR" ] || fail "bindings/node/native.js names no GLIBC_FLOOR"
 grep -q "GLIBC=\${GLIBC-$FLOOR}" scripts/dist.sh || fail "scripts/dist.sh does not link for glibc $FLOOR by default"
 [[ $(basename "$WHEEL") =~ manylinux_2_${FLOOR#2.}_$(uname -m)[.] ]] || fail "the wheel is not tagged manylinux_2_${FLOOR#2.}: $WHEEL"
-"$VPY" -m auditwheel show "$WHEEL" >"$WORK/auditwheel.txt"
-grep -q "platform tag to \"manylinux_2_${FLOOR#2.}_$(uname -m)\"" "$WORK/auditwheel.txt" \
-  || { cat "$WORK/auditwheel.txt" >&2; fail "auditwheel does not constrain the wheel to manylinux_2_${FLOOR#2.}"; }
-echo "auditwheel show: $(grep -o 'constrains the platform tag to "[^"]*"' "$WORK/auditwheel.txt")"
+"$VPY" -m auditwheel show "$WHEEL" | tr -s '\n ' '  ' >"$WORK/auditwheel.txt"
+grep -q "consistent with the following platform tag: \"manylinux_2_${FLOOR#2.}_$(uname -m)\"" "$WORK/auditwheel.txt" \
+  || { cat "$WORK/auditwheel.txt" >&2; fail "auditwheel does not find the wheel consistent with manylinux_2_${FLOOR#2.}"; }
+echo "auditwheel show: $(grep -o 'consistent with the following platform tag: "[^"]*"' "$WORK/auditwheel.txt")"
 mkdir -p "$WORK/bins"
 "$VPY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("throttlegate/_native.abi3.so", sys.argv[2])' "$WHEEL" "$WORK/bins"
 tar xzf "$NPM_PLATFORM" -C "$WORK/bins" "package/throttlegate.$PLATFORM.node"
