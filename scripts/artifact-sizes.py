@@ -50,8 +50,8 @@ def measure(dist, version, archive, platform):
     tmp = tempfile.mkdtemp()
 
     def save(t, member):
-        """Write a member of a tarball into tmp (its name flattened)."""
-        out = os.path.join(tmp, os.path.basename(member.name))
+        """Write a member of a tarball into tmp, under a name of its own."""
+        out = os.path.join(tmp, f"{len(os.listdir(tmp))}-{os.path.basename(member.name)}")
         with open(out, "wb") as f:
             f.write(t.extractfile(member).read())
         return out
@@ -64,7 +64,9 @@ def measure(dist, version, archive, platform):
     for wheel in wheels:
         with zipfile.ZipFile(os.path.join(dist, wheel)) as z:
             info = z.getinfo("throttlegate/_native.abi3.so")
-            ext = z.extract(info, tmp)
+            ext = os.path.join(tmp, f"{len(os.listdir(tmp))}-_native.abi3.so")
+            with open(ext, "wb") as f:
+                f.write(z.read(info))
         rows.append((wheel, "Python 3.9+", os.path.getsize(os.path.join(dist, wheel)),
                      f"{human(info.file_size)} extension", glibc_floor(ext)))
     p = path(f"throttlegate-{version}.tar.gz")
@@ -77,26 +79,26 @@ def measure(dist, version, archive, platform):
     if p:
         with tarfile.open(p) as t:
             member = t.getmember(f"package/throttlegate.{platform}.node")
-            save(t, member)
+            node = save(t, member)
         rows.append((os.path.basename(p), "npm: the addon", os.path.getsize(p), f"{human(member.size)} addon",
-                     glibc_floor(os.path.join(tmp, os.path.basename(member.name)))))
+                     glibc_floor(node)))
     p = path(f"throttlegate-{version}-{archive}.tar.gz")
     if p:
         top = f"throttlegate-{version}-{archive}"
         with tarfile.open(p) as t:
             so = t.getmember(f"{top}/lib/libthrottlegate.so.0")
             a = t.getmember(f"{top}/lib/libthrottlegate.a")
-            save(t, so)
+            so_file = save(t, so)
         rows.append((os.path.basename(p), "C", os.path.getsize(p), f"`.so` {human(so.size)}, `.a` {human(a.size)}",
-                     glibc_floor(os.path.join(tmp, os.path.basename(so.name)))))
+                     glibc_floor(so_file)))
     p = path(f"throttlegate-cli-{version}-{archive}.tar.gz")
     if p:
         top = f"throttlegate-cli-{version}-{archive}"
         with tarfile.open(p) as t:
             exe = t.getmember(f"{top}/throttlegate")
-            save(t, exe)
+            exe_file = save(t, exe)
         rows.append((os.path.basename(p), "the command", os.path.getsize(p), f"{human(exe.size)} binary",
-                     glibc_floor(os.path.join(tmp, os.path.basename(exe.name)))))
+                     glibc_floor(exe_file)))
     return rows
 
 
