@@ -142,7 +142,9 @@ async function throttlegatePlugin(fastify, options) {
   if (options.limiter === undefined) fastify.addHook('onClose', () => o.limiter.close());
 }
 
-function missingFastifyPlugin() {
+// Async, so that Fastify's loader turns the error into a failed register()
+// / ready() rather than an uncaught exception.
+async function missingFastifyPlugin() {
   const e = new Error(
     `${WHERE} needs the package fastify-plugin, which is not installed: ` +
       'install it beside fastify (`npm i fastify-plugin`; fastify-plugin 4 for fastify 4, 5 or later for fastify 5)',
