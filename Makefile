@@ -99,11 +99,14 @@ fuzz:
 	  python3 tests/vectors/generate.py --random $(FUZZ_VECTORS) --seed $(FUZZ_SEED) --out "$$dir" && \
 	  THROTTLEGATE_VECTORS="$$dir" $(CARGO) test --release -p throttlegate --test vectors -- every_vector
 
-## The release artifacts of this machine's target in dist/ (see scripts/dist.sh):
-## the Python wheel and sdist, the npm main and platform packages, the C and CLI tarballs.
+## The release artifacts of this machine's target in dist/ (see scripts/dist.sh): the Python
+## wheel and sdist, the npm main and platform packages, the C and CLI tarballs; on Linux for
+## glibc 2.17 (zig from PyPI, with maturin, into .venv). Their sizes and glibc floors, measured,
+## go into dist/sizes.md and the table of docs/getting-started/install.md.
 PROFILE ?= release
+SIZES_DOC ?= $(if $(filter release,$(PROFILE)),docs/getting-started/install.md)
 dist:
-	PROFILE=$(PROFILE) scripts/dist.sh
+	PROFILE=$(PROFILE) SIZES_DOC=$(SIZES_DOC) scripts/dist.sh
 
 ## Build the C library and install it: make install PREFIX=/usr/local (DESTDIR is honoured).
 PREFIX ?= /usr/local

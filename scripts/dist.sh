@@ -9,7 +9,8 @@
 #           throttlegate-<platform>-V.tgz (the prebuilt addon)
 #   c       throttlegate-V-<target>.tar.gz (x86_64-linux-gnu, ...): include/throttlegate.h,
 #           lib/libthrottlegate.so.0 (+ .so link), lib/libthrottlegate.a,
-#           lib/pkgconfig/throttlegate.pc (relocatable: ${pcfiledir})
+#           lib/pkgconfig/throttlegate.pc (relocatable: ${pcfiledir}),
+#           share/doc/throttlegate/README.md, share/licenses/throttlegate/LICENSE-*
 #   cli     throttlegate-cli-V-<target>.tar.gz: the `throttlegate` command
 #
 # Usage: scripts/dist.sh [python] [node] [c] [cli]   (none: all four)
@@ -17,10 +18,21 @@
 #   PROFILE       cargo profile (release; make test reuses its dev builds)
 #   PY_PROFILE    cargo profile of the wheel (PROFILE)
 #   TARGET        target triple (the host's); cross builds pass --target
-#   PY_COMPAT     maturin --compatibility (default: the lowest manylinux
-#                 policy maturin's audit finds the extension meets)
+#   GLIBC         the oldest glibc the Linux gnu artifacts run on (2.17):
+#                 the extension, the addon, the library and the command are
+#                 linked with zig for it (scripts/glibc-floor.sh), their
+#                 dependencies built as for make test; empty: the build
+#                 machine's linker and glibc
+#   PY_COMPAT     maturin --compatibility (default: manylinux_2_17 from
+#                 GLIBC; with GLIBC empty, the lowest manylinux policy
+#                 maturin's audit finds the extension meets)
 #   DIST          output folder (dist)
-#   PYTHON        a Python with maturin (.venv/bin/python when present)
+#   PYTHON        the Python of the build tools (default: TOOLS_VENV's,
+#                 made when missing); maturin and, for GLIBC, PyPI's
+#                 ziglang and cargo-zigbuild are installed into it
+#   TOOLS_VENV    that venv (.venv, the one make test uses)
+#   SIZES_DOC     a page whose artifact table gets the measured sizes
+#                 (make dist: docs/getting-started/install.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,14 +46,35 @@ HOST=$(rustc -vV | sed -n 's/^host: //p')
 TARGET=${TARGET:-$HOST}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 STAGE=$ROOT/target/dist-stage/$TARGET
+# The glibc floor of the Linux gnu artifacts: 2.17 (CentOS 7, manylinux2014),
+# whatever the build machine's glibc.
+case "$TARGET" in
+  *-linux-gnu) GLIBC=${GLIBC-2.17} ;;
+  *) GLIBC="" ;;
+esac
 # The wheel's platform tag: maturin audits the extension (the glibc symbol
-# versions it needs, the libraries it links) and tags it with the lowest
-# manylinux policy it meets (here, on glibc 2.36: manylinux_2_34);
-# `--auditwheel check` makes it fail rather than repair. PY_COMPAT asks for
-# a policy of your own (maturin refuses one the extension does not meet).
-PY_COMPAT=${PY_COMPAT:-}
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=$ROOT/.venv/bin/python; else PYTHON=python3; fi
+# versions it needs, the libraries it links) and, with `--auditwheel check`,
+# fails rather than repair; PY_COMPAT (manylinux_2_17 from GLIBC) makes it
+# refuse an extension that needs more. With neither, it tags the lowest
+# policy the extension meets.
+PY_COMPAT=${PY_COMPAT:-${GLIBC:+manylinux_${GLIBC/./_}}}
+
+PARTS=("$@")
+if [ ${#PARTS[@]} -eq 0 ]; then PARTS=(python node c cli); fi
+
+# The build tools in a local venv, as make test installs its own (a clean
+# clone has none): maturin for the wheel, zig for GLIBC (LINK_ARGS: the
+# rustc arguments that link the final artifacts for it).
+LINK_ARGS=()
+if [[ " ${PARTS[*]} " == *" python "* || -n $GLIBC ]]; then
+  if [ -z "${PYTHON:-}" ]; then
+    TOOLS_VENV=${TOOLS_VENV:-$ROOT/.venv}
+    if [ ! -x "$TOOLS_VENV/bin/python" ]; then python3 -m venv "$TOOLS_VENV"; fi
+    PYTHON=$TOOLS_VENV/bin/python
+  fi
+  "$PYTHON" -m pip install --quiet --disable-pip-version-check "maturin>=1.9,<2"
+  . scripts/glibc-floor.sh
+  glibc_floor "$TARGET" "$GLIBC" "$PYTHON"
 fi
 
 step() { printf '\n== dist: %s\n' "$*"; }
@@ -108,6 +141,7 @@ python_dist() {
   if [ "$TARGET" != "$HOST" ]; then args+=(--target "$TARGET"); fi
   if [ "$OS" = linux ]; then args+=(--auditwheel check); fi
   if [ -n "$PY_COMPAT" ]; then args+=(--compatibility "$PY_COMPAT"); fi
+  if [ ${#LINK_ARGS[@]} -gt 0 ]; then args+=(-- "${LINK_ARGS[@]}"); fi
   rm -f "$DIST"/throttlegate-"$VERSION"-*.whl
   "$PYTHON" -m maturin "${args[@]}"
   rm -f "$DIST/throttlegate-$VERSION.tar.gz"
@@ -119,9 +153,17 @@ node_dist() {
   local pkg=$ROOT/npm/$PLATFORM addon
   addon=$pkg/throttlegate.$PLATFORM.node
   local cross=()
-  if [ "$TARGET" != "$HOST" ]; then cross=(CARGO_BUILD_TARGET="$TARGET"); fi
-  env "${cross[@]}" "${CDYLIB_ENV[@]}" THROTTLEGATE_BUILD_PROFILE="$PROFILE" THROTTLEGATE_ADDON_OUT="$addon" \
-    node bindings/node/build.js
+  if [ ${#LINK_ARGS[@]} -gt 0 ]; then
+    # The addon crate alone linked for GLIBC (build.js builds it as
+    # `npm ci` does, with the toolchain's linker).
+    cargo_args "$PROFILE"
+    "$CARGO" rustc -q -p throttlegate-node --lib "${CARGO_ARGS[@]}" -- "${LINK_ARGS[@]}"
+    install -m 0755 "$(out_dir "$PROFILE")/libthrottlegate_node.so" "$addon"
+  else
+    if [ "$TARGET" != "$HOST" ]; then cross=(CARGO_BUILD_TARGET="$TARGET"); fi
+    env "${cross[@]}" "${CDYLIB_ENV[@]}" THROTTLEGATE_BUILD_PROFILE="$PROFILE" THROTTLEGATE_ADDON_OUT="$addon" \
+      node bindings/node/build.js
+  fi
   strip_binary "$addon"
   rm -f "$DIST/throttlegate-$PLATFORM-$VERSION.tgz" "$DIST/throttlegate-$VERSION.tgz"
   npm pack "$pkg" --pack-destination "$DIST" --ignore-scripts --silent >/dev/null
@@ -162,7 +204,11 @@ c_dist() {
   local name=throttlegate-$VERSION-$ARCHIVE out
   local dir=$STAGE/$name
   cargo_args "$PROFILE"
-  env "${CDYLIB_ENV[@]}" "$CARGO" build -q -p throttlegate-c "${CARGO_ARGS[@]}"
+  if [ ${#LINK_ARGS[@]} -gt 0 ]; then
+    "$CARGO" rustc -q -p throttlegate-c --lib "${CARGO_ARGS[@]}" -- "${LINK_ARGS[@]}"
+  else
+    env "${CDYLIB_ENV[@]}" "$CARGO" build -q -p throttlegate-c "${CARGO_ARGS[@]}"
+  fi
   out=$(out_dir "$PROFILE")
   rm -rf "$dir"
   mkdir -p "$dir/include" "$dir/lib/pkgconfig"
@@ -192,7 +238,11 @@ c_dist() {
   # Relocatable: the prefix is found from the .pc file's own folder.
   sed -e 's|@PREFIX@|${pcfiledir}/../..|' -e "s|@VERSION@|$VERSION|" \
     bindings/c/throttlegate.pc.in >"$dir/lib/pkgconfig/throttlegate.pc"
-  install -m 0644 bindings/c/README.md LICENSE-MIT LICENSE-APACHE "$dir/"
+  # Unpacked into a prefix (/usr/local) with --strip-components=1, only
+  # include/, lib/ and share/ land there.
+  install -d "$dir/share/doc/throttlegate" "$dir/share/licenses/throttlegate"
+  install -m 0644 bindings/c/README.md "$dir/share/doc/throttlegate/"
+  install -m 0644 LICENSE-MIT LICENSE-APACHE "$dir/share/licenses/throttlegate/"
   tarball "$name"
 }
 
@@ -202,7 +252,11 @@ cli_dist() {
   local dir=$STAGE/$name
   if [ "$OS" = windows ]; then exe=throttlegate.exe; fi
   cargo_args "$PROFILE"
-  "$CARGO" build -q -p throttlegate-cli --bin throttlegate "${CARGO_ARGS[@]}"
+  if [ ${#LINK_ARGS[@]} -gt 0 ]; then
+    "$CARGO" rustc -q -p throttlegate-cli --bin throttlegate "${CARGO_ARGS[@]}" -- "${LINK_ARGS[@]}"
+  else
+    "$CARGO" build -q -p throttlegate-cli --bin throttlegate "${CARGO_ARGS[@]}"
+  fi
   out=$(out_dir "$PROFILE")
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -212,8 +266,6 @@ cli_dist() {
   tarball "$name"
 }
 
-PARTS=("$@")
-if [ ${#PARTS[@]} -eq 0 ]; then PARTS=(python node c cli); fi
 for part in "${PARTS[@]}"; do
   case "$part" in
     python) python_dist ;;
@@ -223,5 +275,11 @@ for part in "${PARTS[@]}"; do
     *) echo "dist: unknown part $part (python, node, c, cli)" >&2; exit 2 ;;
   esac
 done
+# The sizes and glibc floors of what was built, measured (dist/sizes.md);
+# SIZES_DOC (make dist: the install page) gets the table.
+if [ "$OS" = linux ]; then
+  step "sizes"
+  python3 scripts/artifact-sizes.py "$DIST" "$VERSION" "$ARCHIVE" "$PLATFORM" ${SIZES_DOC:+--update "$SIZES_DOC"}
+fi
 step "done"
 ls -l "$DIST"

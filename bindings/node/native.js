@@ -10,7 +10,9 @@
 //    that fits the machine.
 //
 // When none loads, the error names the platform package this machine needs
-// and what was tried.
+// and what was tried; when an addon was found but this glibc is too old for
+// it, the error names the glibc it needs (npm's `libc: glibc` has no version,
+// so npm installs a gnu package on any glibc).
 'use strict';
 
 const fs = require('node:fs');
@@ -26,6 +28,36 @@ const PLATFORMS = [
   'darwin-arm64',
   'win32-x64-msvc',
 ];
+
+/** The oldest glibc the published Linux gnu addons load on (scripts/dist.sh's GLIBC). */
+const GLIBC_FLOOR = '2.17';
+
+/** This process's glibc version, or null (not glibc, or unknown). */
+function glibcRuntime() {
+  const report = process.report && typeof process.report.getReport === 'function'
+    ? process.report.getReport()
+    : null;
+  return (report && report.header && report.header.glibcVersionRuntime) || null;
+}
+
+/**
+ * The error for an addon that needs a newer glibc than this one, from the
+ * dynamic loader's message (``version `GLIBC_2.34' not found``), or null.
+ */
+function glibcError(platform, what, err) {
+  const m = /version [`']GLIBC_([0-9.]+)' not found/.exec(err.message);
+  if (!m) return null;
+  const runtime = glibcRuntime();
+  const floor = platform.endsWith('-gnu')
+    ? ` (the published package throttlegate-${platform} needs glibc ${GLIBC_FLOOR} or later)`
+    : '';
+  const e = new Error(
+    `throttlegate: the native addon ${what} needs glibc ${m[1]} or later, and this system has ` +
+      `glibc ${runtime || 'of an unknown version'}${floor}: ${err.message.split('\n')[0]}`,
+  );
+  e.code = 'internal';
+  return e;
+}
 
 /** Whether this Linux runs on musl (Alpine) rather than glibc. */
 function isMusl() {
@@ -54,11 +86,14 @@ function platformName() {
 
 function load() {
   const tried = [];
+  const platform = platformName();
+  let tooOld = null;
   const attempt = (what, fn) => {
     try {
       return fn();
     } catch (err) {
       tried.push(`${what}: ${err.message.split('\n')[0]}`);
+      tooOld = tooOld || glibcError(platform, what, err);
       return null;
     }
   };
@@ -66,8 +101,8 @@ function load() {
   if (override) {
     const binding = attempt(override, () => require(override));
     if (binding) return binding;
+    if (tooOld) throw tooOld;
   } else {
-    const platform = platformName();
     const pkg = `throttlegate-${platform}`;
     for (const file of ['throttlegate.node', `throttlegate.${platform}.node`]) {
       const full = path.join(__dirname, file);
@@ -77,6 +112,7 @@ function load() {
     }
     const binding = attempt(pkg, () => require(pkg));
     if (binding) return binding;
+    if (tooOld) throw tooOld;
     const supported = PLATFORMS.includes(platform)
       ? `install it with \`npm i ${pkg}\` (npm skips it when installed with --no-optional ` +
         'or --omit=optional, or when the lock file was made on another platform)'

@@ -24,7 +24,7 @@ describe('TypeScript declarations', () => {
     assert.equal(r.status, 0, r.stdout + r.stderr);
   });
 
-  it('reject misuse: wrong field types, unknown options, bad failure modes, tls values of the wrong type', () => {
+  it('reject misuse: wrong field types, unknown options, bad failure modes, tls values of the wrong type, Express req.rateLimit as another type', () => {
     const bad = path.join(project, `misuse-${process.pid}.ts`);
     fs.writeFileSync(
       bad,
@@ -40,6 +40,8 @@ describe('TypeScript declarations', () => {
         "const app = Fastify();",
         "void app.register(throttlegateFastify, { limiter: l, headers: 'yes' });",
         "app.get('/x', { config: { rateLimit: { cost: 'two' } } }, async () => 'x');",
+        "import express from 'express';",
+        "express().get('/', (req) => { const n: number | undefined = req.rateLimit; console.log(n); });",
         'void f();',
         '',
       ].join('\n'),
@@ -54,6 +56,7 @@ describe('TypeScript declarations', () => {
       assert.match(out, /Type 'number' is not assignable to type 'string \| Buffer/);
       assert.match(out, /Type 'string' is not assignable to type 'boolean/);
       assert.match(out, /is not assignable to type 'RouteRateLimitOptions & \{ cost: string; \}'/);
+      assert.match(out, /Type 'Decision \| undefined' is not assignable to type 'number \| undefined'/);
     } finally {
       fs.rmSync(bad, { force: true });
     }

@@ -6,6 +6,7 @@ import { rateLimit } from 'throttlegate/express';
 import type { RateLimitedRequest } from 'throttlegate/express';
 import { registerMetrics } from 'throttlegate/prometheus';
 import { createServer } from 'node:http';
+import express from 'express';
 import Fastify from 'fastify';
 import throttlegateFastify from 'throttlegate/fastify';
 import type { FastifyRateLimitOptions } from 'throttlegate/fastify';
@@ -84,6 +85,14 @@ async function main(): Promise<void> {
     onDenied: (req, res, next, decision) => res.writeHead(429).end(decision.problemJson ?? ''),
   });
   createServer((req, res) => middleware(req, res, () => res.end('ok')));
+  // On Express, `req.rateLimit` and `req.rateLimitAttributes` are typed on its own Request.
+  const app = express();
+  app.use(rateLimit({ policy }));
+  app.get('/', (req, res) => {
+    const decision: Decision | undefined = req.rateLimit;
+    const checkedWith: Record<string, string | null | undefined> | undefined = req.rateLimitAttributes;
+    res.json({ remaining: decision?.remaining ?? null, ip: checkedWith?.ip ?? null });
+  });
   const loginLimit = middleware.limit('5/minute');
   const keyed = middleware.limit({ rate: '100 per hour', key: '{api_key}', name: 'api' });
   createServer((req, res) => loginLimit(req, res, () => keyed(req, res, () => res.end('ok'))));
