@@ -6,7 +6,9 @@
 #     test-python and test-node built, the C library, the CLI, and a
 #     redis-server it starts on a free loopback port);
 #  3. compile and run the Rust blocks as doc tests (crate throttlegate-docs);
-#  4. open the front page and a guide in Debian's headless Chromium.
+#  4. open the front page and a guide in Debian's headless Chromium;
+#  5. `make demo`, the README's first command (make test runs the others:
+#     docs here, dist in test-packaging).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/need.sh  # need TOOL PACKAGE
@@ -35,3 +37,11 @@ t=$SECONDS
 cargo test -q -p throttlegate-docs --doc
 node --test tests/docs/
 echo "test-docs: examples and browser checks in $((SECONDS - t))s"
+
+# The README's first command, as a new user runs it (the CLI is built already).
+make --no-print-directory demo >"${TMPDIR:-/tmp}/tg-demo.$$" \
+  || { cat "${TMPDIR:-/tmp}/tg-demo.$$"; rm -f "${TMPDIR:-/tmp}/tg-demo.$$"; exit 1; }
+grep -q "allowed\|admitted" "${TMPDIR:-/tmp}/tg-demo.$$" \
+  || { echo "make demo printed no simulation:" >&2; cat "${TMPDIR:-/tmp}/tg-demo.$$" >&2; rm -f "${TMPDIR:-/tmp}/tg-demo.$$"; exit 1; }
+rm -f "${TMPDIR:-/tmp}/tg-demo.$$"
+echo "test-docs: make demo ran"
