@@ -444,16 +444,24 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
     status, stdout = run_part(fixed_cmd, part_timeout(seconds))
     fixed_rows, fixed_failure = part_rows("Node, embedded, fixed window", fixed_cmd[len(pin):], status, stdout,
                                           fixed_result)
+    # The same, through Limiter.checkSync (no Promise): a synchronous loop next to RateLimiterMemory.
+    sync_result = work / "node-memory-fixed-sync.json"
+    sync_cmd = [*fixed_cmd[:-2], "--sync", "--json", str(sync_result)]
+    status, stdout = run_part(sync_cmd, part_timeout(seconds))
+    sync_rows, sync_failure = part_rows("Node, embedded, fixed window, checkSync", sync_cmd[len(pin):], status,
+                                        stdout, sync_result)
     out += [f"`node benches/node/bench.js {seconds:g} --redis-url URL --json FILE`, checks per second "
             "(rate-limiter-flexible: RateLimiterRedis over ioredis, RateLimiterMemory; RateLimiterUnion "
             "for several rules); throttlegate's rules are sliding-window logs. The memory rows with a fixed "
             f"window come from `node benches/node/bench.js {seconds:g} --backend memory --algorithm fixed_window "
             "--rules 1 --in-flight 1,64`: like for like, since RateLimiterMemory counts a fixed window per key "
-            "(the log rows stay for reference).", "",
+            "(the log rows stay for reference). The rows of `checkSync` add `--sync`: a synchronous loop of "
+            "`Limiter.checkSync` (no Promise, nothing in flight) next to RateLimiterMemory at 1 and 64 in flight.",
+            "",
             "| backend | throttlegate's algorithm | rules | in flight | throttlegate | rate-limiter-flexible | ratio "
             "| goal |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for row in rows + (fixed_rows or []):
+    for row in rows + (fixed_rows or []) + (sync_rows or []):
         ratio = row["ours"] / row["theirs"]
         rules = f"{row['rules']} rule{'s' if row['rules'] > 1 else ''}"
         fixed = row.get("algorithm") == "fixed_window"
@@ -463,6 +471,9 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
         elif row["backend"] == "redis" and row["inFlight"] == 64:
             need = 1.3 if row["rules"] == 1 else 3.0
             goals.append((f"Node, redis, {rules}, 64 in flight, >= {need}x rate-limiter-flexible", need))
+        elif row["backend"] == "memory" and fixed and row.get("api") == "checkSync":
+            goals.append((f"Node, embedded, {rules}, checkSync vs {row['inFlight']} in flight, fixed window >= 1.5x "
+                          "RateLimiterMemory (like for like)", 1.5))
         elif row["backend"] == "memory" and fixed:
             goals.append((f"Node, embedded, {rules}, {row['inFlight']} in flight, fixed window >= 1.5x "
                           "RateLimiterMemory (like for like)", 1.5))
@@ -473,10 +484,14 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
             GOALS.append((name, f"{ratio:.2f}x", met(ratio >= need)))
         goal = "; ".join(f">= {need:.1f}x: {met(ratio >= need)}" for _, need in goals)
         algo = "fixed window" if fixed else "sliding-window log"
+        if row.get("api") == "checkSync":
+            algo += ", checkSync"
         out.append(f"| {row['backend']} | {algo} | {row['rules']} | {row['inFlight']} | {fmt_int(row['ours'])} | "
                    f"{fmt_int(row['theirs'])} | {ratio:.2f}x | {goal} |")
     if fixed_rows is None:
         out += ["", *fixed_failure]
+    if sync_rows is None:
+        out += ["", *sync_failure]
     one = [row for row in rows if row["backend"] == "redis" and row["rules"] == 1 and row["inFlight"] == 64]
     if one and ceiling_tg1 and brackets:
         ours = one[0]["ours"]
@@ -489,7 +504,7 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
         GOALS.append(("Node, 1 rule, 64 in flight, >= 85% of the pipelined redis-benchmark ceiling (measured "
                       "around the Node run)", f"{100 * share:.0f}%", met(share >= 0.85)))
     out.append("")
-    return out, fixed_rows is not None
+    return out, fixed_rows is not None and sync_rows is not None
 
 
 # ---------------------------------------------------------------------------
