@@ -451,16 +451,24 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
     status, stdout = run_part(fixed_cmd, part_timeout(seconds))
     fixed_rows, fixed_failure = part_rows("Node, embedded, fixed window", fixed_cmd[len(pin):], status, stdout,
                                           fixed_result)
+    # The same, through Limiter.checkSync (no Promise): a synchronous loop next to RateLimiterMemory.
+    sync_result = work / "node-memory-fixed-sync.json"
+    sync_cmd = [*fixed_cmd[:-2], "--sync", "--json", str(sync_result)]
+    status, stdout = run_part(sync_cmd, part_timeout(seconds))
+    sync_rows, sync_failure = part_rows("Node, embedded, fixed window, checkSync", sync_cmd[len(pin):], status,
+                                        stdout, sync_result)
     out += [f"`node benches/node/bench.js {seconds:g} --redis-url URL --json FILE`, checks per second "
             "(rate-limiter-flexible: RateLimiterRedis over ioredis, RateLimiterMemory; RateLimiterUnion "
             "for several rules); throttlegate's rules are sliding-window logs. The memory rows with a fixed "
             f"window come from `node benches/node/bench.js {seconds:g} --backend memory --algorithm fixed_window "
             "--rules 1 --in-flight 1,64`: like for like, since RateLimiterMemory counts a fixed window per key "
-            "(the log rows stay for reference).", "",
+            "(the log rows stay for reference). The rows of `checkSync` add `--sync`: a synchronous loop of "
+            "`Limiter.checkSync` (no Promise, nothing in flight) next to RateLimiterMemory at 1 and 64 in flight.",
+            "",
             "| backend | throttlegate's algorithm | rules | in flight | throttlegate | rate-limiter-flexible | ratio "
             "| goal |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for row in rows + (fixed_rows or []):
+    for row in rows + (fixed_rows or []) + (sync_rows or []):
         ratio = row["ours"] / row["theirs"]
         rules = f"{row['rules']} rule{'s' if row['rules'] > 1 else ''}"
         fixed = row.get("algorithm") == "fixed_window"
@@ -470,6 +478,9 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
         elif row["backend"] == "redis" and row["inFlight"] == 64:
             need = 1.3 if row["rules"] == 1 else 3.0
             goals.append((f"Node, redis, {rules}, 64 in flight, >= {need}x rate-limiter-flexible", need))
+        elif row["backend"] == "memory" and fixed and row.get("api") == "checkSync":
+            goals.append((f"Node, embedded, {rules}, checkSync vs {row['inFlight']} in flight, fixed window >= 1.5x "
+                          "RateLimiterMemory (like for like)", 1.5))
         elif row["backend"] == "memory" and fixed:
             goals.append((f"Node, embedded, {rules}, {row['inFlight']} in flight, fixed window >= 1.5x "
                           "RateLimiterMemory (like for like)", 1.5))
@@ -480,10 +491,14 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
             GOALS.append((name, f"{ratio:.2f}x", met(ratio >= need)))
         goal = "; ".join(f">= {need:.1f}x: {met(ratio >= need)}" for _, need in goals)
         algo = "fixed window" if fixed else "sliding-window log"
+        if row.get("api") == "checkSync":
+            algo += ", checkSync"
         out.append(f"| {row['backend']} | {algo} | {row['rules']} | {row['inFlight']} | {fmt_int(row['ours'])} | "
                    f"{fmt_int(row['theirs'])} | {ratio:.2f}x | {goal} |")
     if fixed_rows is None:
         out += ["", *fixed_failure]
+    if sync_rows is None:
+        out += ["", *sync_failure]
     one = [row for row in rows if row["backend"] == "redis" and row["rules"] == 1 and row["inFlight"] == 64]
     if one and ceiling_tg1 and brackets:
         ours = one[0]["ours"]
@@ -496,7 +511,7 @@ def bench_node(r: Resp, port: int, pin: list[str], seconds: float, work: Path, c
         GOALS.append(("Node, 1 rule, 64 in flight, >= 85% of the pipelined redis-benchmark ceiling (measured "
                       "around the Node run)", f"{100 * share:.0f}%", met(share >= 0.85)))
     out.append("")
-    return out, fixed_rows is not None
+    return out, fixed_rows is not None and sync_rows is not None
 
 
 # ---------------------------------------------------------------------------
@@ -543,17 +558,31 @@ def bench_python(r: Resp, port: int, pin: list[str], seconds: float, work: Path)
         out.append(f"| {scen} | {row.get('rules', '')} | {fmt_int(row['ours'])} | {fmt_int(row['theirs'])} | "
                    f"{ratio:.2f}x | {goal} |")
     if embedded:
-        out += ["", "| embedded backend | rules | throttlegate (µs per check) | limits in memory (µs per check) | goal |",
-                "| --- | ---: | ---: | ---: | --- |"]
+        # A ratio, in the same run: how many times faster than `limits`' in-memory moving window
+        # (like for like: a log) and its MemoryStorage fixed window (a counter, cheaper).
+        out += ["", "Embedded backend: throttlegate's `check` (sliding window log) next to `limits`' "
+                "MovingWindowRateLimiter and FixedWindowRateLimiter over MemoryStorage, in the same run.", "",
+                "| embedded backend | rules | throttlegate (µs per check) | limits moving window (µs) | ratio "
+                "| limits fixed window (µs) | ratio | goal |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for row in embedded:
             us = row["us_per_check"]
-            theirs = row.get("theirs_us_per_check")
+            moving = row.get("theirs_us_per_check")
+            fixed = row.get("theirs_fixed_us_per_check")
+            r_moving = None if moving is None else moving / us
+            r_fixed = None if fixed is None else fixed / us
             goal = ""
             if row.get("rules", 1) == 1:
-                goal = f"<= 0.35 µs: {met(us <= 0.35)}"
-                GOALS.append(("Python, embedded, 1 rule, <= 0.35 µs per check", f"{us:.3f} µs", met(us <= 0.35)))
-            out.append(f"| embedded | {row.get('rules', '')} | {us:.3f} | "
-                       f"{'' if theirs is None else f'{theirs:.3f}'} | {goal} |")
+                for label, ratio in (("moving window", r_moving), ("fixed window", r_fixed)):
+                    if ratio is None:
+                        continue
+                    goal += f"{label} >= 1x: {met(ratio >= 1.0)} "
+                    GOALS.append((f"Python, embedded, 1 rule, >= 1x limits' in-memory {label}", f"{ratio:.2f}x",
+                                  met(ratio >= 1.0)))
+            fmt = lambda v: "" if v is None else f"{v:.3f}"  # noqa: E731
+            rat = lambda v: "" if v is None else f"{v:.2f}x"  # noqa: E731
+            out.append(f"| embedded | {row.get('rules', '')} | {us:.3f} | {fmt(moving)} | {rat(r_moving)} | "
+                       f"{fmt(fixed)} | {rat(r_fixed)} | {goal.strip()} |")
     out.append("")
     return out, True
 

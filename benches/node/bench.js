@@ -19,7 +19,11 @@
 // period of a day, token_bucket with the same 1000 per 60 s), and --rules /
 // --in-flight pick the cases (comma-separated); the JSON rows then carry
 // `algorithm` too. `--algorithm fixed_window` compares like with like:
-// RateLimiterRedis counts a fixed window per key too.
+// RateLimiterRedis counts a fixed window per key too. `--sync` (with
+// `--backend memory`) measures `Limiter.checkSync` instead of `check`: one
+// synchronous loop of checks, no Promise and nothing in flight, next to
+// rate-limiter-flexible at each --in-flight; the JSON rows then carry
+// `api: 'checkSync'`.
 //
 // The setup of the performance issue: 10,000 distinct clients, every rule
 // 1000 requests per 60 s for both libraries, so every check is admitted and
@@ -49,12 +53,12 @@ const ROUNDS = 3;
 const ALGORITHMS = ['sliding_window_log', 'sliding_window', 'fixed_window', 'quota', 'token_bucket'];
 
 function usage(message) {
-  console.error(`${message}\nusage: node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE] [--backend redis|memory] [--algorithm NAME] [--rules 1,4] [--in-flight 1,64]`);
+  console.error(`${message}\nusage: node benches/node/bench.js [SECONDS] [--redis-url URL] [--json FILE] [--backend redis|memory] [--algorithm NAME] [--rules 1,4] [--in-flight 1,64] [--sync]`);
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const out = { seconds: 2, redisUrl: null, json: null, backends: ['redis', 'memory'], algorithm: 'sliding_window_log', rules: [1, 4], inFlight: [1, 64] };
+  const out = { seconds: 2, redisUrl: null, json: null, backends: ['redis', 'memory'], algorithm: 'sliding_window_log', rules: [1, 4], inFlight: [1, 64], sync: false };
   const list = (a, v, allowed) => {
     const items = v.split(',').map(Number);
     if (!items.length || items.some((x) => !allowed.includes(x))) usage(`${a}: expected a comma-separated list of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
@@ -74,12 +78,15 @@ function parseArgs(argv) {
       else if (a === '--in-flight') out.inFlight = list(a, v, [1, 64]);
       else if (v === 'redis' || v === 'memory') out.backends = [v];
       else usage(`--backend: expected redis or memory, got ${JSON.stringify(v)}`);
+    } else if (a === '--sync') {
+      out.sync = true;
     } else if (/^\d+(\.\d+)?$/.test(a)) {
       out.seconds = Number(a);
     } else {
       usage(`unknown argument ${JSON.stringify(a)}`);
     }
   }
+  if (out.sync && out.backends.includes('redis')) usage('--sync needs --backend memory (checkSync is for the embedded backend)');
   return out;
 }
 
@@ -110,7 +117,7 @@ function policy(rules) {
 
 /** A way to call one library: `call(i)` returns a Promise; `made` counts calls so far. */
 function subject(call) {
-  return { call, made: 0 };
+  return { call, made: 0, sync: call.sync === true };
 }
 
 /**
@@ -118,6 +125,7 @@ function subject(call) {
  * throttlegate denial stops the run (rate-limiter-flexible rejects).
  */
 async function run(s, inFlight, seconds) {
+  if (s.sync) return runSync(s, seconds);
   const start = s.made;
   const end = performance.now() + seconds * 1000;
   async function worker() {
@@ -129,6 +137,20 @@ async function run(s, inFlight, seconds) {
   }
   const t0 = performance.now();
   await Promise.all(Array.from({ length: inFlight }, worker));
+  return ((s.made - start) * 1000) / (performance.now() - t0);
+}
+
+/** Calls per second of a synchronous `s.call(i)` for `seconds`, one after the other. */
+function runSync(s, seconds) {
+  const start = s.made;
+  const t0 = performance.now();
+  const end = t0 + seconds * 1000;
+  while (s.made < MAX_CALLS && performance.now() < end) {
+    for (let k = 0; k < 256; k++) {
+      s.made += 1;
+      if (s.call(s.made).allowed === false) throw new Error('throttlegate: unexpected denial');
+    }
+  }
   return ((s.made - start) * 1000) / (performance.now() - t0);
 }
 
@@ -154,6 +176,11 @@ async function compare(makeOurs, makeTheirs, inFlight) {
 
 function throttlegateCall(limiter, rules) {
   const attrs = ATTRS[rules === 1 ? 0 : 1];
+  if (ARGS.sync) {
+    const call = (i) => limiter.checkSync(attrs[i % CLIENTS]);
+    call.sync = true;
+    return call;
+  }
   return (i) => limiter.check(attrs[i % CLIENTS]);
 }
 
@@ -205,7 +232,7 @@ async function main() {
             inFlight,
           );
           await Promise.all(limiters.map((l) => l.close()));
-          rows.push({ backend, rules, inFlight, ours, theirs, algorithm: ARGS.algorithm });
+          rows.push({ backend, rules, inFlight, ours, theirs, algorithm: ARGS.algorithm, ...(ARGS.sync ? { api: 'checkSync' } : {}) });
           process.stderr.write('.');
         }
       }
@@ -224,7 +251,7 @@ async function main() {
       : `a private redis-server${pinned ? ' (pinned to CPU 0, clients on CPU 1)' : ''}`;
   console.log(
     `node ${process.version}, ${where}, ${CLIENTS.toLocaleString('en-US')} clients, ` +
-      `${LIMIT} per ${WINDOW_S} s per rule (throttlegate: ${ARGS.algorithm}), ${ARGS.seconds} s per case and library (best of ${ROUNDS} ` +
+      `${LIMIT} per ${WINDOW_S} s per rule (throttlegate: ${ARGS.algorithm}${ARGS.sync ? ', checkSync' : ''}), ${ARGS.seconds} s per case and library (best of ${ROUNDS} ` +
       'alternating rounds), checks per second (higher is better)\n',
   );
   console.log('| backend | rules | in flight | throttlegate | rate-limiter-flexible | ratio |');

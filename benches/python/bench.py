@@ -26,7 +26,9 @@ Rows: `check` sequential and from 8 threads, `check_async` from 64 asyncio
 tasks, and the embedded backend (microseconds per `check`, next to `limits`'
 in-memory moving window). `--json FILE` writes the rows as a JSON array:
 `{"scenario", "rules", "ours", "theirs"}` in checks/s, and for the embedded
-backend `{"scenario": "embedded", "rules", "us_per_check", "theirs_us_per_check"}`.
+backend `{"scenario": "embedded", "rules", "us_per_check", "theirs_us_per_check",
+"theirs_fixed_us_per_check"}` (limits' MovingWindowRateLimiter and
+FixedWindowRateLimiter over MemoryStorage, in the same run).
 
 `--algorithm NAME` gives throttlegate's rules another algorithm (default
 sliding_window_log; sliding_window, fixed_window, quota with a period of a
@@ -300,6 +302,7 @@ def embedded_rows(checks: int, repeat: int) -> list[dict[str, Any]]:
         names = [name for name, _ in RULE_ATTRS[:rules]]
         ours_us: list[float] = []
         theirs_us: list[float] = []
+        fixed_us: list[float] = []
         for _ in range(repeat):
             lim = tg_limiter(None, rules)
             check = lim.check
@@ -320,8 +323,18 @@ def embedded_rows(checks: int, repeat: int) -> list[dict[str, Any]]:
                 for name in names:
                     hit(item, "bench", name, a[name])
             theirs_us.append((time.perf_counter() - start) / theirs_checks * 1e6)
+
+            fixed = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
+            hit = fixed.hit
+            start = time.perf_counter()
+            for i in range(theirs_checks):
+                a = attrs[i % KEYS]
+                for name in names:
+                    hit(item, "bench", name, a[name])
+            fixed_us.append((time.perf_counter() - start) / theirs_checks * 1e6)
         rows.append({"scenario": EMBEDDED, "rules": rules, "us_per_check": round(statistics.median(ours_us), 3),
-                     "theirs_us_per_check": round(statistics.median(theirs_us), 3)})
+                     "theirs_us_per_check": round(statistics.median(theirs_us), 3),
+                     "theirs_fixed_us_per_check": round(statistics.median(fixed_us), 3)})
     return rows
 
 
@@ -365,11 +378,13 @@ def main() -> None:
     for r in rows:
         print(f"| {r.scenario} | {r.rules} | {r.ours:,.0f} | {r.theirs:,.0f} | {r.ours / r.theirs:.2f}x |")
     print()
-    print("| embedded backend | rules | throttlegate (µs/check) | limits in memory (µs/check) | ratio |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| embedded backend | rules | throttlegate (µs/check) | limits moving window in memory (µs/check) | ratio "
+          "| limits fixed window in memory (µs/check) | ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for e in embedded:
         print(f"| {EMBEDDED} | {e['rules']} | {e['us_per_check']:.3f} | {e['theirs_us_per_check']:.3f} | "
-              f"{e['theirs_us_per_check'] / e['us_per_check']:.1f}x |")
+              f"{e['theirs_us_per_check'] / e['us_per_check']:.2f}x | {e['theirs_fixed_us_per_check']:.3f} | "
+              f"{e['theirs_fixed_us_per_check'] / e['us_per_check']:.2f}x |")
     if args.json:
         out: list[dict[str, Any]] = [
             {"scenario": r.scenario, "rules": r.rules, "ours": round(r.ours, 1), "theirs": round(r.theirs, 1),

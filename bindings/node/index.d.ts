@@ -79,6 +79,15 @@ export declare class Limiter {
    * rule if all of them admit it, nothing otherwise.
    */
   check(attributes: Record<string, string | null | undefined>, options?: CheckOptions): Promise<Decision>
+  /**
+   * `check`, answered synchronously: the same decision, returned rather
+   * than resolved, and errors thrown rather than rejected. `cost` is a
+   * number (the cost, default 1) or the options of `check`. Only for the
+   * embedded backend (`backend` `'memory'`), where a check is work in
+   * this process: on Redis a synchronous check would block the event
+   * loop on the network, so it throws (`code` `invalid_argument`) instead.
+   */
+  checkSync(attributes: Record<string, string | null | undefined>, cost?: number | CheckOptions): Decision
   /** The decision a check of this cost would get now, without consuming anything. */
   peek(attributes: Record<string, string | null | undefined>, options?: PeekOptions): Promise<Decision>
   /**

@@ -43,6 +43,8 @@ const wireConnectFailed = proto._wireConnectFailed;
 const wireLost = proto._wireLost;
 const wireClose = proto._wireClose;
 const nativeClose = proto.close;
+// Throws checkSync's error for a limiter whose backend is not in process.
+const notInProcess = proto.checkSync;
 // A decision record: HEAD numbers, then PER_RULE numbers per rule result
 // (the core's `throttlegate::record`, whose documentation has the layout).
 const [HEAD, PER_RULE] = native._recordLayout();
@@ -444,6 +446,35 @@ function answered(limiter, calls, status, attributes) {
   return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls, lease, attributes));
 }
 
+/**
+ * `check` answered synchronously, for the embedded backend: no Promise, the
+ * decision returned (or the error thrown) at once. A number for `options`
+ * is the cost.
+ */
+function answerSync(limiter, attributes, options) {
+  const calls = callsOf(limiter);
+  if (!calls.inProcess) notInProcess.call(limiter);
+  if (typeof options === 'number') options = { cost: options };
+  const status = checkNow(calls.handle, attributes, pack(attributes), flagsOf(options, false), options);
+  if (status === NOT_IN_PROCESS) {
+    calls.inProcess = false;
+    notInProcess.call(limiter);
+  }
+  let decision;
+  if (status === OVERFLOW) {
+    const record = overflowOf.call(limiter);
+    calls.scratch = new Float64Array(record.length);
+    setScratch(calls.handle, calls.scratch);
+    decision = new Decision(limiter, record, 0, calls);
+  } else {
+    decision = new Decision(limiter, calls.scratch, 0, calls);
+  }
+  if (options !== undefined && options !== null && options.callId != null) {
+    return settleable(attributes, options)(decision);
+  }
+  return decision;
+}
+
 /** A call on the limiter's own connection (`Link`). */
 function send(limiter, calls, attributes, options, peek) {
   const link = calls.link;
@@ -547,6 +578,10 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
       return answer.then(settleable(attributes, options));
     }
     return answer;
+  };
+
+  proto.checkSync = function checkSync(attributes, options) {
+    return answerSync(this, attributes, options);
   };
 
   // A decision of a check with a call id settles by that id (`settleCall`);

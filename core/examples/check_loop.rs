@@ -8,6 +8,10 @@
 //! counts the blocking path (`check_blocking`: the calling thread's own
 //! connection); `runtime` counts an async check driven by `runtime::block_on`
 //! (the connection read and written by the runtime's thread).
+//!
+//! `CHECK_LOOP_KEYS=N` spreads the checks over N keys (default 1,000), for
+//! throttlegate and governor alike: `CHECK_LOOP_KEYS=1` and `=100000` are the
+//! key counts of the benchmark's embedded group.
 
 use std::time::Duration;
 
@@ -18,6 +22,9 @@ fn main() {
     let rules = args.get(1).map_or("1", String::as_str);
     let metrics = args.get(2).map_or("on", String::as_str) == "on";
     let n: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let keys: usize = std::env::var("CHECK_LOOP_KEYS").ok().and_then(|k| k.parse().ok()).unwrap_or(1_000).max(1);
+    let names: Vec<String> =
+        (0..keys).map(|i| format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255)).collect();
     let window = Duration::from_secs(60);
     let mut list = match rules {
         "bucket" => vec![Rule::token_bucket("per-ip", "ip:{ip}", 1_000_000, 1_000_000.0 / 60.0)],
@@ -34,7 +41,6 @@ fn main() {
         // governor's keyed GCRA on the same keys.
         let quota = governor::Quota::per_minute(std::num::NonZeroU32::new(1_000_000).unwrap());
         let gov = governor::RateLimiter::keyed(quota);
-        let names: Vec<String> = (0..1_000).map(|i| format!("10.0.{}.{}", i >> 8, i & 255)).collect();
         let allowed = (0..n).filter(|i| gov.check_key(&names[i % names.len()]).is_ok()).count();
         println!("{allowed} of {n} allowed");
         return;
@@ -46,7 +52,6 @@ fn main() {
         builder = builder.url(url);
     }
     let l = builder.build().unwrap();
-    let names: Vec<String> = (0..1_000).map(|i| format!("10.0.{}.{}", i >> 8, i & 255)).collect();
     let opts = CheckOptions::default();
     let mut allowed = 0;
     for i in 0..n {

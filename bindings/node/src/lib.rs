@@ -809,6 +809,32 @@ impl Limiter {
         errors::guard(|| Err(throttlegate::Error::internal("Limiter.check is defined by index.js; load the package through it")))
     }
 
+    /// `check`, answered synchronously: the same decision, returned rather
+    /// than resolved, and errors thrown rather than rejected. `cost` is a
+    /// number (the cost, default 1) or the options of `check`. Only for the
+    /// embedded backend (`backend` `'memory'`), where a check is work in
+    /// this process: on Redis a synchronous check would block the event
+    /// loop on the network, so it throws (`code` `invalid_argument`) instead.
+    //
+    // Declared here for index.d.ts; index.js defines it (with the same
+    // in-place answer as `check`), and calls this only to throw its error.
+    #[napi(
+        js_name = "checkSync",
+        ts_args_type = "attributes: Record<string, string | null | undefined>, cost?: number | CheckOptions",
+        ts_return_type = "Decision"
+    )]
+    pub fn check_sync(&self) -> Result<(), Code> {
+        errors::guard(|| match self.inner.backend_name() {
+            "memory" | "closed" => Err(throttlegate::Error::internal(
+                "Limiter.checkSync is defined by index.js; load the package through it",
+            )),
+            backend => Err(errors::invalid_argument(format!(
+                "checkSync needs the embedded backend (backend 'memory'), this limiter's backend is \
+                 '{backend}': a synchronous check would block the event loop on network I/O; use check"
+            ))),
+        })
+    }
+
     /// The decision a check of this cost would get now, without consuming anything.
     //
     // Declared here for index.d.ts; index.js defines it, like `check`.

@@ -54,7 +54,7 @@ function pick(got, expect) {
   return out;
 }
 
-async function replay(file, url) {
+async function replay(file, url, sync = false) {
   const vector = JSON.parse(fs.readFileSync(file, 'utf8'));
   const clock = new ManualClock(vector.start_us);
   const limiter = new Limiter(vector.policy, { url, clock, keyPrefix: freshPrefix('v'), timeout: 5000 });
@@ -68,7 +68,10 @@ async function replay(file, url) {
       if (op === 'check' && step.call_id !== undefined) options.callId = step.call_id;
       let call;
       if (op === 'check') {
-        call = limiter.check(step.attributes || {}, options);
+        // checkSync returns (or throws) at once; as a Promise, it compares like the others.
+        call = sync
+          ? new Promise((resolve) => resolve(limiter.checkSync(step.attributes || {}, options)))
+          : limiter.check(step.attributes || {}, options);
         if (step.call_id !== undefined) {
           call = call.then((d) => {
             checks.set(step.call_id, { d, cost: options.cost, attributes: JSON.stringify(step.attributes || {}) });
@@ -156,6 +159,13 @@ describe('conformance vectors', () => {
   describe('embedded backend', () => {
     for (const file of files) {
       it(path.basename(file, '.json'), () => replay(file, undefined));
+    }
+  });
+
+  // Every check through checkSync: the same decisions and errors, synchronously.
+  describe('embedded backend, checkSync', () => {
+    for (const file of files) {
+      it(path.basename(file, '.json'), () => replay(file, undefined, true));
     }
   });
 

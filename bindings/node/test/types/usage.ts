@@ -45,6 +45,9 @@ async function main(): Promise<void> {
   const fromPolicy = new Limiter(Policy.fromString('{"rules": []}'), { clock: 'system' });
   const secure = new Limiter(policy, overTls);
   const d: Decision = await fromObject.check({ ip: '203.0.113.7', api_key: undefined }, { cost: 1, callId: 'r1' });
+  const now: Decision = fromObject.checkSync({ ip: '203.0.113.7' }, 2);
+  const nowWithOptions: Decision = fromObject.checkSync({ ip: '203.0.113.7' }, { cost: 1, callId: 'r2' });
+  console.log(now.allowed, nowWithOptions.remaining);
   const allowed: boolean = d.allowed;
   const wait: number = d.retryAfterMs + d.resetAfterMs + d.limit + d.remaining;
   const rule: string | null = d.rule;

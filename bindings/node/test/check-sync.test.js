@@ -1,0 +1,81 @@
+// Limiter.checkSync: the embedded check answered synchronously, and a typed
+// error (never a blocking network call) on a Redis limiter.
+'use strict';
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { Limiter, ManualClock, ErrorCode } = require('throttlegate');
+const { startRedis } = require('./helpers.js');
+
+const START = 1_000_000_000_000;
+const POLICY = { rules: [{ name: 'per-ip', key: 'ip:{ip}', limit: 3, window: '1m', algorithm: 'fixed_window' }] };
+
+describe('checkSync', () => {
+  it('returns the decision check would resolve to, consuming the same units', async () => {
+    const a = new Limiter(POLICY, { clock: new ManualClock(START) });
+    const b = new Limiter(POLICY, { clock: new ManualClock(START) });
+    for (let i = 0; i < 5; i++) {
+      const sync = a.checkSync({ ip: '10.0.0.1' });
+      assert.ok(!(sync instanceof Promise));
+      const async = await b.check({ ip: '10.0.0.1' });
+      for (const field of ['allowed', 'limit', 'remaining', 'retryAfterMs', 'resetAfterMs', 'rule', 'degraded']) {
+        assert.equal(sync[field], async[field], `check ${i}: ${field}`);
+      }
+      assert.deepEqual(sync.results, async.results);
+      assert.deepEqual(sync.headers, async.headers);
+    }
+    // checkSync and check share the limiter's state.
+    assert.equal((await a.peek({ ip: '10.0.0.1' })).remaining, 0);
+    await a.close();
+    await b.close();
+  });
+
+  it('takes a cost as a number or in the options of check', async () => {
+    const l = new Limiter(POLICY, { clock: new ManualClock(START) });
+    assert.equal(l.checkSync({ ip: 'a' }, 2).remaining, 1);
+    assert.equal(l.checkSync({ ip: 'a' }, { cost: 2 }).allowed, false);
+    assert.equal(l.checkSync({ ip: 'a' }, { cost: 1 }).remaining, 0);
+    await l.close();
+  });
+
+  it('gives decisions that settle by their call id', async () => {
+    const l = new Limiter(POLICY, { clock: new ManualClock(START) });
+    const d = l.checkSync({ ip: 'b' }, { cost: 3, callId: 'call-1' });
+    assert.equal(d.remaining, 0);
+    assert.equal(await l.settle(d, 1), 1);
+    // 2 units back: a check of 2 more is admitted, and uses them up.
+    assert.equal(l.checkSync({ ip: 'b' }, 2).remaining, 0);
+    await l.close();
+  });
+
+  it('throws bad arguments, with code, instead of rejecting', async () => {
+    const l = new Limiter(POLICY, { clock: new ManualClock(START) });
+    assert.throws(() => l.checkSync({ ip: 'a' }, { cost: -1 }), (err) => err.code === ErrorCode.InvalidArgument);
+    assert.throws(() => l.checkSync('nope'), (err) => err.code === ErrorCode.InvalidArgument);
+    await l.close();
+    assert.throws(() => l.checkSync({ ip: 'a' }), (err) => err.code === ErrorCode.Closed);
+  });
+
+  describe('on Redis', () => {
+    let redis;
+    before(async () => {
+      redis = await startRedis();
+    });
+    after(async () => {
+      if (redis) await redis.stop();
+    });
+
+    it('throws invalid_argument naming the reason, and leaves check working', async () => {
+      const l = new Limiter(POLICY, { url: redis.url, timeout: 5000 });
+      assert.equal(l.backend, 'redis');
+      assert.throws(
+        () => l.checkSync({ ip: 'a' }),
+        (err) => err.code === ErrorCode.InvalidArgument && /embedded backend/.test(err.message)
+          && /'redis'/.test(err.message) && /block the event loop/.test(err.message),
+      );
+      assert.equal((await l.check({ ip: 'a' })).remaining, 2);
+      assert.throws(() => l.checkSync({ ip: 'a' }), (err) => err.code === ErrorCode.InvalidArgument);
+      await l.close();
+    });
+  });
+});
