@@ -435,15 +435,20 @@ function answerNow(limiter, calls, attributes, options, peek) {
  * for `OVERFLOW` one too long for it, which also grows the buffer).
  */
 function answered(limiter, calls, status, attributes) {
+  return Promise.resolve(decisionWritten(limiter, calls, status, attributes));
+}
+
+/** `answered`'s decision itself (with the lease id it holds, if any). */
+function decisionWritten(limiter, calls, status, attributes) {
   if (status === OVERFLOW) {
     const record = overflowOf.call(limiter);
     calls.scratch = new Float64Array(record.length);
     setScratch(calls.handle, calls.scratch);
     const lease = (record[1] & LEASED) !== 0 ? takeLease.call(limiter) : null;
-    return Promise.resolve(new Decision(limiter, record, 0, calls, lease, attributes));
+    return new Decision(limiter, record, 0, calls, lease, attributes);
   }
   const lease = (calls.scratch[1] & LEASED) !== 0 ? takeLease.call(limiter) : null;
-  return Promise.resolve(new Decision(limiter, calls.scratch, 0, calls, lease, attributes));
+  return new Decision(limiter, calls.scratch, 0, calls, lease, attributes);
 }
 
 /**
@@ -460,15 +465,7 @@ function answerSync(limiter, attributes, options) {
     calls.inProcess = false;
     notInProcess.call(limiter);
   }
-  let decision;
-  if (status === OVERFLOW) {
-    const record = overflowOf.call(limiter);
-    calls.scratch = new Float64Array(record.length);
-    setScratch(calls.handle, calls.scratch);
-    decision = new Decision(limiter, record, 0, calls);
-  } else {
-    decision = new Decision(limiter, calls.scratch, 0, calls);
-  }
+  const decision = decisionWritten(limiter, calls, status, attributes);
   if (options !== undefined && options !== null && options.callId != null) {
     return settleable(attributes, options)(decision);
   }

@@ -48,6 +48,20 @@ describe('checkSync', () => {
     await l.close();
   });
 
+  it('gives decisions holding concurrency slots their lease id, which release frees', async () => {
+    const l = new Limiter({ rules: [{ name: 'jobs', key: 'jobs:{t}', algorithm: 'concurrency', limit: 1, lease: '30s' }] });
+    const d = l.checkSync({ t: 'a' });
+    assert.equal(d.allowed, true);
+    assert.equal(typeof d.leaseId, 'string');
+    assert.equal(l.checkSync({ t: 'a' }).allowed, false);
+    assert.equal(await l.release(d), 1);
+    const byId = l.checkSync({ t: 'a' }, { callId: 'job-7' });
+    assert.equal(byId.leaseId, 'job-7');
+    assert.equal(await l.releaseCall({ t: 'a' }, 'job-7'), 1);
+    assert.equal(l.checkSync({ t: 'a' }).allowed, true);
+    l.close();
+  });
+
   it('throws bad arguments, with code, instead of rejecting', async () => {
     const l = new Limiter(POLICY, { clock: new ManualClock(START) });
     assert.throws(() => l.checkSync({ ip: 'a' }, { cost: -1 }), (err) => err.code === ErrorCode.InvalidArgument);
