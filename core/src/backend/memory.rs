@@ -412,7 +412,7 @@ impl MemoryBackend {
 
     /// Release (`extend_to` `None`) or extend to end at `extend_to` the
     /// lease `lease_id` on these keys of concurrency rules, at `now`:
-    /// mirror of `lua/concurrency.lua`'s modes `r` and `e`. Per key, whether
+    /// mirror of `lua/concurrency.lua`'s modes `d` and `e`. Per key, whether
     /// the lease held slots there.
     pub fn lease(&self, keys: &[Digest], lease_id: &str, extend_to: Option<i64>, now: i64) -> super::Held {
         let id = id_hash(lease_id);

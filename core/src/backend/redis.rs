@@ -346,7 +346,7 @@ impl RedisBackend {
     }
 
     /// Release or extend (by `extend_us`) lease `lease_id` on these keys of
-    /// concurrency rules (modes `r` and `e`, `lua/concurrency.lua`): per key,
+    /// concurrency rules (modes `d` and `e`, `lua/concurrency.lua`): per key,
     /// whether the lease held slots there.
     pub async fn lease(
         &self,

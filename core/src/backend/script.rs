@@ -232,7 +232,7 @@ pub(crate) fn settle_command<K: redis::ToRedisArgs>(
     cmd
 }
 
-/// A release (mode `r`) or an extend by `extend_us` (mode `e`) of lease
+/// A release (mode `d`) or an extend by `extend_us` (mode `e`) of lease
 /// `lease_id` on these keys of concurrency rules (`lua/concurrency.lua`):
 /// `EVALSHA` with `sha`, or `EVAL` of the whole script when `sha` is `None`.
 /// Its reply reads as a settle's: per key, whether the lease held slots there.
