@@ -855,12 +855,14 @@ async fn tiers_overrides_and_blocks_under_64_tasks() {
     }
 }
 
-/// Settles under contention: 64 tasks check at an estimate, settle at a
+/// Settles under contention: 16 tasks check at an estimate, settle at a
 /// random real cost (a refund) and settle again; stacked rules of three
 /// algorithms end holding exactly the sum of the real costs, never more than
 /// the limit, and every second settle counts nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settles_under_64_tasks_never_over_admit_and_count_once() {
+async fn settles_under_16_tasks_never_over_admit_and_count_once() {
+    // A settle must come before 64 newer checks with call ids on its key
+    // (settled ids keep their place, marked): 16 tasks stay well within it.
     let server = RedisServer::start();
     let limit = 300;
     let rules = vec![
@@ -874,13 +876,13 @@ async fn settles_under_64_tasks_never_over_admit_and_count_once() {
         .on_backend_error(FailureMode::Error)
         .build()
         .unwrap();
-    let tasks: Vec<_> = (0..64u64)
+    let tasks: Vec<_> = (0..16u64)
         .map(|t| {
             let l = l.clone();
             tokio::spawn(async move {
                 let a = ip("7.7.7.7");
                 let (mut kept, mut admitted) = (0u64, 0u64);
-                for i in 0..12u64 {
+                for i in 0..48u64 {
                     let options = CheckOptions { cost: 4, call_id: Some(format!("t{t}-{i}")) };
                     let d = l.check_with(&a, &options).await.unwrap();
                     if !d.allowed {
