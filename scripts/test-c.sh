@@ -223,7 +223,7 @@ VG=("$VALGRIND" --quiet --child-silent-after-fork=yes --error-exitcode=1 --leak-
     --errors-for-leak-kinds=definite,indirect,possible --suppressions="$CRATE/tests/valgrind.supp"
     --num-callers=40)
 # Wall-clock bounds (a call within its timeout) get a valgrind-sized slack.
-TG_TIMING_SLACK_MS=3000 "${VG[@]}" "$BUILD/test_throttlegate"
+TG_UNDER_VALGRIND=1 TG_TIMING_SLACK_MS=3000 "${VG[@]}" "$BUILD/test_throttlegate"
 "${VG[@]}" "$BUILD/test_vectors" "${VECTORS[@]}"
 "${VG[@]}" "$BUILD/example" examples/c/rules.toml
 

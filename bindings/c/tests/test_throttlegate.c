@@ -1448,6 +1448,12 @@ static void reserve_child(const tg_policy *policy, const char *prefix, int check
  * fixed window and a quota; a limiter the parent holds a reservation in is
  * checked in every child without doubling it. */
 static void test_reserve_processes(void) {
+    if (getenv("TG_UNDER_VALGRIND") != NULL) {
+        /* Children forked from a threaded process under valgrind have been seen to die before
+         * reporting; the native pass runs this test, and valgrind checks the rest. */
+        printf("  skipped under valgrind (forked children of a threaded process)\n");
+        return;
+    }
     const char *policies[] = {
         "[[rules]]\nname = \"hot\"\nkey = \"k:{k}\"\nalgorithm = \"fixed_window\"\nlimit = 600\nwindow = \"1h\"\n"
         "reserve = 40\n",
