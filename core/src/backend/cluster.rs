@@ -21,7 +21,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 use super::redis::TlsOptions;
-use super::script::{command, ext_refs, is_noscript, lease_command, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, lease_command, override_error, query_script, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
 use super::{Outcomes, ServerTime};
 use crate::plan::{CompiledRule, Mode, Plan, PlanExt};
 use crate::error::{Error, Result};
@@ -310,11 +310,7 @@ impl ClusterBackend {
                 let keys: SmallVec<[&str; 4]> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
                 let rules: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| plan.rules[i]).collect();
                 let build = |sha: Option<&str>| settle_command(sha, &keys, &rules, now, call_id, plan.cost, actual);
-                let reply: Vec<i64> = match build(Some(&self.0.sha)).query_async(&mut conn).await {
-                    Ok(v) => v,
-                    Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
-                    Err(e) => return Err(Error::from(e)),
-                };
+                let reply = query_script(&mut conn, &self.0.sha, build).await?;
                 parse_settle_reply(&reply, idx.len())
             }
         }))
@@ -347,11 +343,7 @@ impl ClusterBackend {
                 let ks: SmallVec<[&str; 4]> = idx.iter().map(|&i| keys[i].as_str()).collect();
                 let rs: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| rules[i]).collect();
                 let build = |sha: Option<&str>| lease_command(sha, &ks, &rs, now, lease_id, extend_us);
-                let reply: Vec<i64> = match build(Some(&self.0.sha)).query_async(&mut conn).await {
-                    Ok(v) => v,
-                    Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
-                    Err(e) => return Err(Error::from(e)),
-                };
+                let reply = query_script(&mut conn, &self.0.sha, build).await?;
                 parse_settle_reply(&reply, idx.len())
             }
         }))

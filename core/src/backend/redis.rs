@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::script::{command, ext_refs, is_noscript, lease_command, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, lease_command, query_script, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
 use super::{Outcomes, ServerTime};
 use crate::error::{Error, Result};
 use crate::plan::{CompiledRule, Mode, Plan};
@@ -335,13 +335,7 @@ impl RedisBackend {
     ) -> Result<super::Settled> {
         let mut conn = self.conn()?;
         let build = |sha: Option<&str>| settle_command(sha, &plan.keys, &plan.rules, now, call_id, plan.cost, actual);
-        let cmd = build(Some(&self.0.sha));
-        let reply: Vec<i64> = match cmd.query_async(&mut conn).await {
-            Ok(v) => v,
-            // The script is gone (a flush, a restart): send it whole, which cannot miss.
-            Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
-            Err(e) => return Err(e.into()),
-        };
+        let reply = query_script(&mut conn, &self.0.sha, build).await?;
         parse_settle_reply(&reply, plan.keys.len())
     }
 
@@ -358,11 +352,7 @@ impl RedisBackend {
     ) -> Result<smallvec::SmallVec<[bool; 4]>> {
         let mut conn = self.conn()?;
         let build = |sha: Option<&str>| lease_command(sha, keys, rules, now, lease_id, extend_us);
-        let reply: Vec<i64> = match build(Some(&self.0.sha)).query_async(&mut conn).await {
-            Ok(v) => v,
-            Err(e) if is_noscript(&e) => build(None).query_async(&mut conn).await?,
-            Err(e) => return Err(e.into()),
-        };
+        let reply = query_script(&mut conn, &self.0.sha, build).await?;
         // The same reply shape as a settle's: 1 where the lease held slots.
         Ok(parse_settle_reply(&reply, keys.len())?.into_iter().map(|o| o == super::SettleOutcome::Settled).collect())
     }

@@ -41,6 +41,21 @@ pub const CHECK_SCRIPT: &str = concat!(
     include_str!("../../lua/check.lua"),
 );
 
+/// Run a script call by its SHA, and, when the server no longer has the
+/// script (a flush, a restart), once more with the whole script, which
+/// cannot miss. `build(Some(sha))` makes the EVALSHA, `build(None)` the EVAL.
+pub(crate) async fn query_script<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    sha: &str,
+    build: impl Fn(Option<&str>) -> redis::Cmd,
+) -> crate::error::Result<Vec<i64>> {
+    match build(Some(sha)).query_async(conn).await {
+        Ok(v) => Ok(v),
+        Err(e) if is_noscript(&e) => Ok(build(None).query_async(conn).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
