@@ -332,36 +332,50 @@ pub fn settle(args: SettleArgs) -> CliResult<u8> {
 
 /// `throttlegate release`: give back the slots lease `--call-id` holds.
 pub fn release(args: ReleaseArgs) -> CliResult<u8> {
-    let attrs = parse_attributes(&args.attributes)?;
-    let limiter = connect(&args.backend, &args.redis)?;
-    let released = limiter.release_call_blocking(&attrs, &args.call_id);
-    limiter.close();
-    let released = released?;
-    if args.json {
-        println!("{}", json!({ "released": released }));
-    } else if released == 0 {
-        println!("nothing released: lease {:?} holds no slot (denied, released already, or its lease ended)", args.call_id);
-    } else {
-        println!("released lease {:?} on {released} rule(s)", args.call_id);
-    }
-    Ok(EXIT_OK)
+    let lease = Lease { backend: &args.backend, url: &args.redis, call_id: &args.call_id, attributes: &args.attributes };
+    lease.run(args.json, "released", |limiter, attrs, id| limiter.release_call_blocking(attrs, id))
 }
 
 /// `throttlegate extend`: hold the slots of lease `--call-id` for `--duration` from now.
 pub fn extend(args: ExtendArgs) -> CliResult<u8> {
-    let attrs = parse_attributes(&args.attributes)?;
-    let limiter = connect(&args.backend, &args.redis)?;
-    let extended = limiter.extend_call_blocking(&attrs, &args.call_id, args.duration);
-    limiter.close();
-    let extended = extended?;
-    if args.json {
-        println!("{}", json!({ "extended": extended }));
-    } else if extended == 0 {
-        println!("nothing extended: lease {:?} holds no slot (denied, released, or its lease ended)", args.call_id);
-    } else {
-        println!("extended lease {:?} on {extended} rule(s)", args.call_id);
+    let lease = Lease { backend: &args.backend, url: &args.redis, call_id: &args.call_id, attributes: &args.attributes };
+    lease.run(args.json, "extended", |limiter, attrs, id| limiter.extend_call_blocking(attrs, id, args.duration))
+}
+
+/// What `release` and `extend` share: one lease of one check, by its call id.
+struct Lease<'a> {
+    backend: &'a BackendArgs,
+    url: &'a str,
+    call_id: &'a str,
+    attributes: &'a [String],
+}
+
+impl Lease<'_> {
+    /// Apply `op` to the lease and print how many rules it touched, as text
+    /// ("released lease ... on N rule(s)") or as `{"<done>": N}`.
+    fn run(
+        &self,
+        json_out: bool,
+        done: &str,
+        op: impl FnOnce(&Limiter, &[(String, String)], &str) -> throttlegate::Result<u32>,
+    ) -> CliResult<u8> {
+        let attrs = parse_attributes(self.attributes)?;
+        let limiter = connect(self.backend, self.url)?;
+        let rules = op(&limiter, &attrs, self.call_id);
+        limiter.close();
+        let rules = rules?;
+        if json_out {
+            println!("{}", json!({ done: rules }));
+        } else if rules == 0 {
+            println!(
+                "nothing {done}: lease {:?} holds no slot (denied, released already, or its lease ended)",
+                self.call_id
+            );
+        } else {
+            println!("{done} lease {:?} on {rules} rule(s)", self.call_id);
+        }
+        Ok(EXIT_OK)
     }
-    Ok(EXIT_OK)
 }
 
 /// `throttlegate acquire`: wait until the request is admitted, at most `--wait`.

@@ -710,6 +710,36 @@ fn check_peek_reset_against_redis() {
 }
 
 #[test]
+fn release_and_extend_a_lease_against_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let rules = temp_file(
+        "lease.toml",
+        "[[rules]]\nname = \"jobs\"\nkey = \"jobs:{tenant}\"\nalgorithm = \"concurrency\"\nlimit = 1\nlease = \"60s\"\n",
+    );
+    let rules = rules.to_str().unwrap();
+    let call = |cmd: &str, extra: &[&str]| -> Output {
+        let mut a = vec![cmd, "--rules", rules, "--redis", url.as_str()];
+        a.extend_from_slice(extra);
+        bin().args(&a).output().unwrap()
+    };
+    let o = call("check", &["--json", "--call-id", "job-7", "tenant=t1"]);
+    assert_eq!((o.status.code(), json(&o)["allowed"].clone()), (Some(0), serde_json::json!(true)), "{}", stderr(&o));
+    assert_eq!(call("check", &["--json", "--call-id", "job-8", "tenant=t1"]).status.code(), Some(1), "the one slot is held");
+    // Extend, then release, by the call id: as JSON and as text; a second release frees nothing.
+    let o = call("extend", &["--json", "--call-id", "job-7", "--duration", "30s", "tenant=t1"]);
+    assert_eq!(json(&o), serde_json::json!({ "extended": 1 }), "{}", stderr(&o));
+    let o = call("release", &["--call-id", "job-7", "tenant=t1"]);
+    assert_eq!(stdout(&o).trim(), "released lease \"job-7\" on 1 rule(s)", "{}", stderr(&o));
+    let o = call("release", &["--json", "--call-id", "job-7", "tenant=t1"]);
+    assert_eq!(json(&o), serde_json::json!({ "released": 0 }));
+    let o = call("extend", &["--call-id", "job-7", "--duration", "30s", "tenant=t1"]);
+    assert!(stdout(&o).starts_with("nothing extended: lease \"job-7\" holds no slot"), "{}", stdout(&o));
+    assert_eq!(call("check", &["--json", "--call-id", "job-9", "tenant=t1"]).status.code(), Some(0), "the slot is free again");
+    assert_fails(&call("extend", &["--call-id", "job-9", "--duration", "0s", "tenant=t1"]), 2, &["duration"]);
+}
+
+#[test]
 fn unreachable_backend_exits_3() {
     // Port 1 on loopback: nothing listens there, so the connection is refused
     // (a freed test port could be taken by another suite's server meanwhile).
