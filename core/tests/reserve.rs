@@ -500,3 +500,40 @@ fn processes_on_one_key_never_admit_more_than_the_limit_even_when_a_holder_is_ki
     let bound = 300.0 + 100.0 * elapsed.as_secs_f64();
     assert!((total as f64) <= bound, "token_bucket: admitted {total}, bound {bound}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_trips_local_answers_and_units_per_reserved_rule() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let l = build(
+        &server,
+        vec![
+            Rule::token_bucket("hot", "ip:{ip}", 100, 10.0).reserve(Reserve::new(20).for_duration(ms(60_000))),
+            Rule::fixed_window("plain", "p:{ip}", 100, ms(60_000)),
+        ],
+        Some(&clock),
+    );
+    for _ in 0..10 {
+        assert!(l.check(&ip("hot"), 1).await.unwrap().allowed);
+    }
+    l.close();
+    let m = l.metrics().unwrap();
+    assert_eq!(m.reserves.len(), 1, "only the reserved rule: {:?}", m.reserves);
+    let r = &m.reserves[0];
+    assert_eq!(r.rule.as_str(), "hot");
+    // The first check takes the bucket's reservation; the next ones pay from it and go to
+    // the backend for the plain rule only.
+    assert_eq!((r.trips, r.local, r.reserved), (1, 9, 20), "{r:?}");
+    assert_eq!(r.returned + r.dropped, 11, "{r:?}");
+    let s = l.reserve_stats();
+    assert_eq!((s.reserved, s.returned + s.dropped), (20, 11), "{s:?}");
+    let text = m.to_text();
+    for line in [
+        "throttlegate_reserve_trips_total{rule=\"hot\"} 1",
+        "throttlegate_reserve_local_total{rule=\"hot\"} 9",
+        "throttlegate_reserve_reserved_units_total{rule=\"hot\"} 20",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    assert!(!text.contains("throttlegate_reserve_trips_total{rule=\"plain\"}"), "{text}");
+}

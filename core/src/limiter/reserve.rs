@@ -29,7 +29,7 @@ use super::{Generation, Inner, Limiter};
 use crate::backend::script::{command, ext_refs, parse_reply, Header, CHECK_SCRIPT};
 use crate::backend::Connection;
 use crate::clock::Clock;
-use crate::decision::{Decision, RuleResult};
+use crate::decision::{Decision, RuleName, RuleResult};
 use crate::error::{Error, Result};
 use crate::plan::{CompiledRule, Mode, Plan, PlanExt, RuleArgs};
 
@@ -102,7 +102,8 @@ struct Held {
     /// than the real one) and cost.
     spends: Vec<(i64, u64)>,
     kind: Kind,
-    /// The rule's limit and script arguments.
+    /// The rule's name (for its metrics), limit and script arguments.
+    rule: RuleName,
     limit: u64,
     args: [String; 3],
 }
@@ -133,11 +134,61 @@ impl Held {
     }
 }
 
-/// Units to give back: key, script arguments, give-back item, units.
-type Return = (String, [String; 3], String, u64);
+/// Units to give back: key, script arguments, give-back item, units, rule.
+type Return = (String, [String; 3], String, u64, RuleName);
 
 fn to_return(key: &str, h: &Held) -> Return {
-    (key.to_string(), h.args.clone(), h.give_item(), h.units)
+    (key.to_string(), h.args.clone(), h.give_item(), h.units, h.rule)
+}
+
+/// What a reservation counter counts (in [`ReserveStats`], and per rule in the metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReserveCount {
+    /// A check or peek on the rule that needed the backend.
+    Trips,
+    /// A check on the rule answered from its reservation.
+    Local,
+    /// Units reserved.
+    Reserved,
+    /// Units given back.
+    Returned,
+    /// Units dropped unspent.
+    Dropped,
+}
+
+/// Count `n` for `rule`: in the limiter's totals and its per-rule metrics.
+fn note(inner: &Inner, rule: RuleName, what: ReserveCount, n: u64) {
+    if n == 0 {
+        return;
+    }
+    let r = &inner.reserves;
+    match what {
+        // Counted per check in the totals (see `Limiter::reserved`).
+        ReserveCount::Trips | ReserveCount::Local => {}
+        ReserveCount::Reserved => bump(&r.reserved, n),
+        ReserveCount::Returned => bump(&r.returned, n),
+        ReserveCount::Dropped => bump(&r.dropped, n),
+    }
+    if let Some(m) = &inner.current.load().metrics {
+        m.reserve_count(rule, what, n);
+    }
+}
+
+/// Give `items` back and count what came back and what did not.
+async fn give_back_noted(inner: &Inner, remote: &Connection, now: Option<i64>, items: &[Return]) {
+    match give_back(remote, now, items).await {
+        Ok(given) => {
+            for (item, n) in items.iter().zip(given) {
+                note(inner, item.4, ReserveCount::Returned, n);
+                note(inner, item.4, ReserveCount::Dropped, item.3.saturating_sub(n));
+            }
+        }
+        Err(_) => {
+            for item in items {
+                note(inner, item.4, ReserveCount::Dropped, item.3);
+            }
+        }
+    }
 }
 
 /// The reservations of one limiter, by key.
@@ -183,9 +234,9 @@ impl Reserves {
     }
 
     /// Take out what is no longer spendable at `now` (all of it when `all`):
-    /// what can still be given back, the rest counted as dropped.
-    fn take_expired(&self, now: i64, all: bool) -> Vec<Return> {
-        let mut back = Vec::new();
+    /// what can still be given back, and the rest (units dropped, by rule).
+    fn take_expired(&self, now: i64, all: bool) -> (Vec<Return>, Vec<(RuleName, u64)>) {
+        let (mut back, mut dropped) = (Vec::new(), Vec::new());
         let mut map = self.map();
         map.retain(|key, h| {
             if !all && h.live(now) {
@@ -194,11 +245,11 @@ impl Reserves {
             if h.worth_giving(now) {
                 back.push(to_return(key, h));
             } else {
-                bump(&self.dropped, h.units);
+                dropped.push((h.rule, h.units));
             }
             false
         });
-        back
+        (back, dropped)
     }
 
     /// Forget the reservations of these keys (a reset deleted their counts).
@@ -237,10 +288,10 @@ async fn run_script(remote: &Connection, build: impl Fn(Option<&str>) -> redis::
     }
 }
 
-/// Give units back (mode `g`); returns how many the backend took back.
-async fn give_back(remote: &Connection, now: Option<i64>, items: &[Return]) -> Result<u64> {
-    let mut total = 0;
-    for (key, args, item, _) in items {
+/// Give units back (mode `g`); returns how many the backend took back, per item.
+async fn give_back(remote: &Connection, now: Option<i64>, items: &[Return]) -> Result<Vec<u64>> {
+    let mut given = Vec::with_capacity(items.len());
+    for (key, args, item, _, _) in items {
         let reply = run_script(remote, |sha| {
             let mut cmd = match sha {
                 Some(s) => {
@@ -263,9 +314,9 @@ async fn give_back(remote: &Connection, now: Option<i64>, items: &[Return]) -> R
             cmd
         })
         .await?;
-        total += reply.get(2).copied().unwrap_or(0).max(0) as u64;
+        given.push(reply.get(2).copied().unwrap_or(0).max(0) as u64);
     }
-    Ok(total)
+    Ok(given)
 }
 
 /// Whether any applicable rule of the plan is reserved.
@@ -345,7 +396,7 @@ impl Limiter {
                             if h.worth_giving(now) {
                                 expired.push(to_return(key, &h));
                             } else {
-                                bump(&r.dropped, h.units);
+                                note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
                             }
                         } else if mode == Mode::Peek {
                             pay = Some(h.clone());
@@ -360,10 +411,10 @@ impl Limiter {
                             // Too little left for this request: given back in the trip.
                             let h = map.remove(key).expect("present");
                             if h.worth_giving(now) {
-                                bump(&r.returned, h.units);
+                                note(&self.inner, h.rule, ReserveCount::Returned, h.units);
                                 give = Some(h.give_item());
                             } else {
-                                bump(&r.dropped, h.units);
+                                note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
                             }
                         }
                     }
@@ -373,9 +424,7 @@ impl Limiter {
             }
         }
         if !expired.is_empty() {
-            if let Ok(n) = give_back(remote, clock_now, &expired).await {
-                bump(&r.returned, n);
-            }
+            give_back_noted(&self.inner, remote, clock_now, &expired).await;
         }
         // A check every rule of which is paid from reservations: no trip.
         if mode == Mode::Check && paid.iter().all(Option::is_some) {
@@ -387,6 +436,9 @@ impl Limiter {
                 .collect();
             let d = Decision::from_results(results, false);
             bump(&r.local, 1);
+            for rule in &plan.rules {
+                note(&self.inner, rule.name, ReserveCount::Local, 1);
+            }
             self.count(g, &d, false);
             return Ok(d);
         }
@@ -421,6 +473,9 @@ impl Limiter {
         let header =
             Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id, cost, deadline: None };
         bump(&r.trips, 1);
+        for rule in sub.rules.iter().filter(|r| r.reserve.is_some()) {
+            note(&self.inner, rule.name, ReserveCount::Trips, 1);
+        }
         let answer = run_script(remote, |sha| {
             let mut cmd = command(sha, &sub.keys, &sub.rules, &refs, header);
             if mode == Mode::Check {
@@ -479,7 +534,7 @@ impl Limiter {
                     match mode {
                         Mode::Check => {
                             if g_units > 0 {
-                                bump(&r.reserved, g_units);
+                                note(&self.inner, rule.name, ReserveCount::Reserved, g_units);
                                 let kind = Kind::of(rule);
                                 let spend_us = value(1).max(0);
                                 let for_us = reserve.duration.as_micros() as i64;
@@ -501,6 +556,7 @@ impl Limiter {
                                     left: value(3),
                                     spends: Vec::new(),
                                     kind,
+                                    rule: rule.name,
                                     limit: rule.limit,
                                     args: rule.script_args.clone(),
                                 };
@@ -517,7 +573,7 @@ impl Limiter {
                                         if old.worth_giving(now) {
                                             superseded.push(to_return(&plan.keys[i], &old));
                                         } else {
-                                            bump(&r.dropped, old.units);
+                                            note(&self.inner, old.rule, ReserveCount::Dropped, old.units);
                                         }
                                         fresh
                                     }
@@ -563,10 +619,15 @@ impl Limiter {
                 }
             }
         }
-        if !superseded.is_empty() {
-            if let Ok(n) = give_back(remote, clock_now, &superseded).await {
-                bump(&r.returned, n);
+        if trip_allowed && mode == Mode::Check {
+            for (i, rule) in plan.rules.iter().enumerate() {
+                if paid[i].is_some() && !sent.contains(&i) {
+                    note(&self.inner, rule.name, ReserveCount::Local, 1);
+                }
             }
+        }
+        if !superseded.is_empty() {
+            give_back_noted(&self.inner, remote, clock_now, &superseded).await;
         }
         if self.inner.reserves.sweeping.swap(true, Ordering::Relaxed) {
             // A sweeper runs already.
@@ -650,7 +711,10 @@ fn inner_now(inner: &Inner) -> i64 {
 /// Give back the reservations of `inner` no longer spendable (all of them when `all`).
 async fn return_expired(inner: &Inner, all: bool) {
     let now = inner_now(inner);
-    let items = inner.reserves.take_expired(now, all);
+    let (items, dropped) = inner.reserves.take_expired(now, all);
+    for (rule, n) in dropped {
+        note(inner, rule, ReserveCount::Dropped, n);
+    }
     if items.is_empty() {
         return;
     }
@@ -659,10 +723,7 @@ async fn return_expired(inner: &Inner, all: bool) {
         Clock::Backend => None,
         _ => Some(now),
     };
-    match give_back(remote, clock_now, &items).await {
-        Ok(n) => bump(&inner.reserves.returned, n),
-        Err(_) => bump(&inner.reserves.dropped, items.iter().map(|i| i.3).sum()),
-    }
+    give_back_noted(inner, remote, clock_now, &items).await;
 }
 
 /// Give every reservation of `inner` back, waiting for the backend at most
