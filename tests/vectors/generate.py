@@ -1696,9 +1696,11 @@ case("reserve-bucket-one-limiter", "A token bucket with reserve = 4: the reserva
       chk(IP, 4, remaining=1), chk(IP, 2, allowed=False, remaining=1, retry_after_ms=1_000),
       peek(IP, remaining=0), chk(IP, 2, adv=1_000, remaining=0)])
 
-case("reserve-stacked-all-or-nothing", "A reserved sliding window of counters stacked with a direct fixed window: "
-     "the fixed window's denial spends nothing from the reservation, and its remaining stays the direct path's.",
-     [sw("hot", "c:{ip}", 10, "10s", precision="1s", reserve=4, reserve_for="1h"), fw("fixed", "f:{ip}", 3, "1m")],
+case("reserve-stacked-all-or-nothing", "A reserved sliding window of counters stacked with a direct fixed window "
+     "(their keys in one Redis Cluster slot, as a check with a reserved rule needs there): the fixed window's denial "
+     "spends nothing from the reservation, and its remaining stays the direct path's.",
+     [sw("hot", "{{ip:{ip}}}:c", 10, "10s", precision="1s", reserve=4, reserve_for="1h"),
+      fw("fixed", "{{ip:{ip}}}:f", 3, "1m")],
      [chk(IP, rule="fixed", remaining=2), chk(IP, rule="fixed", remaining=1), chk(IP, rule="fixed", remaining=0),
       chk(IP, allowed=False, rule="fixed"), chk(IP, allowed=False, rule="fixed"), metrics()])
 
