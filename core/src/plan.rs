@@ -336,6 +336,11 @@ impl Rules {
         self.rules.iter().map(|r| r.name).collect()
     }
 
+    /// Whether any rule is reserved (`reserve`).
+    pub fn any_reserved(&self) -> bool {
+        self.rules.iter().any(|r| r.reserve.is_some())
+    }
+
     /// Which rules are reserved (`reserve`), in policy order.
     pub fn reserved(&self) -> Vec<bool> {
         self.rules.iter().map(|r| r.reserve.is_some()).collect()
