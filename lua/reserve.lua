@@ -48,9 +48,12 @@
 --   f, q  the count drops by at most `units`, only while the stored period
 --         is the one reserved from (its end is the tag) and still runs.
 --   k     sub-window `tag` drops by at most `units` while it still counts.
---   w     the entry "<tag>:<units + spent>" is replaced by the entries of
---         what was spent, `<spends>` = "<t>/<c>;..." (times at most the tag),
---         in its place: one limiter's log ends up as the direct path's.
+--   w     the entry "<tag>:<units + spent>" (found from the end) is replaced
+--         by the entries of what was spent, `<spends>` = "<t>/<c>;..." (times
+--         at most the tag): the first in its place, the others pushed at the
+--         end. One limiter's log ends up as the direct path's (its entry was
+--         the newest); with other entries after it, the later ones count
+--         longer, never shorter.
 --   b     while the reservation is spendable, or after it when the bucket
 --         has not changed since it ended (its stamp is not later), the
 --         tokens get the units back (refilled to now, at most the capacity)
@@ -175,24 +178,30 @@ if reserve_spec then
     end
     local g = units + spent
     local entry = g == 1 and string.format('%d', d) or string.format('%d:%d', d, g)
-    if not redis.call('LPOS', key, entry) then
+    -- Searched from the end: a reserved entry is among the newest.
+    local at = redis.call('LPOS', key, entry, 'RANK', -1)
+    if not at then
       return 0
     end
-    -- The reservation's place takes the spent checks, in time order.
+    -- The first check paid takes the entry's place, the others go at the end:
+    -- in time order when the entry was the last (one limiter), and otherwise
+    -- behind newer entries, counted longer, never shorter.
     table.sort(entries, function(a, b)
       return a[1] < b[1]
     end)
     local extra = -(g - 1)
     if #entries == 0 then
-      redis.call('LREM', key, 1, entry)
+      redis.call('LREM', key, -1, entry)
     else
-      local mark = '-reserve'
-      redis.call('LSET', key, redis.call('LPOS', key, entry), mark)
-      for _, e in ipairs(entries) do
+      local values = {}
+      for x, e in ipairs(entries) do
         extra = extra + e[2] - 1
-        redis.call('LINSERT', key, 'BEFORE', mark, e[2] == 1 and string.format('%d', e[1]) or string.format('%d:%d', e[1], e[2]))
+        values[x] = e[2] == 1 and string.format('%d', e[1]) or string.format('%d:%d', e[1], e[2])
       end
-      redis.call('LREM', key, 1, mark)
+      redis.call('LSET', key, at, values[1])
+      if #values > 1 then
+        redis.call('RPUSH', key, unpack(values, 2))
+      end
     end
     local head = redis.call('LINDEX', key, 0)
     if head and string.byte(head, 1) == 45 then
