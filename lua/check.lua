@@ -121,7 +121,7 @@ end
 -- Reservations (reserve.lua): what each reserved rule takes beyond the cost.
 local granted
 if reserve_grant and all_pass and mode ~= 'p' then
-  granted = reserve_grant(out)
+  granted = reserve_grant(out, held)
 end
 
 if mode ~= 'p' and all_pass then
@@ -137,7 +137,7 @@ if mode ~= 'p' and all_pass then
         swl_commit(KEYS[i], now, cost, out[4 * i + 2], tonumber(ARGV[3 * i + 4]), stored_id, held[3 * i - 2],
           held[3 * i - 1], held[3 * i], newest_of and newest_of[i])
       elseif code == 'k' or code == 'K' then
-        sw_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
+        sw_commit(KEYS[i], now, cost + (granted and granted[i] or 0), out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
           held[3 * i - 1] or nil, held[3 * i] or nil)
       elseif code == 'f' or code == 'F' or code == 'q' or code == 'Q' then
         pc_commit(KEYS[i], now, cost + (granted and granted[i] or 0), held[3 * i - 2], stored_id, held[3 * i - 1])
@@ -160,9 +160,14 @@ elseif uses_log then
     end
   end
 end
-if reserve_spec then
-  for i = 1, n do
-    out[#out + 1] = granted and granted[i] or 0
+-- Reservations (reserve.lua): a log's entry and a bucket's list, then four
+-- values per rule after everything else.
+if granted then
+  reserve_commit(granted, held)
+end
+if reserve_tail then
+  for i = 1, 4 * n do
+    out[#out + 1] = reserve_tail[i]
   end
 end
 return out

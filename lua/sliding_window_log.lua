@@ -208,8 +208,12 @@ if uses_log then
         for j = 1, #chunk do
           local et, ec = string.match(chunk[j], '^(%d+):?(%d*)$')
           need = need - (tonumber(ec) or 1)
-          if need <= 0 then
+          -- The latest time so far: an entry out of order (a reserved one,
+          -- reserve.lua) holds those behind it until it leaves.
+          if tonumber(et) > t then
             t = tonumber(et)
+          end
+          if need <= 0 then
             break
           end
         end
@@ -270,7 +274,15 @@ if uses_log then
         redis.call('LPUSH', key, value)
       end
     end
-    redis.call('PEXPIRE', key, math.ceil(reset_after / 1000))
+    if reserve_spec then
+      -- A reserved entry (reserve.lua) may count longer than this one: never shorten it.
+      local ms = math.ceil(reset_after / 1000)
+      if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) < 0 then
+        redis.call('PEXPIRE', key, ms)
+      end
+    else
+      redis.call('PEXPIRE', key, math.ceil(reset_after / 1000))
+    end
   end
 
   -- A check that records nothing: rewrite the header when deciding dropped

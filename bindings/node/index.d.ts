@@ -183,6 +183,8 @@ export declare class Limiter {
   keys(attributes: Record<string, string | null | undefined>): Array<string>
   /** Counters since the limiter was made. */
   stats(): Stats
+  /** Reservation counters since the limiter was made (see `ReserveStats`). */
+  reserveStats(): ReserveStats
   /**
    * Per-rule metrics since the limiter was made, or `null` when they
    * were turned off (`metrics: false`).
@@ -573,6 +575,23 @@ export interface ReloadStatus {
   lastError?: string
   /** The file watched with `reloadOnChange`; absent when none. */
   watching?: string
+}
+
+/**
+ * Reservation counters since a limiter was made (rules with `reserve`,
+ * on Redis; see docs/concepts/reserve.md).
+ */
+export interface ReserveStats {
+  /** Checks and peeks that needed the backend for a reserved rule (each one script run). */
+  trips: number
+  /** Checks answered from reservations alone, with no round trip. */
+  local: number
+  /** Units reserved from the backend. */
+  reserved: number
+  /** Units given back unspent. */
+  returned: number
+  /** Units dropped unspent. */
+  dropped: number
 }
 
 /**

@@ -64,6 +64,8 @@ const OVERFLOW = -2;
 const LEASED = 4;
 // What `wireBegin` returns when the call is on its way (answered later by id).
 const SENT = -1;
+// What `wireBegin` returns when the call does not go on the wire (a reserved rule applies).
+const NO_WIRE = -3;
 // Calls whose commands are written at once, without waiting for the tick's end (see `Link.add`).
 const WRITE_EVERY = 16;
 // How long a connection that could not be made waits before its one more try.
@@ -487,6 +489,8 @@ function send(limiter, calls, attributes, options, peek) {
   if (status === SENT) {
     return new Promise((resolve, reject) => link.add(resolve, reject, id >>> 0, attributes));
   }
+  // A reserved rule's call: the core answers it from its reservations (or takes them).
+  if (status === NO_WIRE) return queue(limiter, calls, attributes, options, peek);
   return answered(limiter, calls, status, attributes);
 }
 

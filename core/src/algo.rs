@@ -215,7 +215,7 @@ impl Log {
 const MICRO: u64 = 1_000_000;
 
 /// Mirror of `tb_wait`: microseconds until `need` micro-tokens are refilled.
-fn tb_wait(need: u64, rate: f64) -> i64 {
+pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
     if need == 0 {
         return 0;
     }

@@ -71,7 +71,7 @@ pub use policy::rate::{self as rate, parse_rate, Rate};
 pub use limiter::{RouteLimit, ROUTE_LIMIT_KEY};
 pub use health::{HealthEvent, HealthSink, OutageCause};
 pub use diff::{PolicyDiff, RuleChange, RuleChangeKind, SettingChange};
-pub use limiter::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
+pub use limiter::{CounterSamples, MetricFamily, MetricKind, RuleReserveMetrics, METRIC_FAMILIES, OUTCOMES};
 pub use policy::tiers::{Block, Override, TierLimit, Tiers, MAX_BLOCK_FACTOR};
 pub use policy::reserve::{Reserve, DEFAULT_RESERVE_FOR, MAX_RESERVE_FOR};
 pub use options::{unknown_option, DurationUnit, OptionValue};

@@ -336,6 +336,16 @@ impl Rules {
         self.rules.iter().map(|r| r.name).collect()
     }
 
+    /// Whether any rule is reserved (`reserve`).
+    pub fn any_reserved(&self) -> bool {
+        self.rules.iter().any(|r| r.reserve.is_some())
+    }
+
+    /// Which rules are reserved (`reserve`), in policy order.
+    pub fn reserved(&self) -> Vec<bool> {
+        self.rules.iter().map(|r| r.reserve.is_some()).collect()
+    }
+
     /// The rule as it applies to these attributes: itself, or the tier
     /// their value picks; `None` when no tier (and no default) fits.
     fn tier_of<'r>(rule: &'r CompiledRule, attrs: &dyn Attributes) -> Option<&'r CompiledRule> {

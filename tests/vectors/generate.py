@@ -1666,6 +1666,44 @@ case("reserve-quota-one-limiter", "A daily quota with reserve = 8: the same answ
       reset({"api_key": "k1"}, deleted=1), chk({"api_key": "k1"}, 20, remaining=0), chk({"api_key": "k2"}, remaining=19)],
      start_us=utc_us(2026, 1, 15, 10))
 
+case("reserve-counters-one-limiter", "A sliding window of counters with reserve = 4: the reservation is counted in the "
+     "current sub-window and spent before it ends; one limiter's answers are the direct path's, leftovers given back "
+     "into the sub-window they were taken in, a denial and the sub-window leaving the count included.",
+     [sw("hot", "c:{ip}", 10, "10s", precision="1s", reserve=4, reserve_for="1h")],
+     [chk(IP, remaining=9, reset_after_ms=11_000), chk(IP, remaining=8, reset_after_ms=11_000),
+      chk(IP, 2, adv=500, remaining=6, reset_after_ms=10_500), chk(IP, 2, remaining=4),
+      chk(IP, adv=500, remaining=3, reset_after_ms=11_000), chk(IP, remaining=2),
+      chk(IP, 3, allowed=False, remaining=2, retry_after_ms=10_000),
+      chk(IP, 3, adv=10_000, remaining=5), peek(IP, remaining=4), chk(IP, remaining=4)])
+
+case("reserve-log-one-limiter", "A sliding-window log with reserve = 4: the reservation is one entry stamped at its "
+     "spend deadline; given back, it becomes the entries of the checks it paid, at their times, so one limiter's "
+     "answers are the direct path's, across give-backs, a denial and entries leaving the window.",
+     [swl("hot", "l:{ip}", 10, "10s", reserve=4, reserve_for="1s")],
+     [chk(IP, remaining=9, reset_after_ms=10_000), chk(IP, remaining=8), chk(IP, 2, adv=200, remaining=6),
+      chk(IP, 2, adv=300, remaining=4), chk(IP, adv=1_100, remaining=3), chk(IP, remaining=2),
+      chk(IP, 3, allowed=False, remaining=2, retry_after_ms=8_400),
+      chk(IP, 2, adv=8_400, remaining=2), peek(IP, remaining=1), chk(IP, remaining=1)])
+
+case("reserve-bucket-one-limiter", "A token bucket with reserve = 4: the reservation is spendable until the bucket "
+     "could refill to its capacity, so refilling is never clipped meanwhile; one limiter's answers, remaining and "
+     "reset included, are the direct path's, across refills, give-backs (also after the reservation ended) and a denial.",
+     [tb("hot", "b:{ip}", 10, 1, reserve=4, reserve_for="1h")],
+     [chk(IP, 3, remaining=7, reset_after_ms=3_000), chk(IP, remaining=6, reset_after_ms=4_000),
+      chk(IP, 2, adv=500, remaining=4, reset_after_ms=5_500), chk(IP, 2, adv=400, remaining=2, reset_after_ms=7_100),
+      chk(IP, remaining=1, reset_after_ms=8_100), chk(IP, 3, adv=9_100, remaining=7, reset_after_ms=3_000),
+      chk(IP, 5, remaining=2, reset_after_ms=8_000), chk(IP, 5, adv=9_000, remaining=5, reset_after_ms=5_000),
+      chk(IP, 4, remaining=1), chk(IP, 2, allowed=False, remaining=1, retry_after_ms=1_000),
+      peek(IP, remaining=0), chk(IP, 2, adv=1_000, remaining=0)])
+
+case("reserve-stacked-all-or-nothing", "A reserved sliding window of counters stacked with a direct fixed window "
+     "(their keys in one Redis Cluster slot, as a check with a reserved rule needs there): the fixed window's denial "
+     "spends nothing from the reservation, and its remaining stays the direct path's.",
+     [sw("hot", "{{ip:{ip}}}:c", 10, "10s", precision="1s", reserve=4, reserve_for="1h"),
+      fw("fixed", "{{ip:{ip}}}:f", 3, "1m")],
+     [chk(IP, rule="fixed", remaining=2), chk(IP, rule="fixed", remaining=1), chk(IP, rule="fixed", remaining=0),
+      chk(IP, allowed=False, rule="fixed"), chk(IP, allowed=False, rule="fixed"), metrics()])
+
 case("quota-big-limit", "Quotas take limits up to 10^15 (token budgets): counts stay exact.",
      [quota("tokens", "t:{tenant}", 10 ** 12, "month")],
      [chk({"tenant": "acme"}, 10 ** 12 - 1, remaining=1), chk({"tenant": "acme"}, 2, allowed=False, remaining=1),

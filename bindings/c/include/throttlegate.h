@@ -328,6 +328,34 @@ typedef struct tg_attribute {
 } tg_attribute;
 
 /**
+ * Reservation counters of a limiter since it was made (rules with
+ * `reserve`, on Redis; see docs/concepts/reserve.md), filled by
+ * `tg_limiter_reserve_stats()`.
+ */
+typedef struct tg_reserve_stats {
+    /**
+     * Checks and peeks that needed the backend for a reserved rule (each one script run).
+     */
+    uint64_t trips;
+    /**
+     * Checks answered from reservations alone, with no round trip.
+     */
+    uint64_t local;
+    /**
+     * Units reserved from the backend.
+     */
+    uint64_t reserved;
+    /**
+     * Units given back unspent.
+     */
+    uint64_t returned;
+    /**
+     * Units dropped unspent.
+     */
+    uint64_t dropped;
+} tg_reserve_stats;
+
+/**
  * Counters of a limiter since it was made, filled by `tg_limiter_stats()`.
  */
 typedef struct tg_stats {
@@ -939,6 +967,13 @@ tg_result tg_limiter_reset(const struct tg_limiter *limiter,
  * `TG_TIMEOUT`, `TG_BACKEND`.
  */
 tg_result tg_limiter_ping(const struct tg_limiter *limiter);
+
+/**
+ * The limiter's reservation counters, written to `*out`.
+ *
+ * Errors: `TG_NULL_POINTER`.
+ */
+tg_result tg_limiter_reserve_stats(const struct tg_limiter *limiter, struct tg_reserve_stats *out);
 
 /**
  * The limiter's counters, written to `*out`.

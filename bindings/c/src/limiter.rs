@@ -92,6 +92,24 @@ pub struct tg_stats {
     pub debited: u64,
 }
 
+/// Reservation counters of a limiter since it was made (rules with
+/// `reserve`, on Redis; see docs/concepts/reserve.md), filled by
+/// `tg_limiter_reserve_stats()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct tg_reserve_stats {
+    /// Checks and peeks that needed the backend for a reserved rule (each one script run).
+    pub trips: u64,
+    /// Checks answered from reservations alone, with no round trip.
+    pub local: u64,
+    /// Units reserved from the backend.
+    pub reserved: u64,
+    /// Units given back unspent.
+    pub returned: u64,
+    /// Units dropped unspent.
+    pub dropped: u64,
+}
+
 /// Make options with every setting at its default.
 ///
 /// On success `*out` receives new options to release with
@@ -701,6 +719,25 @@ pub unsafe extern "C" fn tg_limiter_ping(limiter: *const tg_limiter) -> tg_resul
     ffi(|| {
         let limiter = &in_ref(limiter, "limiter")?.limiter;
         limiter.ping_blocking()?;
+        Ok(())
+    })
+}
+
+/// The limiter's reservation counters, written to `*out`.
+///
+/// Errors: `TG_NULL_POINTER`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_limiter_reserve_stats(limiter: *const tg_limiter, out: *mut tg_reserve_stats) -> tg_result {
+    ffi(|| {
+        let out = out_ptr(out, "out")?;
+        let s = in_ref(limiter, "limiter")?.limiter.reserve_stats();
+        *out = tg_reserve_stats {
+            trips: s.trips,
+            local: s.local,
+            reserved: s.reserved,
+            returned: s.returned,
+            dropped: s.dropped,
+        };
         Ok(())
     })
 }

@@ -397,7 +397,8 @@ const NO_WIRE: i32 = -3;
 /// check (or a peek) on the limiter's own connection (`Hot::wire`): -1 when
 /// its command is queued for `_wireOutput` and its answer will come under
 /// `id`; 0 (or `OVERFLOW`) when it was answered at once, as `checkNow`
-/// answers; `NO_WIRE` when the limiter has none. Bad arguments are thrown,
+/// answers; `NO_WIRE` when the limiter has none, or the call has a reserved
+/// rule (then index.js queues it for `_flush`). Bad arguments are thrown,
 /// with `code`.
 fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let (argc, argv) = call_args::<6>(env, info)?;
@@ -418,6 +419,8 @@ fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::
     let opts = a.options()?;
     let answer = match &mut *a.hot.wire.borrow_mut() {
         None => return status_value(env, NO_WIRE),
+        // A reserved rule's calls take the general path (the limiter's reservations).
+        Some(wire) if wire.reserved(&attrs, &opts, a.peek) => return status_value(env, NO_WIRE),
         Some(wire) => wire.begin(id, &attrs, &opts, a.peek),
     };
     attrs.recycle();

@@ -375,6 +375,22 @@ pub struct Stats {
     pub debited: i64,
 }
 
+/// Reservation counters since a limiter was made (rules with `reserve`,
+/// on Redis; see docs/concepts/reserve.md).
+#[napi(object)]
+pub struct ReserveStats {
+    /// Checks and peeks that needed the backend for a reserved rule (each one script run).
+    pub trips: i64,
+    /// Checks answered from reservations alone, with no round trip.
+    pub local: i64,
+    /// Units reserved from the backend.
+    pub reserved: i64,
+    /// Units given back unspent.
+    pub returned: i64,
+    /// Units dropped unspent.
+    pub dropped: i64,
+}
+
 /// One rule's counters since the limiter was made (see `Limiter.metrics()`).
 #[napi(object)]
 pub struct RuleMetrics {
@@ -1319,6 +1335,19 @@ impl Limiter {
             settled: s.settled as i64,
             refunded: s.refunded as i64,
             debited: s.debited as i64,
+        }
+    }
+
+    /// Reservation counters since the limiter was made (see `ReserveStats`).
+    #[napi(catch_unwind)]
+    pub fn reserve_stats(&self) -> ReserveStats {
+        let s = self.inner.reserve_stats();
+        ReserveStats {
+            trips: s.trips as i64,
+            local: s.local as i64,
+            reserved: s.reserved as i64,
+            returned: s.returned as i64,
+            dropped: s.dropped as i64,
         }
     }
 

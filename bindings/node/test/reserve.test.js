@@ -1,6 +1,7 @@
 // Reserved rules (`reserve`) shared by processes: child processes hammering
-// one key on one Redis admit at most the limit in total, with restarts and a
-// child killed (SIGKILL) while it holds a reservation.
+// one key on one Redis admit at most the limit in total (a bucket: its
+// capacity plus its refill over the run), for every algorithm that takes
+// reserve, with restarts and a child killed (SIGKILL) while it holds a reservation.
 'use strict';
 
 const { describe, it, before, after } = require('node:test');
@@ -14,7 +15,13 @@ const ROOT = path.resolve(__dirname, '..', '..', '..');
 const RULES = {
   fixed_window: { algorithm: 'fixed_window', limit: 600, window: '1h', reserve: 40 },
   quota: { algorithm: 'quota', limit: 500, period: 'day', reserve: 100, reserve_for: '200ms' },
+  sliding_window_log: { algorithm: 'sliding_window_log', limit: 500, window: '1h', reserve: 40, reserve_for: '300ms' },
+  sliding_window: { algorithm: 'sliding_window', limit: 500, window: '1h', reserve: 40 },
+  token_bucket: { algorithm: 'token_bucket', capacity: 300, refill_rate: 50, reserve: 40 },
 };
+
+// What the rule admits at most over `seconds`.
+const bound = (rule, seconds) => (rule.algorithm === 'token_bucket' ? rule.capacity + rule.refill_rate * seconds : rule.limit);
 
 // A child: `checks` checks on the hot key, its limiter made anew `restarts`
 // times (closed in between), then prints how many were admitted; with
@@ -59,6 +66,7 @@ describe('reserve across processes', () => {
   for (const [algorithm, rule] of Object.entries(RULES)) {
     it(`${algorithm}: child processes on one reserved key never admit more than the limit`, async () => {
       const prefix = freshPrefix();
+      const started = process.hrtime.bigint();
       const victim = child([redis.url, prefix, rule, 3, 0, true]);
       const held = await victim.line;
       victim.p.kill('SIGKILL');
@@ -66,8 +74,11 @@ describe('reserve across processes', () => {
         Array.from({ length: 6 }, (_, i) => child([redis.url, prefix, rule, 300, i % 3, false]).line),
       );
       const total = held + counts.reduce((a, b) => a + b, 0);
-      assert.ok(total <= rule.limit, `admitted ${total} of ${rule.limit}`);
+      const most = bound(rule, Number(process.hrtime.bigint() - started) / 1e9);
+      assert.ok(total <= most, `admitted ${total} of ${most}`);
+      if (algorithm === 'token_bucket') return;
       assert.ok(total >= rule.limit - rule.reserve, `admitted only ${total}`);
+      if (algorithm !== 'fixed_window' && algorithm !== 'quota') return;
       // A bulk reply, "$<len>\r\n<period end>:<units>\r\n", or "$-1\r\n" for no key.
       const stored = (await redis.command(['GET', `${prefix}hot:k:hot`])).split('\r\n')[1];
       const count = stored ? Number(stored.split(':')[1]) : 0;
@@ -75,19 +86,29 @@ describe('reserve across processes', () => {
     });
   }
 
-  it('one limiter answers as without reserve', async () => {
-    const prefix = freshPrefix();
-    const plain = new Limiter({ rules: [{ name: 'p', key: 'k:{k}', algorithm: 'fixed_window', limit: 30, window: '1h' }] },
-      { url: redis.url, keyPrefix: prefix });
-    const reserved = new Limiter({ rules: [{ name: 'r', key: 'k:{k}', algorithm: 'fixed_window', limit: 30, window: '1h', reserve: 7 }] },
-      { url: redis.url, keyPrefix: prefix });
-    for (let i = 0; i < 40; i++) {
-      const cost = 1 + (i % 4);
-      const a = await plain.check({ k: 'x' }, { cost });
-      const b = await reserved.check({ k: 'x' }, { cost });
-      assert.deepEqual([a.allowed, a.remaining], [b.allowed, b.remaining], `step ${i}`);
-    }
-    plain.close();
-    reserved.close();
-  });
+  for (const algorithm of ['fixed_window', 'sliding_window', 'token_bucket', 'sliding_window_log']) {
+    it(`${algorithm}: one limiter answers as without reserve`, async () => {
+      const prefix = freshPrefix();
+      const rule = algorithm === 'token_bucket'
+        ? { algorithm, capacity: 30, refill_rate: 0.001 }
+        : { algorithm, limit: 30, window: '1h' };
+      const plain = new Limiter({ rules: [{ name: 'p', key: 'k:{k}', ...rule }] }, { url: redis.url, keyPrefix: prefix });
+      const reserved = new Limiter({ rules: [{ name: 'r', key: 'k:{k}', ...rule, reserve: 7, reserve_for: '1h' }] },
+        { url: redis.url, keyPrefix: prefix });
+      for (let i = 0; i < 40; i++) {
+        const cost = 1 + (i % 4);
+        const a = await plain.check({ k: 'x' }, { cost });
+        const b = await reserved.check({ k: 'x' }, { cost });
+        assert.equal(a.allowed, b.allowed, `step ${i}`);
+        // A log answers from its reservation with the count of its last trip: never more.
+        if (algorithm === 'sliding_window_log') assert.ok(b.remaining <= a.remaining, `step ${i}`);
+        else assert.equal(a.remaining, b.remaining, `step ${i}`);
+      }
+      const stats = reserved.reserveStats();
+      assert.deepEqual(Object.keys(stats).sort(), ['dropped', 'local', 'reserved', 'returned', 'trips']);
+      assert.ok(stats.local > 0 && stats.reserved > 0, JSON.stringify(stats));
+      plain.close();
+      reserved.close();
+    });
+  }
 });

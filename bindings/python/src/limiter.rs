@@ -480,6 +480,22 @@ impl Limiter {
         Ok(d)
     }
 
+    /// Reservation counters since the limiter was made (in this process; see
+    /// docs/concepts/reserve.md): `{"trips": n, "local": n, "reserved": n,
+    /// "returned": n, "dropped": n}` (checks and peeks that needed the
+    /// backend for a reserved rule, checks answered from reservations alone,
+    /// and units reserved, given back and dropped).
+    fn reserve_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.reserve_stats();
+        let d = PyDict::new(py);
+        d.set_item("trips", s.trips)?;
+        d.set_item("local", s.local)?;
+        d.set_item("reserved", s.reserved)?;
+        d.set_item("returned", s.returned)?;
+        d.set_item("dropped", s.dropped)?;
+        Ok(d)
+    }
+
     /// Per-rule metrics since the limiter was made (in this process), or
     /// None when they were turned off (`metrics=False`): `{"rules": [{"rule":
     /// name, "checks": n, ...}], "backend_latency": {"buckets": [(seconds,

@@ -69,7 +69,9 @@ def test_the_families_are_the_cores_in_both_expositions(redis_server: object, pr
     assert [f["name"] for f in tg.METRIC_FAMILIES] == [
         "throttlegate_checks", "throttlegate_decisions", "throttlegate_backend_errors",
         "throttlegate_timeouts", "throttlegate_settles", "throttlegate_settle_refunded",
-        "throttlegate_settle_debited", "throttlegate_policy_reloads", "throttlegate_policy_reload_errors",
+        "throttlegate_settle_debited", "throttlegate_reserve_trips", "throttlegate_reserve_local",
+        "throttlegate_reserve_reserved_units", "throttlegate_reserve_returned_units",
+        "throttlegate_reserve_dropped_units", "throttlegate_policy_reloads", "throttlegate_policy_reload_errors",
         "throttlegate_backend_call_seconds",
     ]
     for f in tg.METRIC_FAMILIES:

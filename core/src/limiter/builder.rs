@@ -257,7 +257,7 @@ impl LimiterBuilder {
         let memory = remote.is_none().then(MemoryBackend::new);
         let deny_cache = (o.deny_cache && remote.is_some()).then(DenyCache::new);
         let rules = Rules::compile(&policy, o.key_secret.as_deref());
-        let metrics = o.metrics.then(|| RuleCounters::new(rules.names()));
+        let metrics = o.metrics.then(|| RuleCounters::new(rules.names()).with_reserved(rules.reserved()));
         let limiter = Limiter {
             inner: Arc::new(Inner {
                 current: ArcSwap::from_pointee(Generation { policy, rules, metrics, deny_cache }),

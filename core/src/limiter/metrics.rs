@@ -67,10 +67,13 @@ pub struct MetricFamily {
 /// `throttlegate_checks`, `throttlegate_decisions` (by outcome, see
 /// [`OUTCOMES`]), `throttlegate_backend_errors`, `throttlegate_timeouts`,
 /// `throttlegate_settles`, `throttlegate_settle_refunded` and
-/// `throttlegate_settle_debited`, the policy's counters `throttlegate_policy_reloads` and
+/// `throttlegate_settle_debited`, the reserved rules' counters
+/// `throttlegate_reserve_trips`, `throttlegate_reserve_local`,
+/// `throttlegate_reserve_reserved_units`, `throttlegate_reserve_returned_units` and
+/// `throttlegate_reserve_dropped_units` (see [`RuleReserveMetrics`]), the policy's counters `throttlegate_policy_reloads` and
 /// `throttlegate_policy_reload_errors` (no labels), then the
 /// `throttlegate_backend_call_seconds` histogram (no labels).
-pub const METRIC_FAMILIES: [MetricFamily; 10] = [
+pub const METRIC_FAMILIES: [MetricFamily; 15] = [
     MetricFamily {
         name: "throttlegate_checks",
         help: "Checks and peeks each rule applied to.",
@@ -116,6 +119,41 @@ pub const METRIC_FAMILIES: [MetricFamily; 10] = [
     MetricFamily {
         name: "throttlegate_settle_debited",
         help: "Units settles took beyond the check's cost, per rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_reserve_trips",
+        help: "Checks and peeks on a reserved rule that went to the backend, per reserved rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_reserve_local",
+        help: "Checks a reserved rule answered from this limiter's reservation, with no round trip, per reserved rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_reserve_reserved_units",
+        help: "Units reserved from the backend, per reserved rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_reserve_returned_units",
+        help: "Reserved units given back unspent, per reserved rule.",
+        kind: MetricKind::Counter,
+        labels: &["rule"],
+        unit: None,
+    },
+    MetricFamily {
+        name: "throttlegate_reserve_dropped_units",
+        help: "Reserved units dropped unspent (their period ended, or the backend could not take them back), per reserved rule.",
         kind: MetricKind::Counter,
         labels: &["rule"],
         unit: None,
@@ -217,6 +255,24 @@ impl RuleMetrics {
     }
 }
 
+/// One reserved rule's reservation counters since the limiter was made (a
+/// rule with `reserve`, on a network backend; see docs/concepts/reserve.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleReserveMetrics {
+    /// The rule's name.
+    pub rule: RuleName,
+    /// Checks and peeks on the rule that went to the backend (each in one script run).
+    pub trips: u64,
+    /// Checks the rule answered from this limiter's reservation.
+    pub local: u64,
+    /// Units reserved from the backend.
+    pub reserved: u64,
+    /// Units given back unspent.
+    pub returned: u64,
+    /// Units dropped unspent.
+    pub dropped: u64,
+}
+
 /// The latency of backend calls (Redis round trips; the embedded backend
 /// answers in process and is not timed).
 #[derive(Debug, Clone, PartialEq)]
@@ -235,6 +291,8 @@ pub struct LatencyHistogram {
 pub struct Metrics {
     /// One entry per rule, in policy order.
     pub rules: Vec<RuleMetrics>,
+    /// One entry per reserved rule (`reserve`), in policy order.
+    pub reserves: Vec<RuleReserveMetrics>,
     /// The backend calls' latency.
     pub backend_latency: LatencyHistogram,
     /// Policies applied by [`crate::Limiter::reload`] or `reload_on_change`.
@@ -253,6 +311,11 @@ impl Metrics {
     /// `throttlegate_settles_total{rule}`,
     /// `throttlegate_settle_refunded_total{rule}`,
     /// `throttlegate_settle_debited_total{rule}`,
+    /// `throttlegate_reserve_trips_total{rule}`,
+    /// `throttlegate_reserve_local_total{rule}`,
+    /// `throttlegate_reserve_reserved_units_total{rule}`,
+    /// `throttlegate_reserve_returned_units_total{rule}`,
+    /// `throttlegate_reserve_dropped_units_total{rule}` (reserved rules only),
     /// `throttlegate_policy_reloads_total`,
     /// `throttlegate_policy_reload_errors_total` and the
     /// `throttlegate_backend_call_seconds` histogram, then `# EOF`. Only the
@@ -276,6 +339,9 @@ impl Metrics {
                 let rule = |r: &RuleMetrics| r.rule.to_string();
                 let per_rule =
                     |value: fn(&RuleMetrics) -> u64| self.rules.iter().map(|r| (vec![rule(r)], value(r))).collect();
+                let per_reserved = |value: fn(&RuleReserveMetrics) -> u64| {
+                    self.reserves.iter().map(|r| (vec![r.rule.to_string()], value(r))).collect()
+                };
                 let samples = match family.name {
                     "throttlegate_checks" => per_rule(|r| r.checks),
                     "throttlegate_decisions" => self
@@ -288,6 +354,11 @@ impl Metrics {
                     "throttlegate_settles" => per_rule(|r| r.settles),
                     "throttlegate_settle_refunded" => per_rule(|r| r.settle_refunded),
                     "throttlegate_settle_debited" => per_rule(|r| r.settle_debited),
+                    "throttlegate_reserve_trips" => per_reserved(|r| r.trips),
+                    "throttlegate_reserve_local" => per_reserved(|r| r.local),
+                    "throttlegate_reserve_reserved_units" => per_reserved(|r| r.reserved),
+                    "throttlegate_reserve_returned_units" => per_reserved(|r| r.returned),
+                    "throttlegate_reserve_dropped_units" => per_reserved(|r| r.dropped),
                     "throttlegate_policy_reloads" => vec![(vec![], self.reloads)],
                     "throttlegate_policy_reload_errors" => vec![(vec![], self.reload_errors)],
                     other => unreachable!("no counter family {other}"),
@@ -355,6 +426,11 @@ struct RuleCells {
     settles: AtomicU64,
     settle_refunded: AtomicU64,
     settle_debited: AtomicU64,
+    reserve_trips: AtomicU64,
+    reserve_local: AtomicU64,
+    reserve_reserved: AtomicU64,
+    reserve_returned: AtomicU64,
+    reserve_dropped: AtomicU64,
 }
 
 /// The backend latency histogram's atomics.
@@ -370,6 +446,8 @@ struct Latency {
 /// name ([`RuleCounters::carried`]), so their counters go on.
 pub(crate) struct RuleCounters {
     names: Vec<RuleName>,
+    /// Which rules are reserved (`reserve`), in the same order.
+    reserved: Vec<bool>,
     /// Per rule, `STRIPES` cells.
     cells: Vec<Arc<[RuleCells]>>,
     latency: Arc<Latency>,
@@ -386,7 +464,7 @@ fn add(a: &AtomicU64) {
 impl RuleCounters {
     pub fn new(names: Vec<RuleName>) -> RuleCounters {
         let cells = names.iter().map(|_| fresh_cells()).collect();
-        RuleCounters { names, cells, latency: Default::default() }
+        RuleCounters { reserved: vec![false; names.len()], names, cells, latency: Default::default() }
     }
 
     /// The counters of a reloaded policy with rules `names`: a rule whose
@@ -401,7 +479,28 @@ impl RuleCounters {
                 None => fresh_cells(),
             })
             .collect();
-        RuleCounters { names, cells, latency: Arc::clone(&self.latency) }
+        RuleCounters { reserved: vec![false; names.len()], names, cells, latency: Arc::clone(&self.latency) }
+    }
+
+    /// These counters with the reserved rules marked (`reserved[i]` for rule i).
+    pub fn with_reserved(mut self, reserved: Vec<bool>) -> RuleCounters {
+        self.reserved = reserved;
+        self
+    }
+
+    /// Count `n` of a reserved rule's reservation counter `what`.
+    pub fn reserve_count(&self, rule: RuleName, what: super::reserve::ReserveCount, n: u64) {
+        use super::reserve::ReserveCount;
+        let Some(i) = self.names.iter().position(|r| *r == rule) else { return };
+        let c = &self.cells[i][stripe_index()];
+        let cell = match what {
+            ReserveCount::Trips => &c.reserve_trips,
+            ReserveCount::Local => &c.reserve_local,
+            ReserveCount::Reserved => &c.reserve_reserved,
+            ReserveCount::Returned => &c.reserve_returned,
+            ReserveCount::Dropped => &c.reserve_dropped,
+        };
+        cell.fetch_add(n, Ordering::Relaxed);
     }
 
     fn cells(&self, index: usize) -> Option<&RuleCells> {
@@ -489,7 +588,30 @@ impl RuleCounters {
             .collect();
         let count = cumulative + get(&self.latency.buckets[LATENCY_BUCKETS.len()]);
         let sum_seconds = get(&self.latency.micros) as f64 / 1e6;
-        Metrics { rules, backend_latency: LatencyHistogram { buckets, count, sum_seconds }, reloads: 0, reload_errors: 0 }
+        let reserves = self
+            .names
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.reserved.get(*i).copied().unwrap_or(false))
+            .map(|(i, name)| {
+                let sum = |f: fn(&RuleCells) -> &AtomicU64| self.cells[i].iter().map(|c| get(f(c))).sum();
+                RuleReserveMetrics {
+                    rule: *name,
+                    trips: sum(|c| &c.reserve_trips),
+                    local: sum(|c| &c.reserve_local),
+                    reserved: sum(|c| &c.reserve_reserved),
+                    returned: sum(|c| &c.reserve_returned),
+                    dropped: sum(|c| &c.reserve_dropped),
+                }
+            })
+            .collect();
+        Metrics {
+            rules,
+            reserves,
+            backend_latency: LatencyHistogram { buckets, count, sum_seconds },
+            reloads: 0,
+            reload_errors: 0,
+        }
     }
 }
 
@@ -562,8 +684,10 @@ mod tests {
             assert!(text.lines().any(|l| l == kind), "missing {kind:?}");
         }
         let counters = m.counters();
-        assert_eq!(counters.len(), 9);
-        assert_eq!(counters[7].samples, [(vec![], 0)]);
+        assert_eq!(counters.len(), 14);
+        assert_eq!(counters[12].samples, [(vec![], 0)]);
+        // No rule is reserved: the reservation families have no samples.
+        assert!(counters[7..12].iter().all(|c| c.samples.is_empty()));
         let decisions = &counters[1];
         assert_eq!(decisions.family.labels, ["rule", "outcome"]);
         assert_eq!(decisions.samples.len(), 2 * OUTCOMES.len());

@@ -23,7 +23,7 @@ pub use http::{RouteLimit, ROUTE_LIMIT_KEY};
 pub use options::{CheckOption, LimiterOption};
 pub use metrics::{LatencyHistogram, Metrics, RuleMetrics, LATENCY_BUCKETS, METRICS_CONTENT_TYPE};
 pub use reload::{ReloadStatus, RELOAD_POLL_INTERVAL};
-pub use metrics::{CounterSamples, MetricFamily, MetricKind, METRIC_FAMILIES, OUTCOMES};
+pub use metrics::{CounterSamples, MetricFamily, MetricKind, RuleReserveMetrics, METRIC_FAMILIES, OUTCOMES};
 pub use lease::{extend_duration, new_lease_id};
 pub use settle::{acquire_timeout, actual_cost};
 pub use stats::Stats;

@@ -138,7 +138,7 @@ impl Limiter {
         let diff = PolicyDiff::between(&old.policy, &policy);
         diff.check(&old.policy, &policy)?;
         let rules = Rules::compile(&policy, o.key_secret.as_deref());
-        let metrics = old.metrics.as_ref().map(|m| m.carried(rules.names()));
+        let metrics = old.metrics.as_ref().map(|m| m.carried(rules.names()).with_reserved(rules.reserved()));
         let deny_cache = old.deny_cache.as_ref().map(|c| {
             c.carried(|name| {
                 diff.rules

@@ -1,14 +1,16 @@
 //! Reservations (a rule's `reserve`, docs/concepts/reserve.md): units of a
-//! fixed window or quota taken from Redis ahead of use, in the same script
-//! run as a check (`lua/reserve.lua`, mode `r`), and spent in process.
+//! fixed window, quota, sliding window (counters or log) or token bucket
+//! taken from Redis ahead of use, in the same script run as a check
+//! (`lua/reserve.lua`, mode `r`), and spent in process.
 //!
-//! A reservation is spendable only before the end of the period it was
-//! counted in (judged on the local clock from the moment its trip was sent,
-//! which is never later than the server's reading of that period), and for
-//! at most `reserve_for`; then its rest is given back (mode `g`) while its
-//! period still runs, or dropped when the period is over (nothing counts it
-//! any more). So every unit admitted in a period is counted in that period
-//! by the backend, whatever the number of processes: never over the limit.
+//! A reservation is spendable only until the time the script gave it (the
+//! end of the period or sub-window it was counted in, the stamp of a log's
+//! reserved entry, the moment a bucket could refill to its capacity), judged
+//! on the local clock from the moment its trip was sent (never later than the
+//! server's reading), and for at most `reserve_for`; then its rest is given
+//! back (mode `g`) while the backend can still take it, or dropped. So every
+//! unit admitted is counted by the backend where the direct path would count
+//! it, or longer, whatever the number of processes: never over the limit.
 //!
 //! One limiter alone decides exactly as the direct path: a reserved rule's
 //! `remaining` is the backend's remaining at the last trip (all outstanding
@@ -27,9 +29,9 @@ use super::{Generation, Inner, Limiter};
 use crate::backend::script::{command, ext_refs, parse_reply, Header, CHECK_SCRIPT};
 use crate::backend::Connection;
 use crate::clock::Clock;
-use crate::decision::{Decision, RuleResult};
+use crate::decision::{Decision, RuleName, RuleResult};
 use crate::error::{Error, Result};
-use crate::plan::{CompiledRule, Mode, Plan, PlanExt};
+use crate::plan::{CompiledRule, Mode, Plan, PlanExt, RuleArgs};
 
 /// How often the limiter looks for reservations to give back.
 const SWEEP_EVERY: Duration = Duration::from_millis(50);
@@ -50,6 +52,30 @@ pub struct ReserveStats {
     pub dropped: u64,
 }
 
+/// What the backend's count of a reserved rule is, for answering and giving back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// A fixed window or quota (tag: the period's end).
+    Period,
+    /// A sliding window of counters (tag: the sub-window).
+    Counters,
+    /// A sliding-window log (tag: the reserved entry's time).
+    Log { window_us: i64 },
+    /// A token bucket (tag: the reservation's id).
+    Bucket { capacity: u64, rate: f64 },
+}
+
+impl Kind {
+    fn of(rule: &CompiledRule) -> Kind {
+        match rule.args {
+            RuleArgs::Counters { .. } => Kind::Counters,
+            RuleArgs::Window { window_us, .. } => Kind::Log { window_us },
+            RuleArgs::Bucket { capacity, rate, .. } => Kind::Bucket { capacity, rate },
+            _ => Kind::Period,
+        }
+    }
+}
+
 /// One key's reservation.
 #[derive(Debug, Clone)]
 struct Held {
@@ -57,25 +83,113 @@ struct Held {
     units: u64,
     /// The backend's remaining at the last trip (reservations counted as used).
     seen: u64,
-    /// The end of the period, on the local clock (never later than the server's).
-    end_local: i64,
-    /// The end of the period as the server stores it (for the give-back).
-    end_server: i64,
+    /// Spendable until then (local clock, never later than the server's).
+    spend_end: i64,
+    /// When the rule's count resets, as the trip answered (local clock).
+    reset_end: i64,
     /// When the rest is given back (local clock).
     expires: i64,
-    /// The rule's limit and script arguments.
+    /// Until when the backend can take units back (local clock).
+    give_until: i64,
+    /// The reservation's tag, as the script gave it (see lua/reserve.lua).
+    tag: i64,
+    /// When the trip was sent (local clock) and the server's time of it.
+    sent: i64,
+    server_t0: i64,
+    /// A bucket's micro-tokens left after the grant.
+    left: i64,
+    /// A log's checks paid from it: server time (estimated, never earlier
+    /// than the real one) and cost.
+    spends: Vec<(i64, u64)>,
+    kind: Kind,
+    /// The rule's name (for its metrics), limit and script arguments.
+    rule: RuleName,
     limit: u64,
     args: [String; 3],
 }
 
 impl Held {
     fn live(&self, now: i64) -> bool {
-        now < self.expires && now < self.end_local
+        now < self.expires && now < self.spend_end
+    }
+
+    /// Whether giving back is worth a trip.
+    fn worth_giving(&self, now: i64) -> bool {
+        (self.units > 0 || !self.spends.is_empty()) && now < self.give_until
+    }
+
+    /// The give-back item "<units>:<tag>[:<spends>]" (lua/reserve.lua).
+    fn give_item(&self) -> String {
+        if self.spends.is_empty() {
+            format!("{}:{}", self.units, self.tag)
+        } else {
+            let spends: Vec<String> = self.spends.iter().map(|(t, c)| format!("{t}/{c}")).collect();
+            format!("{}:{}:{}", self.units, self.tag, spends.join(";"))
+        }
+    }
+
+    /// The server time of a check paid from it at local time `now`.
+    fn server_time(&self, now: i64) -> i64 {
+        self.server_t0 + (now - self.sent).max(0)
     }
 }
 
-/// Units to give back: key, script arguments, units, period end.
-type Return = (String, [String; 3], u64, i64);
+/// Units to give back: key, script arguments, give-back item, units, rule.
+type Return = (String, [String; 3], String, u64, RuleName);
+
+fn to_return(key: &str, h: &Held) -> Return {
+    (key.to_string(), h.args.clone(), h.give_item(), h.units, h.rule)
+}
+
+/// What a reservation counter counts (in [`ReserveStats`], and per rule in the metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReserveCount {
+    /// A check or peek on the rule that needed the backend.
+    Trips,
+    /// A check on the rule answered from its reservation.
+    Local,
+    /// Units reserved.
+    Reserved,
+    /// Units given back.
+    Returned,
+    /// Units dropped unspent.
+    Dropped,
+}
+
+/// Count `n` for `rule`: in the limiter's totals and its per-rule metrics.
+fn note(inner: &Inner, rule: RuleName, what: ReserveCount, n: u64) {
+    if n == 0 {
+        return;
+    }
+    let r = &inner.reserves;
+    match what {
+        // Counted per check in the totals (see `Limiter::reserved`).
+        ReserveCount::Trips | ReserveCount::Local => {}
+        ReserveCount::Reserved => bump(&r.reserved, n),
+        ReserveCount::Returned => bump(&r.returned, n),
+        ReserveCount::Dropped => bump(&r.dropped, n),
+    }
+    if let Some(m) = &inner.current.load().metrics {
+        m.reserve_count(rule, what, n);
+    }
+}
+
+/// Give `items` back and count what came back and what did not.
+async fn give_back_noted(inner: &Inner, remote: &Connection, now: Option<i64>, items: &[Return]) {
+    match give_back(remote, now, items).await {
+        Ok(given) => {
+            for (item, n) in items.iter().zip(given) {
+                note(inner, item.4, ReserveCount::Returned, n);
+                note(inner, item.4, ReserveCount::Dropped, item.3.saturating_sub(n));
+            }
+        }
+        Err(_) => {
+            for item in items {
+                note(inner, item.4, ReserveCount::Dropped, item.3);
+            }
+        }
+    }
+}
 
 /// The reservations of one limiter, by key.
 #[derive(Default)]
@@ -120,22 +234,22 @@ impl Reserves {
     }
 
     /// Take out what is no longer spendable at `now` (all of it when `all`):
-    /// what can still be given back, the rest counted as dropped.
-    fn take_expired(&self, now: i64, all: bool) -> Vec<Return> {
-        let mut back = Vec::new();
+    /// what can still be given back, and the rest (units dropped, by rule).
+    fn take_expired(&self, now: i64, all: bool) -> (Vec<Return>, Vec<(RuleName, u64)>) {
+        let (mut back, mut dropped) = (Vec::new(), Vec::new());
         let mut map = self.map();
         map.retain(|key, h| {
             if !all && h.live(now) {
                 return true;
             }
-            if h.units > 0 && now < h.end_local {
-                back.push((key.clone(), h.args.clone(), h.units, h.end_server));
+            if h.worth_giving(now) {
+                back.push(to_return(key, h));
             } else {
-                bump(&self.dropped, h.units);
+                dropped.push((h.rule, h.units));
             }
             false
         });
-        back
+        (back, dropped)
     }
 
     /// Forget the reservations of these keys (a reset deleted their counts).
@@ -174,10 +288,10 @@ async fn run_script(remote: &Connection, build: impl Fn(Option<&str>) -> redis::
     }
 }
 
-/// Give units back (mode `g`); returns how many the backend took back.
-async fn give_back(remote: &Connection, now: Option<i64>, items: &[Return]) -> Result<u64> {
-    let mut total = 0;
-    for (key, args, units, end) in items {
+/// Give units back (mode `g`); returns how many the backend took back, per item.
+async fn give_back(remote: &Connection, now: Option<i64>, items: &[Return]) -> Result<Vec<u64>> {
+    let mut given = Vec::with_capacity(items.len());
+    for (key, args, item, _, _) in items {
         let reply = run_script(remote, |sha| {
             let mut cmd = match sha {
                 Some(s) => {
@@ -196,13 +310,13 @@ async fn give_back(remote: &Connection, now: Option<i64>, items: &[Return]) -> R
                 Some(t) => cmd.arg(t),
                 None => cmd.arg(""),
             };
-            cmd.arg("-").arg(0).arg(&args[..]).arg("").arg(format!("{units}:{end}"));
+            cmd.arg("-").arg(0).arg(&args[..]).arg("").arg(item);
             cmd
         })
         .await?;
-        total += reply.get(2).copied().unwrap_or(0).max(0) as u64;
+        given.push(reply.get(2).copied().unwrap_or(0).max(0) as u64);
     }
-    Ok(total)
+    Ok(given)
 }
 
 /// Whether any applicable rule of the plan is reserved.
@@ -210,18 +324,31 @@ pub(super) fn has_reserved(plan: &Plan<'_, String>) -> bool {
     plan.rules.iter().any(|r| r.reserve.is_some())
 }
 
-/// A rule answered from its reservation: allowed, its remaining the
-/// backend's last count plus the units left.
+/// A rule answered from its reservation: allowed, with what the direct path
+/// would answer as far as this limiter knows (see docs/concepts/reserve.md).
 fn local_result(rule: &CompiledRule, h: &Held, now: i64) -> RuleResult {
+    let (remaining, reset_us) = match h.kind {
+        Kind::Period | Kind::Counters => (h.seen + h.units, (h.reset_end - now).max(0)),
+        Kind::Log { window_us } => (h.seen + h.units, window_us),
+        Kind::Bucket { capacity, rate } => {
+            // The tokens refill from the trip on, never clipped while a
+            // reservation is spendable (lua/reserve.lua).
+            let full = capacity as i64 * 1_000_000;
+            let refilled = ((now - h.sent).max(0) as f64 * rate).floor() as i64;
+            let tokens = (h.left + refilled).min(full - h.units as i64 * 1_000_000).max(0);
+            let with_ours = tokens + h.units as i64 * 1_000_000;
+            ((tokens / 1_000_000) as u64 + h.units, crate::algo::tb_wait((full - with_ours).max(0) as u64, rate))
+        }
+    };
     RuleResult {
         rule: rule.name,
         index: rule.index,
         allowed: true,
         shadow: rule.shadow,
         limit: h.limit,
-        remaining: h.seen + h.units,
+        remaining,
         retry_after: Duration::ZERO,
-        reset_after: Duration::from_micros((h.end_local - now).max(0) as u64),
+        reset_after: Duration::from_micros(reset_us.max(0) as u64),
         window: rule.window,
     }
 }
@@ -234,7 +361,9 @@ impl Limiter {
 
     /// A check or peek whose plan has a reserved rule, on a network backend.
     pub(super) async fn reserved(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
-        let Some(remote) = &self.inner.remote else { return Err(Error::closed()) };
+        let Some(remote) = &self.inner.remote else {
+            return Err(Error::closed());
+        };
         if remote.name() == "cluster" {
             let slot = crate::backend::cluster::slot(&plan.keys[0]);
             if plan.keys.iter().any(|k| crate::backend::cluster::slot(k) != slot) {
@@ -253,7 +382,7 @@ impl Limiter {
         // Per plan rule: Some(held) when paid from its reservation, and the
         // leftover a reserved rule sent to the backend gives back first.
         let mut paid: SmallVec<[Option<Held>; 4]> = SmallVec::new();
-        let mut credit: SmallVec<[Option<(u64, i64)>; 4]> = SmallVec::new();
+        let mut credit: SmallVec<[Option<String>; 4]> = SmallVec::new();
         let mut expired = Vec::new();
         {
             let mut map = r.map();
@@ -264,21 +393,28 @@ impl Limiter {
                     if let Some(h) = map.get_mut(key) {
                         if !h.live(now) {
                             let h = map.remove(key).expect("present");
-                            if h.units > 0 && now < h.end_local {
-                                expired.push((key.clone(), h.args.clone(), h.units, h.end_server));
+                            if h.worth_giving(now) {
+                                expired.push(to_return(key, &h));
                             } else {
-                                bump(&r.dropped, h.units);
+                                note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
                             }
                         } else if mode == Mode::Peek {
                             pay = Some(h.clone());
                         } else if h.units >= cost {
                             h.units -= cost;
+                            if let Kind::Log { .. } = h.kind {
+                                let t = h.server_time(now);
+                                h.spends.push((t, cost));
+                            }
                             pay = Some(h.clone());
                         } else {
                             // Too little left for this request: given back in the trip.
                             let h = map.remove(key).expect("present");
-                            if h.units > 0 {
-                                give = Some((h.units, h.end_server));
+                            if h.worth_giving(now) {
+                                note(&self.inner, h.rule, ReserveCount::Returned, h.units);
+                                give = Some(h.give_item());
+                            } else {
+                                note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
                             }
                         }
                     }
@@ -288,9 +424,7 @@ impl Limiter {
             }
         }
         if !expired.is_empty() {
-            if let Ok(n) = give_back(remote, clock_now, &expired).await {
-                bump(&r.returned, n);
-            }
+            give_back_noted(&self.inner, remote, clock_now, &expired).await;
         }
         // A check every rule of which is paid from reservations: no trip.
         if mode == Mode::Check && paid.iter().all(Option::is_some) {
@@ -302,6 +436,9 @@ impl Limiter {
                 .collect();
             let d = Decision::from_results(results, false);
             bump(&r.local, 1);
+            for rule in &plan.rules {
+                note(&self.inner, rule.name, ReserveCount::Local, 1);
+            }
             self.count(g, &d, false);
             return Ok(d);
         }
@@ -320,9 +457,11 @@ impl Limiter {
             Mode::Peek => String::new(),
             Mode::Check => sent
                 .iter()
-                .map(|&i| match (plan.rules[i].reserve, credit[i]) {
-                    (Some(res), Some((units, end))) => format!("{}:{units}:{end}", res.units),
-                    (Some(res), None) => res.units.to_string(),
+                .map(|&i| match (plan.rules[i].reserve, &credit[i]) {
+                    (Some(res), Some(item)) => {
+                        format!("{}/{}:{item}", res.units, res.duration.as_micros())
+                    }
+                    (Some(res), None) => format!("{}/{}", res.units, res.duration.as_micros()),
                     (None, _) => "0".into(),
                 })
                 .collect::<Vec<_>>()
@@ -331,8 +470,12 @@ impl Limiter {
         let refs = ext_refs(&sub);
         // A stacked concurrency rule takes its slots under the plan's lease id.
         let call_id = plan.lease.as_deref().unwrap_or("-");
-        let header = Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id, cost, deadline: None };
+        let header =
+            Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id, cost, deadline: None };
         bump(&r.trips, 1);
+        for rule in sub.rules.iter().filter(|r| r.reserve.is_some()) {
+            note(&self.inner, rule.name, ReserveCount::Trips, 1);
+        }
         let answer = run_script(remote, |sha| {
             let mut cmd = command(sha, &sub.keys, &sub.rules, &refs, header);
             if mode == Mode::Check {
@@ -346,9 +489,12 @@ impl Limiter {
         .await;
         let n = sub.keys.len();
         let parsed = answer.and_then(|reply| {
-            let tail = if mode == Mode::Check { n } else { 0 };
+            let tail = if mode == Mode::Check { 4 * n } else { 0 };
             if reply.len() < 2 + tail {
-                return Err(Error::new(crate::error::ErrorKind::Backend, "the check script returned too few values for a reservation"));
+                return Err(Error::new(
+                    crate::error::ErrorKind::Backend,
+                    "the check script returned too few values for a reservation",
+                ));
             }
             let outcomes = parse_reply(&reply[..reply.len() - tail], n, &refs)?;
             Ok((reply[0], outcomes, reply[reply.len() - tail..].to_vec()))
@@ -369,74 +515,119 @@ impl Limiter {
         };
         self.inner.outage.succeeded();
         let trip_allowed = outcomes.iter().zip(&sub.rules).all(|(o, r)| o.allowed || r.shadow);
+        let mut superseded = Vec::new();
         let mut results: crate::decision::RuleResults = Default::default();
-        let mut map = r.map();
-        for (i, rule) in plan.rules.iter().enumerate() {
-            let Some(at) = sent.iter().position(|&s| s == i) else {
-                let h = paid[i].as_ref().expect("paid");
-                results.push(local_result(rule, h, now));
-                continue;
-            };
-            let o = &outcomes[at];
-            let mut res = crate::plan::result(rule, o);
-            if let Some(reserve) = rule.reserve {
-                let g_units = granted.get(at).copied().unwrap_or(0).max(0) as u64;
-                let reset_us = o.reset_after_us.max(0);
-                match mode {
-                    Mode::Check => {
-                        if g_units > 0 {
-                            bump(&r.reserved, g_units);
-                            let fresh = Held {
-                                units: g_units,
-                                seen: o.remaining,
-                                end_local: now + reset_us,
-                                end_server: server_now + reset_us,
-                                expires: now + reserve.duration.as_micros() as i64,
-                                limit: rule.limit,
-                                args: rule.script_args.clone(),
-                            };
-                            // Another check of this limiter reserved the same key
-                            // meanwhile: the same period adds up, an older one is dropped.
-                            let held = match map.remove(&plan.keys[i]) {
-                                Some(old) if old.end_server == fresh.end_server => {
-                                    Held { units: old.units + fresh.units, ..fresh }
-                                }
-                                Some(old) => {
-                                    bump(&r.dropped, old.units);
-                                    fresh
-                                }
-                                None => fresh,
-                            };
-                            res.remaining = o.remaining + held.units;
-                            map.insert(plan.keys[i].clone(), held);
+        {
+            let mut map = r.map();
+            for (i, rule) in plan.rules.iter().enumerate() {
+                let Some(at) = sent.iter().position(|&s| s == i) else {
+                    let h = paid[i].as_ref().expect("paid");
+                    results.push(local_result(rule, h, now));
+                    continue;
+                };
+                let o = &outcomes[at];
+                let mut res = crate::plan::result(rule, o);
+                if let Some(reserve) = rule.reserve {
+                    let value = |k: usize| granted.get(4 * at + k).copied().unwrap_or(0);
+                    let g_units = value(0).max(0) as u64;
+                    let reset_us = o.reset_after_us.max(0);
+                    match mode {
+                        Mode::Check => {
+                            if g_units > 0 {
+                                note(&self.inner, rule.name, ReserveCount::Reserved, g_units);
+                                let kind = Kind::of(rule);
+                                let spend_us = value(1).max(0);
+                                let for_us = reserve.duration.as_micros() as i64;
+                                let fresh = Held {
+                                    units: g_units,
+                                    seen: o.remaining,
+                                    spend_end: now + spend_us,
+                                    reset_end: now + reset_us,
+                                    expires: now + for_us,
+                                    give_until: match kind {
+                                        Kind::Period => now + spend_us,
+                                        Kind::Counters => now + reset_us,
+                                        Kind::Log { window_us } => now + for_us + window_us,
+                                        Kind::Bucket { .. } => i64::MAX,
+                                    },
+                                    tag: value(2),
+                                    sent: now,
+                                    server_t0: server_now,
+                                    left: value(3),
+                                    spends: Vec::new(),
+                                    kind,
+                                    rule: rule.name,
+                                    limit: rule.limit,
+                                    args: rule.script_args.clone(),
+                                };
+                                // Another check of this limiter reserved the same key
+                                // meanwhile: the same counter adds up, another is given back.
+                                let held = match map.remove(&plan.keys[i]) {
+                                    Some(old)
+                                        if old.tag == fresh.tag
+                                            && matches!(old.kind, Kind::Period | Kind::Counters) =>
+                                    {
+                                        Held { units: old.units + fresh.units, ..fresh }
+                                    }
+                                    Some(old) => {
+                                        if old.worth_giving(now) {
+                                            superseded.push(to_return(&plan.keys[i], &old));
+                                        } else {
+                                            note(&self.inner, old.rule, ReserveCount::Dropped, old.units);
+                                        }
+                                        fresh
+                                    }
+                                    None => fresh,
+                                };
+                                res.remaining = o.remaining + held.units;
+                                map.insert(plan.keys[i].clone(), held);
+                            }
                         }
-                    }
-                    Mode::Peek => {
-                        // The decision a check would get: the backend's units and ours.
-                        if let Some(h) = &paid[i] {
-                            let avail = if o.allowed { o.remaining + cost } else { o.remaining } + h.units;
-                            res.allowed = cost <= avail;
-                            res.remaining = if res.allowed { avail - cost } else { avail };
-                            if res.allowed {
-                                res.retry_after = Duration::ZERO;
+                        Mode::Peek => {
+                            // The decision a check would get: the backend's units and ours.
+                            if let Some(h) = &paid[i] {
+                                let avail = if o.allowed { o.remaining + cost } else { o.remaining } + h.units;
+                                res.allowed = cost <= avail;
+                                res.remaining = if res.allowed { avail - cost } else { avail };
+                                if res.allowed {
+                                    res.retry_after = Duration::ZERO;
+                                }
+                                // A log's newest entry is this limiter's own reservation,
+                                // stamped ahead: the direct path's newest is not after now.
+                                if let Kind::Log { window_us } = h.kind {
+                                    if res.allowed && cost > 0 && o.reset_after_us == h.tag + window_us - server_now {
+                                        res.reset_after = Duration::from_micros(window_us as u64);
+                                    }
+                                }
                             }
                         }
                     }
                 }
+                results.push(res);
             }
-            results.push(res);
         }
-        drop(map);
         if mode == Mode::Check && !trip_allowed {
             self.unpay(&plan, &paid, cost, mode);
             // Nothing was spent: the rules paid locally show what they still hold.
             for (i, res) in results.iter_mut().enumerate() {
                 if let Some(h) = &paid[i] {
                     if !sent.contains(&i) {
-                        res.remaining = h.seen + h.units + cost;
+                        let mut h = h.clone();
+                        h.units += cost;
+                        *res = local_result(plan.rules[i], &h, now);
                     }
                 }
             }
+        }
+        if trip_allowed && mode == Mode::Check {
+            for (i, rule) in plan.rules.iter().enumerate() {
+                if paid[i].is_some() && !sent.contains(&i) {
+                    note(&self.inner, rule.name, ReserveCount::Local, 1);
+                }
+            }
+        }
+        if !superseded.is_empty() {
+            give_back_noted(&self.inner, remote, clock_now, &superseded).await;
         }
         if self.inner.reserves.sweeping.swap(true, Ordering::Relaxed) {
             // A sweeper runs already.
@@ -458,10 +649,18 @@ impl Limiter {
             return;
         }
         let mut map = self.inner.reserves.map();
-        for (key, h) in plan.keys.iter().zip(paid) {
-            if h.is_some() {
+        for (key, paid) in plan.keys.iter().zip(paid) {
+            if let Some(p) = paid {
                 if let Some(h) = map.get_mut(key) {
+                    if h.tag != p.tag {
+                        continue;
+                    }
                     h.units += cost;
+                    if let Some(spend) = p.spends.last() {
+                        if let Some(at) = h.spends.iter().rposition(|s| s == spend) {
+                            h.spends.remove(at);
+                        }
+                    }
                 }
             }
         }
@@ -512,7 +711,10 @@ fn inner_now(inner: &Inner) -> i64 {
 /// Give back the reservations of `inner` no longer spendable (all of them when `all`).
 async fn return_expired(inner: &Inner, all: bool) {
     let now = inner_now(inner);
-    let items = inner.reserves.take_expired(now, all);
+    let (items, dropped) = inner.reserves.take_expired(now, all);
+    for (rule, n) in dropped {
+        note(inner, rule, ReserveCount::Dropped, n);
+    }
     if items.is_empty() {
         return;
     }
@@ -521,10 +723,7 @@ async fn return_expired(inner: &Inner, all: bool) {
         Clock::Backend => None,
         _ => Some(now),
     };
-    match give_back(remote, clock_now, &items).await {
-        Ok(n) => bump(&inner.reserves.returned, n),
-        Err(_) => bump(&inner.reserves.dropped, items.iter().map(|i| i.2).sum()),
-    }
+    give_back_noted(inner, remote, clock_now, &items).await;
 }
 
 /// Give every reservation of `inner` back, waiting for the backend at most

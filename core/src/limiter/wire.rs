@@ -208,6 +208,23 @@ impl Wire {
         self.slots.is_empty()
     }
 
+    /// Whether this call has a reserved rule (`reserve`), which the wire does
+    /// not carry: such a call goes through [`Limiter::check_batch`] (or
+    /// [`Limiter::check`]), which answers it from this limiter's
+    /// reservations or takes them. False at once when no rule is reserved.
+    pub fn reserved<A: Attributes + ?Sized>(&self, attrs: &A, options: &CheckOptions, peek: bool) -> bool {
+        let g = self.limiter.inner.current.load();
+        if !g.rules.any_reserved() {
+            return false;
+        }
+        let call_id = if peek { None } else { options.call_id.as_deref() };
+        let reserved = match g.rules.plan(&AttrRef(attrs), options.cost, call_id, str::to_string) {
+            Ok(plan) => super::reserve::has_reserved(&plan),
+            Err(_) => false,
+        };
+        reserved
+    }
+
     /// Start a check (or a peek): `Some` when it is answered without the
     /// network (bad arguments, no rule applies, a remembered denial, a closed
     /// limiter), else `None` and its command is in [`Wire::take_output`],

@@ -1,11 +1,12 @@
 //! `reserve` and `reserve_for`: units of a rule taken from the backend
 //! ahead of use and spent in process (see docs/concepts/reserve.md).
 //!
-//! Only the algorithms whose count is per period (fixed window, calendar
-//! quota) take it: a unit reserved there is counted in the period it was
-//! taken in and spent before that period ends, so the backend's count of a
-//! period always covers every unit used in it, whatever the number of
-//! processes. The other algorithms refuse it at policy load, saying why.
+//! Every algorithm that counts units takes it (fixed window, quota, sliding
+//! window of counters, sliding-window log, token bucket): the backend counts
+//! a reserved unit where the direct path would count its use, or longer
+//! (lua/reserve.lua), so the count always covers every unit used, whatever
+//! the number of processes. A concurrency rule refuses it at policy load,
+//! saying why.
 
 use std::time::Duration;
 
@@ -45,18 +46,13 @@ impl Reserve {
 /// Why an algorithm does not take `reserve`, `None` when it does.
 pub(crate) fn refused(algorithm: &Algorithm) -> Option<&'static str> {
     match algorithm {
-        Algorithm::FixedWindow { .. } | Algorithm::Quota { .. } => None,
-        Algorithm::SlidingWindowLog { .. } => Some(
-            "not supported by sliding_window_log: a unit spent after it was taken must be counted until its use leaves the window, which makes one process decide differently from the direct path; use fixed_window or quota for hot keys",
-        ),
-        Algorithm::SlidingWindow { .. } => Some(
-            "not supported by sliding_window: a unit spent in a later sub-window than it was counted in would be weighted as older than its use; use fixed_window or quota for hot keys",
-        ),
+        Algorithm::FixedWindow { .. }
+        | Algorithm::Quota { .. }
+        | Algorithm::SlidingWindow { .. }
+        | Algorithm::SlidingWindowLog { .. }
+        | Algorithm::TokenBucket { .. } => None,
         Algorithm::Concurrency { .. } => Some(
             "not supported by concurrency: slots are held and released, not spent; a reserved slot would be held with no request in it",
-        ),
-        Algorithm::TokenBucket { .. } => Some(
-            "not supported by token_bucket: tokens spent after they were taken let a burst exceed the capacity by the tokens held at that time; use fixed_window or quota for hot keys",
         ),
     }
 }
