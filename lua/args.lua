@@ -17,9 +17,11 @@
 -- ARGV[2] now in microseconds (an integer, read with tonumber), or "" to
 --         read the server clock with TIME
 -- ARGV[3] call id (random per call, made by the client)
--- ARGV[4] cost (integer >= 1), or one cost per key, "<c1>,<c2>,...", for a
+-- ARGV[4] cost (integer >= 1), or one cost per key, "<c1>,<c2>,...,", for a
 --         check whose rules each take their own cost (a check over several
---         items); a cost of 0 decides that rule without recording anything
+--         items); a rule of cost 0 is decided as a request of cost 1 would
+--         be and records nothing: it reports what is left, and denies the
+--         check when nothing is
 -- then for each key, 3 values: an algorithm code and its two parameters,
 --   "w", limit, window_us          sliding window log
 --   "b", capacity, refill_rate     token bucket

@@ -49,6 +49,11 @@ local all_pass = true
 for i = 1, n do
   local code = ARGV[3 * i + 2]
   local cost = costs and costs[i] or cost
+  -- A rule of cost 0 among per-rule costs: decided at 1, never recorded.
+  local probe = costs and cost == 0
+  if probe then
+    cost = 1
+  end
   local allowed, remaining, retry_after, reset_after
   if code == 'w' or code == 'W' then
     local hdr, extra, ids, newest
@@ -95,6 +100,9 @@ for i = 1, n do
       end
     end
     return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(code))
+  end
+  if probe and allowed == 1 then
+    remaining = remaining + 1
   end
   out[4 * i - 1] = allowed
   out[4 * i] = remaining

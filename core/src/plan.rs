@@ -254,9 +254,10 @@ pub(crate) struct Plan<'a, K> {
     pub rules: SmallVec<[&'a CompiledRule; 4]>,
     /// The cost of every rule (the largest when `costs` is set).
     pub cost: u64,
-    /// Each rule's own cost, in plan order, when they differ (a check over
-    /// several items, [`Rules::plan_items`]); `None`: every rule takes `cost`.
-    /// A rule of cost 0 is decided and reported but records nothing.
+    /// Each rule's own cost, in plan order, when they differ or one is 0 (a
+    /// check over several items, [`Rules::plan_items`]); `None`: every rule
+    /// takes `cost`. A rule of cost 0 is decided as a request of cost 1
+    /// would be, and records nothing.
     pub costs: Option<SmallVec<[u64; 4]>>,
     /// The caller's id for this call; `None` means a random one is made
     /// when the call goes over the network.
@@ -540,7 +541,8 @@ impl Rules {
 
 impl Rules {
     /// The plan of a check over several items, each with its attributes and
-    /// its cost (0: decided and reported, never recorded): every rule that
+    /// its cost (0: decided as a request of cost 1 would be, never
+    /// recorded): every rule that
     /// applies to an item, on the key that item gives it, at that item's
     /// cost; a key that several items reach is one entry at the sum of
     /// their costs. Returns the plan (its `costs` set when they differ) and,
@@ -601,10 +603,10 @@ impl Rules {
             }
         }
         plan.cost = costs.iter().copied().max().unwrap_or(0);
-        if costs.iter().any(|&c| c != plan.cost) {
+        if costs.iter().any(|&c| c != plan.cost || c == 0) {
             if let Some(rule) = plan.rules.iter().find(|r| r.reserve.is_some()) {
                 return Err(Error::invalid_argument(format!(
-                    "items: rule {:?} reserves units in process (`reserve`), which a check whose items cost differently cannot use",
+                    "items: rule {:?} reserves units in process (`reserve`), which a check whose items cost differently (or 0) cannot use",
                     &*rule.name
                 )));
             }

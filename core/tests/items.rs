@@ -87,9 +87,9 @@ async fn items(l: &Limiter) {
     assert_eq!(d.decision.rule.as_deref(), Some("bucket"));
     assert_eq!(remaining(&d), [4, 2, 1]);
     let d = l.check_items(&[item("k", "b", 0), item("c", "y", 0), item("b", "x", 0)]).await.unwrap();
-    assert!(d.decision.allowed, "a check of cost 0 everywhere is a peek");
+    assert!(d.decision.allowed, "a check of cost 0 everywhere looks without counting");
     assert_eq!(remaining(&d), [4, 2, 1]);
-    // Cost 0 beside a counted item: decided, reported, never recorded, on every algorithm.
+    // Cost 0 beside a counted item: decided as a cost of 1, reported, never recorded, on every algorithm.
     for _ in 0..3 {
         let d = l
             .check_items(&[item("f", "z", 1), item("k", "b", 0), item("b", "x", 0), item("c", "y", 0)])
@@ -98,18 +98,20 @@ async fn items(l: &Limiter) {
         assert!(d.decision.allowed);
         assert_eq!(remaining(&d)[1..], [4, 1, 2]);
     }
-    // A key with nothing left admits at cost 0 (nothing more is asked of it), and denies at 1.
+    // Cost 0 checks without consuming: a key with nothing left denies the whole check.
     let d = l.check_items(&[item("f", "z", 0), item("k", "b", 1)]).await.unwrap();
-    assert!(d.decision.allowed);
-    assert_eq!(remaining(&d), [0, 3]);
+    assert!(!d.decision.allowed);
+    assert_eq!(d.decision.rule.as_deref(), Some("fixed"));
+    assert!(d.decision.retry_after > Duration::ZERO);
+    assert_eq!(remaining(&d), [0, 4]);
     let d = l.check_items(&[item("f", "z", 1), item("k", "b", 1)]).await.unwrap();
     assert!(!d.decision.allowed);
-    assert_eq!(remaining(&d), [0, 3]);
+    assert_eq!(remaining(&d), [0, 4]);
     // An item no rule applies to reaches nothing.
     let d = l.check_items(&[item("nothing", "x", 1), item("k", "b", 1)]).await.unwrap();
     assert!(d.decision.allowed);
     assert_eq!(d.items[0], Vec::<usize>::new());
-    assert_eq!(d.decision.results[d.items[1][0]].remaining, 2);
+    assert_eq!(d.decision.results[d.items[1][0]].remaining, 3);
     // Errors name the item, the rule and the cost; nothing is counted.
     let e = l.check_items(&[item("k", "b", 1), item("f", "new", 4)]).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
@@ -120,7 +122,7 @@ async fn items(l: &Limiter) {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert!(e.message().starts_with("items[0]: rule \"slots\" is a concurrency limit"), "{e}");
     let d = l.check_items(&[item("k", "b", 0), item("f", "new", 0)]).await.unwrap();
-    assert_eq!(remaining(&d), [2, 3]);
+    assert_eq!(remaining(&d), [3, 3]);
     let d = l.check_items::<[(&str, &str); 1]>(&[]).await.unwrap();
     assert!(d.decision.allowed && d.decision.results.is_empty() && d.items.is_empty());
 }

@@ -5,13 +5,13 @@
 //! decide, except envoyproxy/ratelimit's descriptor matching (which limit a
 //! descriptor reaches), `unlimited` and `requests_per_unit: 0`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use throttlegate::{CheckOptions, Decision, ErrorKind, Limiter, RuleResult};
+use throttlegate::{CheckItem, Decision, ErrorKind, Limiter, RuleResult};
 
 use crate::rls::{code, DescriptorStatus, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse};
 use crate::rules::{unit_of_window, Format, Limit, Rules};
@@ -211,79 +211,92 @@ impl State {
                 }
             }
         }
-        // The attributes of the one check (and of the peek of descriptors with hits 0).
-        let mut check: HashMap<String, String> = HashMap::new();
-        let mut peek: HashMap<String, String> = HashMap::new();
-        let mut cost = None;
-        let mut blocked = false;
-        for (i, (p, value, entries)) in planned.iter().enumerate() {
-            let target = if p.cost == 0 { &mut peek } else { &mut check };
-            let mut add = |name: &str, v: &str, what: &str| -> Result<(), CheckError> {
-                match target.get(name) {
-                    Some(old) if old != v => Err(CheckError::BadRequest(format!(
-                        "descriptors[{i}]: {what} \"{name}\" is given another value by an earlier descriptor; one request checks each limit once"
-                    ))),
-                    Some(_) => Ok(()),
-                    None => {
-                        target.insert(name.to_string(), v.to_string());
-                        Ok(())
-                    }
-                }
-            };
-            match rules.format {
-                Format::Envoy => {
+        // A limit of 0 reached by a counted descriptor denies the request:
+        // nothing is counted, and every other descriptor is reported at cost 0.
+        let blocked = planned.iter().any(|(p, _, _)| p.zero.is_some() && p.cost > 0);
+        // The items of the one check, and the item each descriptor is reported from.
+        let mut items: Vec<CheckItem<Vec<(&str, &str)>>> = Vec::new();
+        let mut item_of: Vec<Option<usize>> = vec![None; planned.len()];
+        match rules.format {
+            // Each descriptor that reaches a limit: that limit's rule, valued
+            // by the descriptor, at the descriptor's own cost.
+            Format::Envoy => {
+                for (i, (p, value, _)) in planned.iter().enumerate() {
                     if let (Some(rule), Some(v)) = (&p.rule, value) {
-                        add(rule, v, "the limit")?;
-                    }
-                }
-                Format::Native => {
-                    if !entries.is_empty() {
-                        add("domain", &req.domain, "the attribute")?;
-                    }
-                    for (k, v) in entries {
-                        add(k, v, "the attribute")?;
+                        item_of[i] = Some(items.len());
+                        items.push(CheckItem { attributes: vec![(rule.as_str(), v.as_str())], cost: if blocked { 0 } else { p.cost } });
                     }
                 }
             }
-            if p.cost > 0 && (p.rule.is_some() || rules.format == Format::Native) {
-                match cost {
-                    None => cost = Some(p.cost),
-                    Some(c) if c != p.cost => {
-                        return Err(CheckError::BadRequest(format!(
-                            "descriptors[{i}].hits_addend: {} differs from an earlier descriptor's {c}; one all-or-nothing check has one cost",
-                            p.cost
-                        )))
+            // The descriptors of a native policy are one set of attributes (a
+            // rule's key may read several of them), at one cost; those of
+            // hits_addend 0 another, at cost 0.
+            Format::Native => {
+                let mut check: Vec<(&str, &str)> = Vec::new();
+                let mut peek: Vec<(&str, &str)> = Vec::new();
+                let mut cost = None;
+                for (i, (p, _, entries)) in planned.iter().enumerate() {
+                    let target = if p.cost == 0 { &mut peek } else { &mut check };
+                    let pairs = entries.iter().copied().chain((!entries.is_empty()).then_some(("domain", req.domain.as_str())));
+                    for (name, v) in pairs {
+                        match target.iter().find(|(k, _)| *k == name) {
+                            Some((_, old)) if *old != v => {
+                                return Err(CheckError::BadRequest(format!(
+                                    "descriptors[{i}]: the attribute \"{name}\" is given another value by an earlier descriptor; a native policy reads a request's descriptors as one set of attributes"
+                                )))
+                            }
+                            Some(_) => {}
+                            None => target.push((name, v)),
+                        }
                     }
-                    Some(_) => {}
+                    if p.cost > 0 {
+                        match cost {
+                            None => cost = Some(p.cost),
+                            Some(c) if c != p.cost => {
+                                return Err(CheckError::BadRequest(format!(
+                                    "descriptors[{i}].hits_addend: {} differs from an earlier descriptor's {c}; a native policy reads a request's descriptors as one set of attributes, at one cost (YAML limits take each its own)",
+                                    p.cost
+                                )))
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    item_of[i] = Some(usize::from(p.cost == 0));
                 }
-            }
-            if p.zero.is_some() && p.cost > 0 {
-                blocked = true;
+                items.push(CheckItem { attributes: check, cost: cost.unwrap_or(request_cost) });
+                items.push(CheckItem { attributes: peek, cost: 0 });
             }
         }
-        let cost = cost.unwrap_or(request_cost);
-        // The check: denied whole by a limit of 0, in which case nothing is counted and the rest is peeked.
-        let checked = if check.is_empty() {
+        // The one check: one script run, all or nothing.
+        let checked = if items.is_empty() {
             None
-        } else if blocked {
-            Some(self.limiter.peek(&check, cost).await?)
         } else {
-            let opts = CheckOptions { cost, call_id: None };
-            Some(self.limiter.check_with(&check, &opts).await?)
+            match self.limiter.check_items(&items).await {
+                Ok(c) => Some(c),
+                // The core names the item; the client knows its descriptors.
+                Err(e) if e.kind() == ErrorKind::InvalidArgument && rules.format == Format::Envoy => {
+                    let m = e.message();
+                    let named = m.strip_prefix("items[").and_then(|rest| rest.split_once(']')).and_then(|(n, tail)| {
+                        let item: usize = n.parse().ok()?;
+                        let d = item_of.iter().position(|&x| x == Some(item))?;
+                        Some(format!("descriptors[{d}]{tail}"))
+                    });
+                    return Err(CheckError::BadRequest(named.unwrap_or_else(|| m.to_string())));
+                }
+                Err(e) => return Err(e.into()),
+            }
         };
-        let peeked = if peek.is_empty() { None } else { Some(self.limiter.peek(&peek, 1).await?) };
+        drop(items);
         let mut resp = RateLimitResponse { overall_code: code::OK, ..Default::default() };
-        if blocked || checked.as_ref().is_some_and(|d| !d.allowed) {
+        if blocked || checked.as_ref().is_some_and(|d| !d.decision.allowed) {
             resp.overall_code = code::OVER_LIMIT;
         }
         let policy_rules = rules.policy.rules();
-        for (p, _, _) in &planned {
-            let decision = if rules.format == Format::Envoy && p.rule.is_none() {
-                None
-            } else if p.cost == 0 {
-                peeked.as_ref()
-            } else {
-                checked.as_ref()
+        for (i, (p, _, _)) in planned.iter().enumerate() {
+            // The decision for a descriptor that reached the check; its results.
+            let (decision, reached): (Option<&Decision>, &[usize]) = match (&checked, item_of[i]) {
+                (Some(c), Some(item)) => (Some(&c.decision), &c.items[item]),
+                _ => (None, &[]),
             };
             let status = if p.unlimited {
                 DescriptorStatus { code: code::OK, limit_remaining: u32::MAX, ..Default::default() }
@@ -296,11 +309,11 @@ impl State {
                     duration_until_reset: Some(prost_types::Duration { seconds: unit_seconds(unit) as i64, nanos: 0 }),
                 }
             } else {
-                let results: Vec<&RuleResult> = match (decision, rules.format, &p.rule) {
-                    (Some(d), Format::Envoy, Some(rule)) => d.results.iter().filter(|r| r.rule.as_str() == rule).collect(),
-                    (Some(d), Format::Native, _) => d
-                        .results
+                let results: Vec<&RuleResult> = match (decision, rules.format) {
+                    (Some(d), Format::Envoy) => reached.iter().filter_map(|&at| d.results.get(at)).collect(),
+                    (Some(d), Format::Native) => reached
                         .iter()
+                        .filter_map(|&at| d.results.get(at))
                         .filter(|r| {
                             policy_rules.get(r.index).is_some_and(|rule| {
                                 placeholders(&rule.key).any(|a| p.keys.iter().any(|k| k == a))
@@ -309,15 +322,13 @@ impl State {
                         .collect(),
                     _ => vec![],
                 };
-                // A peek reports what a request of its cost would leave; nothing was taken.
-                let peeked_cost = if p.cost == 0 { 1 } else if blocked { cost } else { 0 };
                 // The YAML's limits are named by their `name` only, as envoyproxy/ratelimit's are
                 // (Envoy puts it in X-RateLimit-Limit); a native rule by its own name.
                 let name = match rules.format {
                     Format::Envoy => Some(p.name.as_deref().unwrap_or("")),
                     Format::Native => None,
                 };
-                status_of(decision, &results, name, peeked_cost)
+                status_of(decision, &results, name)
             };
             if status.code == code::OVER_LIMIT {
                 resp.overall_code = code::OVER_LIMIT;
@@ -325,7 +336,7 @@ impl State {
             resp.statuses.push(status);
         }
         if self.response_headers {
-            if let Some(d) = checked.as_ref().or(peeked.as_ref()) {
+            if let Some(d) = checked.as_ref().map(|c| &c.decision) {
                 for (k, v) in d.headers_with(self.limiter.header_options()) {
                     if matches!(k, "RateLimit" | "RateLimit-Policy" | "Retry-After") {
                         resp.response_headers_to_add.push(HeaderValue { key: k.to_string(), value: v, raw_value: vec![] });
@@ -352,7 +363,7 @@ pub fn placeholders(template: &str) -> impl Iterator<Item = &str> {
 
 /// A descriptor's status from the results of the rules it reached: the
 /// most restrictive of them (a denying one first, then the fewest remaining).
-fn status_of(decision: Option<&Decision>, results: &[&RuleResult], name: Option<&str>, peeked_cost: u64) -> DescriptorStatus {
+fn status_of(decision: Option<&Decision>, results: &[&RuleResult], name: Option<&str>) -> DescriptorStatus {
     let enforced: Vec<&&RuleResult> = results.iter().filter(|r| !r.shadow).collect();
     let pick = enforced
         .iter()
@@ -365,7 +376,7 @@ fn status_of(decision: Option<&Decision>, results: &[&RuleResult], name: Option<
         Some(r) => {
             let over = !r.allowed && !r.shadow;
             let wait = if over { r.retry_after } else { r.reset_after };
-            let remaining = if r.allowed { (r.remaining + peeked_cost).min(r.limit) } else { r.remaining };
+            let remaining = r.remaining;
             DescriptorStatus {
                 code: if over { code::OVER_LIMIT } else { code::OK },
                 current_limit: Some(RateLimit {

@@ -149,7 +149,7 @@ impl ClusterBackend {
             .filter(|_| header.cost > 0)
             .map(|cs| idx.iter().map(|&i| cs[i]).collect());
         let header = match &costs {
-            Some(cs) if cs.iter().all(|&c| c == cs[0]) => Header { cost: cs[0], costs: None, ..header },
+            Some(cs) if cs.iter().all(|&c| c == cs[0] && c > 0) => Header { cost: cs[0], costs: None, ..header },
             Some(cs) => Header { cost: cs.iter().copied().max().unwrap_or(0), costs: Some(cs), ..header },
             None => header,
         };

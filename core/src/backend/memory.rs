@@ -241,7 +241,13 @@ impl MemoryBackend {
         let cost_at = |i: usize| if replayed { 0 } else { plan.cost_at(i) };
         for i in 0..n {
             prune_log(&mut guards[slot(i)].1, digests[i], args[i], now);
-            let (o, left) = decide_rule(guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), args[i], now, cost_at(i));
+            // A rule of cost 0 among per-rule costs is decided at 1 and never recorded.
+            let probe = plan.costs.is_some() && cost_at(i) == 0;
+            let state = guards[slot(i)].1.live(digests[i], now).map(|e| &e.state);
+            let (mut o, left) = decide_rule(state, args[i], now, if probe { 1 } else { cost_at(i) });
+            if probe && o.allowed {
+                o.remaining += 1;
+            }
             if !o.allowed && !rules[i].args.shadow() {
                 all_pass = false;
             }

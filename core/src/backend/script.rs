@@ -192,7 +192,7 @@ pub(crate) struct Header<'a> {
     pub call_id: &'a str,
     /// The cost (the largest, when `costs` is set).
     pub cost: u64,
-    /// Each rule's own cost, when they differ (sent as `<c1>,<c2>,...`).
+    /// Each rule's own cost, when they differ or one is 0 (sent as `<c1>,<c2>,...,`).
     pub costs: Option<&'a [u64]>,
     /// A check's deadline on the server's clock (microseconds): the script
     /// changes nothing when it starts later (`lua/deadline.lua`).
@@ -216,11 +216,8 @@ impl<'a> Header<'a> {
         match self.costs {
             Some(costs) => {
                 let mut list = String::with_capacity(costs.len() * 3);
-                for (i, c) in costs.iter().enumerate() {
-                    if i > 0 {
-                        list.push(',');
-                    }
-                    let _ = write!(list, "{c}");
+                for c in costs {
+                    let _ = write!(list, "{c},");
                 }
                 cmd.arg(list)
             }

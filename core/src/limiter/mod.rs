@@ -237,10 +237,11 @@ impl Limiter {
     /// is checked on the key that item gives it, at that item's cost (a key
     /// that several items reach, at the sum of their costs), and the request
     /// is recorded everywhere if every rule admits it, nowhere otherwise. A
-    /// rule reached at cost 0 is decided and reported without counting (and
-    /// admits unless a block is in force); when every cost is 0 the check is
-    /// a peek. One script run (one round trip on one Redis node; on Redis
-    /// Cluster, one per hash slot, given back on a denial as for every check).
+    /// rule reached only at cost 0 is checked without consuming: decided as
+    /// a request of cost 1 would be, it reports what is left and denies the
+    /// check when nothing is, and records nothing. One script run (one round
+    /// trip on one Redis node; on Redis Cluster, one per hash slot, given
+    /// back on a denial as for every check).
     ///
     /// A concurrency rule is refused, and so is a rule that reserves units
     /// in process when the items' costs differ ([`ErrorKind::InvalidArgument`]).
@@ -274,11 +275,10 @@ impl Limiter {
         } else if let Some(memory) = &self.inner.memory {
             let g = self.inner.current.load();
             Err(g.rules.plan_items(&refs, |k| memory.digest(k)).and_then(|(plan, reached)| {
-                let mode = if plan.cost == 0 { Mode::Peek } else { Mode::Check };
                 let d = if plan.keys.is_empty() {
                     Decision::unlimited()
                 } else {
-                    decide(&plan.rules, &memory.eval(&plan, mode, self.local_now())?)
+                    decide(&plan.rules, &memory.eval(&plan, Mode::Check, self.local_now())?)
                 };
                 self.count(&g, &d, false);
                 Ok(items_decision(d, reached))
@@ -298,9 +298,12 @@ impl Limiter {
             };
             let (keys, rules, ext, cost, costs, reached) = plan?;
             let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
-            let mode = if cost == 0 { Mode::Peek } else { Mode::Check };
             let plan = Plan { keys, rules, cost, costs, call_id: None, ext, lease: None };
-            let d = if reserve::has_reserved(&plan) { self.reserved(&g, plan, mode).await? } else { self.send(&g, plan, mode).await? };
+            let d = if reserve::has_reserved(&plan) {
+                self.reserved(&g, plan, Mode::Check).await?
+            } else {
+                self.send(&g, plan, Mode::Check).await?
+            };
             Ok(items_decision(d, reached))
         }
     }
