@@ -273,13 +273,19 @@ impl State {
         } else {
             match self.limiter.check_items(&items).await {
                 Ok(c) => Some(c),
-                // The core names the item; the client knows its descriptors.
-                Err(e) if e.kind() == ErrorKind::InvalidArgument && rules.format == Format::Envoy => {
+                // The core names the item; the client knows its descriptors
+                // (a native policy's items are sets of them).
+                Err(e) if e.kind() == ErrorKind::InvalidArgument => {
                     let m = e.message();
                     let named = m.strip_prefix("items[").and_then(|rest| rest.split_once(']')).and_then(|(n, tail)| {
                         let item: usize = n.parse().ok()?;
-                        let d = item_of.iter().position(|&x| x == Some(item))?;
-                        Some(format!("descriptors[{d}]{tail}"))
+                        match rules.format {
+                            Format::Envoy => {
+                                let d = item_of.iter().position(|&x| x == Some(item))?;
+                                Some(format!("descriptors[{d}]{tail}"))
+                            }
+                            Format::Native => Some(format!("descriptors{tail}")),
+                        }
                     });
                     return Err(CheckError::BadRequest(named.unwrap_or_else(|| m.to_string())));
                 }
