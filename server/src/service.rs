@@ -8,9 +8,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use smallvec::SmallVec;
 use throttlegate::{CheckItem, Decision, ErrorKind, Limiter, RuleResult};
 
 use crate::rls::{code, DescriptorStatus, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse};
@@ -61,19 +62,27 @@ pub struct State {
     pub path: PathBuf,
     /// Whether answers carry `RateLimit`, `RateLimit-Policy` and `Retry-After` in `response_headers_to_add`.
     pub response_headers: bool,
-    domains: Mutex<BTreeMap<String, u64>>,
+    /// Requests per domain: read-locked to count (an atomic add), write-locked to add a domain.
+    domains: RwLock<BTreeMap<String, AtomicU64>>,
     other_domains: AtomicU64,
 }
 
-/// One descriptor, as the check sees it.
-struct Planned {
+/// The attributes of one item of the check, kept inline.
+struct Pairs<'a>(SmallVec<[(&'a str, &'a str); 4]>);
+
+impl throttlegate::Attributes for Pairs<'_> {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
+    }
+}
+
+/// One descriptor, as the check sees it (borrowing from the rules in force).
+struct Planned<'r> {
     /// The rule it reaches and the attribute value it gives, for a YAML limit.
-    rule: Option<String>,
+    rule: Option<&'r str>,
     /// The YAML limit's name (for `current_limit.name` and `replaces`).
-    name: Option<String>,
-    replaces: Vec<String>,
-    /// The descriptor's keys (native: the rules it touches are those keyed on them).
-    keys: Vec<String>,
+    name: Option<&'r str>,
+    replaces: &'r [String],
     unlimited: bool,
     /// `requests_per_unit: 0`, with its unit.
     zero: Option<i32>,
@@ -89,7 +98,7 @@ impl State {
             rules: RwLock::new(Arc::new(rules)),
             path,
             response_headers,
-            domains: Mutex::new(BTreeMap::new()),
+            domains: RwLock::new(BTreeMap::new()),
             other_domains: AtomicU64::new(0),
         }
     }
@@ -111,11 +120,15 @@ impl State {
     }
 
     fn count_domain(&self, domain: &str) {
-        let mut d = self.domains.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = d.get_mut(domain) {
-            *n += 1;
+        if let Some(n) = self.domains.read().unwrap_or_else(|e| e.into_inner()).get(domain) {
+            n.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut d = self.domains.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = d.get(domain) {
+            n.fetch_add(1, Ordering::Relaxed);
         } else if d.len() < MAX_COUNTED_DOMAINS {
-            d.insert(domain.to_string(), 1);
+            d.insert(domain.to_string(), AtomicU64::new(1));
         } else {
             self.other_domains.fetch_add(1, Ordering::Relaxed);
         }
@@ -123,7 +136,7 @@ impl State {
 
     /// Requests per domain (the first [`MAX_COUNTED_DOMAINS`] seen) and the others' count.
     pub fn domain_counts(&self) -> (BTreeMap<String, u64>, u64) {
-        let d = self.domains.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let d = self.domains.read().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, n)| (k.clone(), n.load(Ordering::Relaxed))).collect();
         (d, self.other_domains.load(Ordering::Relaxed))
     }
 
@@ -147,7 +160,7 @@ impl State {
         let rules = self.rules();
         self.count_domain(&req.domain);
         let request_cost = u64::from(req.hits_addend.max(1));
-        let mut planned = Vec::with_capacity(req.descriptors.len());
+        let mut planned: SmallVec<[_; 4]> = SmallVec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
             if d.limit.is_some() {
                 return Err(CheckError::BadRequest(format!(
@@ -157,7 +170,7 @@ impl State {
             if d.entries.len() > MAX_ENTRIES {
                 return Err(CheckError::BadRequest(format!("descriptors[{i}].entries: at most {MAX_ENTRIES}")));
             }
-            let mut entries = Vec::with_capacity(d.entries.len());
+            let mut entries: SmallVec<[(&str, &str); 4]> = SmallVec::with_capacity(d.entries.len());
             for (j, e) in d.entries.iter().enumerate() {
                 if e.key.is_empty() {
                     return Err(CheckError::BadRequest(format!("descriptors[{i}].entries[{j}].key: must not be empty")));
@@ -173,8 +186,7 @@ impl State {
             let mut p = Planned {
                 rule: None,
                 name: None,
-                replaces: vec![],
-                keys: entries.iter().map(|(k, _)| k.to_string()).collect(),
+                replaces: &[],
                 unlimited: false,
                 zero: None,
                 cost,
@@ -184,16 +196,16 @@ impl State {
                 if let Some(m) = rules.domains.get(&req.domain).and_then(|l| l.matches(&entries)) {
                     match m.limit {
                         Limit::Rule { rule, name, replaces } => {
-                            p.rule = Some(rule.clone());
-                            p.name = name.clone();
-                            p.replaces = replaces.clone();
+                            p.rule = Some(rule);
+                            p.name = name.as_deref();
+                            p.replaces = replaces;
                             value = Some(m.value);
                         }
                         Limit::Unlimited => p.unlimited = true,
                         Limit::Zero { name, replaces, unit } => {
                             p.zero = Some(*unit);
-                            p.name = name.clone();
-                            p.replaces = replaces.clone();
+                            p.name = name.as_deref();
+                            p.replaces = replaces;
                         }
                     }
                 }
@@ -201,10 +213,10 @@ impl State {
             planned.push((p, value, entries));
         }
         // `replaces`: a limit named by another matched limit's `replaces` is dropped.
-        let replaced: Vec<String> = planned.iter().flat_map(|(p, _, _)| p.replaces.clone()).collect();
-        if !replaced.is_empty() {
+        if planned.iter().any(|(p, _, _)| !p.replaces.is_empty()) {
+            let replaced: Vec<&str> = planned.iter().flat_map(|(p, _, _)| p.replaces.iter().map(String::as_str)).collect();
             for (p, value, _) in planned.iter_mut() {
-                if p.name.as_ref().is_some_and(|n| replaced.contains(n)) {
+                if p.name.is_some_and(|n| replaced.contains(&n)) {
                     p.rule = None;
                     p.zero = None;
                     *value = None;
@@ -215,16 +227,16 @@ impl State {
         // nothing is counted, and every other descriptor is reported at cost 0.
         let blocked = planned.iter().any(|(p, _, _)| p.zero.is_some() && p.cost > 0);
         // The items of the one check, and the item each descriptor is reported from.
-        let mut items: Vec<CheckItem<Vec<(&str, &str)>>> = Vec::new();
-        let mut item_of: Vec<Option<usize>> = vec![None; planned.len()];
+        let mut items: SmallVec<[CheckItem<Pairs<'_>>; 4]> = SmallVec::new();
+        let mut item_of: SmallVec<[Option<usize>; 4]> = smallvec::smallvec![None; planned.len()];
         match rules.format {
             // Each descriptor that reaches a limit: that limit's rule, valued
             // by the descriptor, at the descriptor's own cost.
             Format::Envoy => {
                 for (i, (p, value, _)) in planned.iter().enumerate() {
-                    if let (Some(rule), Some(v)) = (&p.rule, value) {
+                    if let (Some(rule), Some(v)) = (p.rule, value) {
                         item_of[i] = Some(items.len());
-                        items.push(CheckItem { attributes: vec![(rule.as_str(), v.as_str())], cost: if blocked { 0 } else { p.cost } });
+                        items.push(CheckItem { attributes: Pairs(smallvec::smallvec![(rule, v.as_str())]), cost: if blocked { 0 } else { p.cost } });
                     }
                 }
             }
@@ -232,8 +244,8 @@ impl State {
             // rule's key may read several of them), at one cost; those of
             // hits_addend 0 another, at cost 0.
             Format::Native => {
-                let mut check: Vec<(&str, &str)> = Vec::new();
-                let mut peek: Vec<(&str, &str)> = Vec::new();
+                let mut check: SmallVec<[(&str, &str); 4]> = SmallVec::new();
+                let mut peek: SmallVec<[(&str, &str); 4]> = SmallVec::new();
                 let mut cost = None;
                 for (i, (p, _, entries)) in planned.iter().enumerate() {
                     let target = if p.cost == 0 { &mut peek } else { &mut check };
@@ -263,8 +275,8 @@ impl State {
                     }
                     item_of[i] = Some(usize::from(p.cost == 0));
                 }
-                items.push(CheckItem { attributes: check, cost: cost.unwrap_or(request_cost) });
-                items.push(CheckItem { attributes: peek, cost: 0 });
+                items.push(CheckItem { attributes: Pairs(check), cost: cost.unwrap_or(request_cost) });
+                items.push(CheckItem { attributes: Pairs(peek), cost: 0 });
             }
         }
         // The one check: one script run, all or nothing.
@@ -298,7 +310,7 @@ impl State {
             resp.overall_code = code::OVER_LIMIT;
         }
         let policy_rules = rules.policy.rules();
-        for (i, (p, _, _)) in planned.iter().enumerate() {
+        for (i, (p, _, entries)) in planned.iter().enumerate() {
             // The decision for a descriptor that reached the check; its results.
             let (decision, reached): (Option<&Decision>, &[usize]) = match (&checked, item_of[i]) {
                 (Some(c), Some(item)) => (Some(&c.decision), &c.items[item]),
@@ -310,7 +322,7 @@ impl State {
                 let over = p.cost > 0;
                 DescriptorStatus {
                     code: if over { code::OVER_LIMIT } else { code::OK },
-                    current_limit: Some(RateLimit { name: p.name.clone().unwrap_or_default(), requests_per_unit: 0, unit }),
+                    current_limit: Some(RateLimit { name: p.name.unwrap_or_default().to_string(), requests_per_unit: 0, unit }),
                     limit_remaining: 0,
                     duration_until_reset: Some(prost_types::Duration { seconds: unit_seconds(unit) as i64, nanos: 0 }),
                 }
@@ -322,7 +334,7 @@ impl State {
                         .filter_map(|&at| d.results.get(at))
                         .filter(|r| {
                             policy_rules.get(r.index).is_some_and(|rule| {
-                                placeholders(&rule.key).any(|a| p.keys.iter().any(|k| k == a))
+                                placeholders(&rule.key).any(|a| entries.iter().any(|(k, _)| *k == a))
                             })
                         })
                         .collect(),
@@ -331,7 +343,7 @@ impl State {
                 // The YAML's limits are named by their `name` only, as envoyproxy/ratelimit's are
                 // (Envoy puts it in X-RateLimit-Limit); a native rule by its own name.
                 let name = match rules.format {
-                    Format::Envoy => Some(p.name.as_deref().unwrap_or("")),
+                    Format::Envoy => Some(p.name.unwrap_or("")),
                     Format::Native => None,
                 };
                 status_of(decision, &results, name)
