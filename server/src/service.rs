@@ -280,10 +280,12 @@ impl State {
             }
         }
         // The one check: one script run, all or nothing.
-        let checked = if items.is_empty() {
-            None
-        } else {
-            match self.limiter.check_items(&items).await {
+        // The items are read before the check's future is made, and not held across its await.
+        let check = (!items.is_empty()).then(|| self.limiter.check_items(&items));
+        drop(items);
+        let checked = match check {
+            None => None,
+            Some(check) => match check.await {
                 Ok(c) => Some(c),
                 // The core names the item; the client knows its descriptors
                 // (a native policy's items are sets of them).
@@ -302,9 +304,8 @@ impl State {
                     return Err(CheckError::BadRequest(named.unwrap_or_else(|| m.to_string())));
                 }
                 Err(e) => return Err(e.into()),
-            }
+            },
         };
-        drop(items);
         let mut resp = RateLimitResponse { overall_code: code::OK, ..Default::default() };
         if blocked || checked.as_ref().is_some_and(|d| !d.decision.allowed) {
             resp.overall_code = code::OVER_LIMIT;

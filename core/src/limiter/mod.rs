@@ -291,11 +291,13 @@ impl Limiter {
             });
             Ok((g, plan))
         };
-        async move {
-            let (g, plan) = match planned {
-                Err(answer) => return answer,
-                Ok(planned) => planned,
-            };
+        // An answer made in process is returned ready: the future of the
+        // network path is several kilobytes, moved at every await above.
+        let (g, plan) = match planned {
+            Err(answer) => return futures_util::future::Either::Left(std::future::ready(answer)),
+            Ok(planned) => planned,
+        };
+        futures_util::future::Either::Right(Box::pin(async move {
             let (keys, rules, ext, cost, costs, reached) = plan?;
             let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
             let plan = Plan { keys, rules, cost, costs, call_id: None, ext, lease: None };
@@ -305,7 +307,7 @@ impl Limiter {
                 self.send(&g, plan, Mode::Check).await?
             };
             Ok(items_decision(d, reached))
-        }
+        }))
     }
 
     /// Forget the state of every rule that applies to this request (to
