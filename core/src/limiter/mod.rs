@@ -249,7 +249,7 @@ impl Limiter {
     /// ```
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// use throttlegate::{CheckItem, Limiter, Policy};
-    /// let policy = Policy::from_toml(r#"
+    /// let policy = Policy::from_toml_str(r#"
     ///     [[rules]]
     ///     name = "user"
     ///     key = "{user}"
