@@ -273,10 +273,20 @@ impl State {
                             Some(_) => {}
                         }
                     }
-                    item_of[i] = Some(usize::from(p.cost == 0));
                 }
-                items.push(CheckItem { attributes: Pairs(check), cost: cost.unwrap_or(request_cost) });
-                items.push(CheckItem { attributes: Pairs(peek), cost: 0 });
+                // An empty set is no item (a rule keyed on nothing would apply to it).
+                let counted = !check.is_empty();
+                if counted {
+                    items.push(CheckItem { attributes: Pairs(check), cost: cost.unwrap_or(request_cost) });
+                }
+                if !peek.is_empty() {
+                    items.push(CheckItem { attributes: Pairs(peek), cost: 0 });
+                }
+                for (i, (p, _, entries)) in planned.iter().enumerate() {
+                    if !entries.is_empty() {
+                        item_of[i] = Some(if p.cost > 0 || !counted { 0 } else { 1 });
+                    }
+                }
             }
         }
         // The one check: one script run, all or nothing.
