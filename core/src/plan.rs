@@ -553,7 +553,7 @@ impl Rules {
         &'a self,
         items: &[(&dyn Attributes, u64)],
         mut key: impl FnMut(&str) -> K,
-    ) -> Result<(Plan<'a, K>, Vec<SmallVec<[usize; 4]>>)> {
+    ) -> Result<(Plan<'a, K>, Reached)> {
         let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost: 0, costs: None, call_id: None, ext: Vec::new(), lease: None };
         let mut costs: SmallVec<[u64; 4]> = SmallVec::new();
         let mut reached = Vec::with_capacity(items.len());
@@ -615,6 +615,9 @@ impl Rules {
         Ok((plan, reached))
     }
 }
+
+/// Per item of a check over several items, the plan positions it reached.
+pub(crate) type Reached = Vec<SmallVec<[usize; 4]>>;
 
 /// An error about item `n` of a check over several items, named so.
 fn item_error(n: usize, e: Error) -> Error {
