@@ -311,7 +311,7 @@ impl State {
                             Format::Native => Some(format!("descriptors{tail}")),
                         }
                     });
-                    return Err(CheckError::BadRequest(named.unwrap_or_else(|| m.to_string())));
+                    return Err(CheckError::BadRequest(named.unwrap_or_else(|| m.replace("the items reaching", "the descriptors reaching"))));
                 }
                 Err(e) => return Err(e.into()),
             },

@@ -102,6 +102,11 @@ async fn each_descriptor_counts_its_own_hits_in_one_check() {
         .unwrap_err();
     assert!(matches!(e, CheckError::BadRequest(ref m) if m.starts_with("descriptors[1].cost: 3 is more than rule \"d.tenant\" allows (2)")), "{e:?}");
     let e = s
+        .should_rate_limit(&req("d", vec![desc(&[("tenant", "y")], Some(2)), desc(&[("tenant", "y")], Some(1))], 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CheckError::BadRequest(ref m) if m.contains("the descriptors reaching one key of rule \"d.tenant\" cost 3 together")), "{e:?}");
+    let e = s
         .should_rate_limit(&req("d", vec![RateLimitDescriptor { limit: Some(Default::default()), ..desc(&[("user", "a")], None) }], 0))
         .await
         .unwrap_err();
