@@ -17,7 +17,11 @@
 -- ARGV[2] now in microseconds (an integer, read with tonumber), or "" to
 --         read the server clock with TIME
 -- ARGV[3] call id (random per call, made by the client)
--- ARGV[4] cost (integer >= 1)
+-- ARGV[4] cost (integer >= 1), or one cost per key, "<c1>,<c2>,...,", for a
+--         check whose rules each take their own cost (a check over several
+--         items); a rule of cost 0 is decided as a request of cost 1 would
+--         be and records nothing: it reports what is left, and denies the
+--         check when nothing is
 -- then for each key, 3 values: an algorithm code and its two parameters,
 --   "w", limit, window_us          sliding window log
 --   "b", capacity, refill_rate     token bucket
@@ -51,6 +55,20 @@ else
 end
 local call_id = ARGV[3]
 local cost = tonumber(ARGV[4])
+-- Per-rule costs: `costs[i]` is rule i's and `cost` the largest (nil
+-- `costs` when every rule takes `cost`). Read as `costs and costs[i] or cost`.
+local costs
+if not cost and string.find(ARGV[4], ',', 1, true) then
+  costs = {}
+  cost = 0
+  for c in string.gmatch(ARGV[4], '%d+') do
+    local v = tonumber(c)
+    costs[#costs + 1] = v
+    if v > cost then
+      cost = v
+    end
+  end
+end
 local n = #KEYS
 local replayed = 0
 -- Overrides and blocks (extensions.lua): a call whose rules have any sends

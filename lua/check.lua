@@ -1,5 +1,5 @@
 -- Last in the script: the driver, for modes "c", "C", "p" and "u". Reads the
--- locals of args.lua (mode, now, monotonic, call_id, cost, n, replayed), the
+-- locals of args.lua (mode, now, monotonic, call_id, cost, costs, n, replayed), the
 -- algorithm functions and the replay helpers, and the per-rule ARGV triples
 -- (code, two parameters at ARGV[3i+2 .. 3i+4]). A lower-case code is a live
 -- rule, an upper-case one a shadow rule. Mode "u" gives back and
@@ -13,7 +13,7 @@
 
 if mode == 'u' then
   for i = 1, n do
-    give_back(ARGV[3 * i + 2], KEYS[i], cost, tonumber(ARGV[3 * i + 3]), call_id, ARGV[3 * i + 4])
+    give_back(ARGV[3 * i + 2], KEYS[i], costs and costs[i] or cost, tonumber(ARGV[3 * i + 3]), call_id, ARGV[3 * i + 4])
   end
   return { now, 0 }
 end
@@ -27,6 +27,7 @@ if dedupe then
       replayed = 1
       mode = 'p'
       cost = 0
+      costs = nil
       break
     end
   end
@@ -47,6 +48,12 @@ local newest_of
 local all_pass = true
 for i = 1, n do
   local code = ARGV[3 * i + 2]
+  local cost = costs and costs[i] or cost
+  -- A rule of cost 0 among per-rule costs: decided at 1, never recorded.
+  local probe = costs and cost == 0
+  if probe then
+    cost = 1
+  end
   local allowed, remaining, retry_after, reset_after
   if code == 'w' or code == 'W' then
     local hdr, extra, ids, newest
@@ -94,6 +101,9 @@ for i = 1, n do
     end
     return redis.error_reply('ERR throttlegate: unknown algorithm code ' .. tostring(code))
   end
+  if probe and allowed == 1 then
+    remaining = remaining + 1
+  end
   out[4 * i - 1] = allowed
   out[4 * i] = remaining
   out[4 * i + 1] = retry_after
@@ -113,7 +123,7 @@ end
 if not all_pass and cost > 0 then
   for i = 1, n do
     if out[4 * i - 1] == 1 then
-      out[4 * i] = out[4 * i] + cost
+      out[4 * i] = out[4 * i] + (costs and costs[i] or cost)
     end
   end
 end
@@ -130,8 +140,9 @@ if mode ~= 'p' and all_pass then
     stored_id = call_id
   end
   for i = 1, n do
-    -- A shadow rule that denied records nothing.
-    if out[4 * i - 1] == 1 then
+    local cost = costs and costs[i] or cost
+    -- A shadow rule that denied records nothing, nor does a rule of cost 0.
+    if out[4 * i - 1] == 1 and cost > 0 then
       local code = ARGV[3 * i + 2]
       if code == 'w' or code == 'W' then
         swl_commit(KEYS[i], now, cost, out[4 * i + 2], tonumber(ARGV[3 * i + 4]), stored_id, held[3 * i - 2],

@@ -47,7 +47,7 @@ if ext_spec then
     if r.okey > 0 then
       local v = redis.call('GET', KEYS[r.okey])
       local limit = tonumber(v or ARGV[3 * i + 3])
-      if mode ~= 'u' and cost > limit then
+      if mode ~= 'u' and (costs and costs[i] or cost) > limit then
         return redis.error_reply('ERR throttlegate: cost above override ' .. i .. ' ' .. string.format('%d', limit))
       end
       if v then

@@ -60,7 +60,7 @@ pub use decision::{ceil_millis, ceil_secs, Decision, HeaderOptions, LeaseTicket,
 pub use error::{Error, ErrorKind, Result};
 pub use key::{escape_into, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
 pub use limiter::{
-    acquire_timeout, actual_cost, extend_duration, new_lease_id, BatchCall, CheckOption, CheckOptions, LatencyHistogram, Limiter, LimiterBuilder,
+    acquire_timeout, actual_cost, extend_duration, new_lease_id, BatchCall, CheckItem, CheckOption, CheckOptions, ItemsDecision, LatencyHistogram, Limiter, LimiterBuilder,
     LimiterOption, LimiterOptions, Metrics, ReloadStatus, RuleMetrics, Stats, DEGRADED_RETRY_AFTER, LATENCY_BUCKETS,
     METRICS_CONTENT_TYPE, RELOAD_POLL_INTERVAL,
 };

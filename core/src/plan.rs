@@ -252,7 +252,13 @@ pub(crate) struct Rules {
 pub(crate) struct Plan<'a, K> {
     pub keys: SmallVec<[K; 4]>,
     pub rules: SmallVec<[&'a CompiledRule; 4]>,
+    /// The cost of every rule (the largest when `costs` is set).
     pub cost: u64,
+    /// Each rule's own cost, in plan order, when they differ or one is 0 (a
+    /// check over several items, [`Rules::plan_items`]); `None`: every rule
+    /// takes `cost`. A rule of cost 0 is decided as a request of cost 1
+    /// would be, and records nothing.
+    pub costs: Option<SmallVec<[u64; 4]>>,
     /// The caller's id for this call; `None` means a random one is made
     /// when the call goes over the network.
     pub call_id: Option<&'a str>,
@@ -511,7 +517,7 @@ impl Rules {
         if let Some(id) = call_id {
             validate_call_id(id)?;
         }
-        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, call_id, ext: Vec::new(), lease: None };
+        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost, costs: None, call_id, ext: Vec::new(), lease: None };
         KEY_BUF.with(|buf| {
             let mut buf = buf.borrow_mut();
             for rule in &self.rules {
@@ -543,6 +549,91 @@ impl Rules {
     }
 }
 
+impl Rules {
+    /// The plan of a check over several items, each with its attributes and
+    /// its cost (0: decided as a request of cost 1 would be, never
+    /// recorded): every rule that
+    /// applies to an item, on the key that item gives it, at that item's
+    /// cost; a key that several items reach is one entry at the sum of
+    /// their costs. Returns the plan (its `costs` set when they differ) and,
+    /// per item, the plan positions it reached. A concurrency rule is
+    /// refused (its slots would have no lease to release), and so is a rule
+    /// that reserves units (`reserve`) when the costs differ.
+    pub fn plan_items<'a, K: PartialEq>(
+        &'a self,
+        items: &[(&dyn Attributes, u64)],
+        mut key: impl FnMut(&str) -> K,
+    ) -> Result<(Plan<'a, K>, Reached)> {
+        let mut plan = Plan { keys: SmallVec::new(), rules: SmallVec::new(), cost: 0, costs: None, call_id: None, ext: Vec::new(), lease: None };
+        let mut costs: SmallVec<[u64; 4]> = SmallVec::new();
+        let mut reached = Vec::with_capacity(items.len());
+        KEY_BUF.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            for (n, &(attrs, cost)) in items.iter().enumerate() {
+                let mut at: SmallVec<[usize; 4]> = SmallVec::new();
+                for rule in &self.rules {
+                    let Some(rule) = self.applies(rule, attrs, cost, &mut buf).map_err(|e| item_error(n, e))? else { continue };
+                    if rule.is_lease() {
+                        return Err(Error::invalid_argument(format!(
+                            "items[{n}]: rule {:?} is a concurrency limit, whose slots a check over several items cannot hold (there is no lease to release)",
+                            &*rule.name
+                        )));
+                    }
+                    let k = key(&buf);
+                    if let Some(i) = plan.keys.iter().position(|x| *x == k) {
+                        costs[i] += cost;
+                        if !at.contains(&i) {
+                            at.push(i);
+                        }
+                        continue;
+                    }
+                    if let Some(ext) = rule.ext {
+                        plan.ext.push(PlanExt {
+                            at: plan.keys.len(),
+                            ext,
+                            override_key: ext.overrides.then(|| key(&side_key(&rule.head, &buf, OVERRIDE_SUFFIX))),
+                            block_key: ext.block.map(|_| key(&side_key(&rule.head, &buf, BLOCK_SUFFIX))),
+                        });
+                    }
+                    at.push(plan.keys.len());
+                    plan.keys.push(k);
+                    plan.rules.push(rule);
+                    costs.push(cost);
+                }
+                reached.push(at);
+            }
+            Ok::<(), Error>(())
+        })?;
+        for (rule, &cost) in plan.rules.iter().zip(&costs) {
+            if cost > rule.limit && !rule.ext.is_some_and(|e| e.overrides) {
+                return Err(Error::invalid_argument(format!(
+                    "cost: the items reaching one key of rule {:?} cost {cost} together, more than it allows ({}); such a request could never pass",
+                    &*rule.name, rule.limit
+                )));
+            }
+        }
+        plan.cost = costs.iter().copied().max().unwrap_or(0);
+        if costs.iter().any(|&c| c != plan.cost || c == 0) {
+            if let Some(rule) = plan.rules.iter().find(|r| r.reserve.is_some()) {
+                return Err(Error::invalid_argument(format!(
+                    "items: rule {:?} reserves units in process (`reserve`), which a check whose items cost differently (or 0) cannot use",
+                    &*rule.name
+                )));
+            }
+            plan.costs = Some(costs);
+        }
+        Ok((plan, reached))
+    }
+}
+
+/// Per item of a check over several items, the plan positions it reached.
+pub(crate) type Reached = Vec<SmallVec<[usize; 4]>>;
+
+/// An error about item `n` of a check over several items, named so.
+fn item_error(n: usize, e: Error) -> Error {
+    Error::new(e.kind(), format!("items[{n}].{}", e.message()))
+}
+
 /// The decision from the backend's per-rule outcomes (in plan order).
 pub(crate) fn decide(rules: &[&CompiledRule], outcomes: &[Outcome]) -> Decision {
     let results: crate::decision::RuleResults = rules
@@ -565,6 +656,13 @@ pub(crate) fn result(rule: &CompiledRule, o: &Outcome) -> RuleResult {
         retry_after: Duration::from_micros(o.retry_after_us.max(0) as u64),
         reset_after: Duration::from_micros(o.reset_after_us.max(0) as u64),
         window: rule.window,
+    }
+}
+
+impl<K> Plan<'_, K> {
+    /// The cost of the rule at `i` (plan order).
+    pub fn cost_at(&self, i: usize) -> u64 {
+        self.costs.as_ref().map_or(self.cost, |c| c[i])
     }
 }
 

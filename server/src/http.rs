@@ -1,5 +1,6 @@
 //! The HTTP API: `POST /json` (envoyproxy/ratelimit's, proto3 JSON in and
-//! out), `POST /v1/check` (native attributes), `GET /healthcheck`,
+//! out), `POST /v1/check` (native attributes), `POST /v1/release` and
+//! `POST /v1/extend` (a concurrency limit's lease), `GET /healthcheck`,
 //! `GET /metrics`, `GET /rules`.
 
 // Early answers are axum's own `Response`, returned as the error of the helpers that parse a body.
@@ -17,7 +18,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use throttlegate::CheckOptions;
+use throttlegate::{extend_duration, CheckOptions, DurationUnit, OptionValue};
 
 use crate::rls::{code, unit, DescriptorStatus, Entry, RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
 use crate::service::CheckError;
@@ -31,10 +32,12 @@ pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/json", post(json_check))
         .route("/v1/check", post(native_check))
+        .route("/v1/release", post(release))
+        .route("/v1/extend", post(extend))
         .route("/healthcheck", get(healthcheck))
         .route("/metrics", get(metrics))
         .route("/rules", get(rules))
-        .fallback(|| async { problem(StatusCode::NOT_FOUND, "no such endpoint (see /json, /v1/check, /healthcheck, /metrics, /rules)") })
+        .fallback(|| async { problem(StatusCode::NOT_FOUND, "no such endpoint (see /json, /v1/check, /v1/release, /v1/extend, /healthcheck, /metrics, /rules)") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(server)
 }
@@ -247,7 +250,13 @@ async fn native_check(AxState(server): AxState<Arc<Server>>, body: Result<Bytes,
     };
     let options = limiter.header_options();
     let mut r = if d.allowed {
-        (StatusCode::OK, axum::Json(d.to_json(options))).into_response()
+        let mut body = d.to_json(options);
+        // The slots of a concurrency limit are held under this id until
+        // POST /v1/release (or the lease's end).
+        if let (Some(id), Some(o)) = (d.lease_id(), body.as_object_mut()) {
+            o.insert("lease_id".into(), json!(id));
+        }
+        (StatusCode::OK, axum::Json(body)).into_response()
     } else {
         let body = d.problem_json().unwrap_or_else(|| d.to_json(options).to_string());
         let mut r = (StatusCode::TOO_MANY_REQUESTS, body).into_response();
@@ -260,6 +269,59 @@ async fn native_check(AxState(server): AxState<Arc<Server>>, body: Result<Bytes,
         }
     }
     r
+}
+
+/// A lease of `POST /v1/check`: the check's attributes and the `lease_id`
+/// its answer gave (its `call_id` when it had one).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LeaseRequest {
+    attributes: HashMap<String, String>,
+    lease_id: String,
+    /// `/v1/extend` only: seconds, or text such as `"30s"`.
+    #[serde(default)]
+    duration: Option<Value>,
+}
+
+/// `POST /v1/release`: give back the slots a check holds, at once.
+/// Answers `{"released": n}`, the number of concurrency rules whose slots
+/// this freed (0 when none was held: released already, or the lease ended).
+async fn release(AxState(server): AxState<Arc<Server>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let req: LeaseRequest = match read_body(body).and_then(|b| json_body(&b)) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    if req.duration.is_some() {
+        return problem(StatusCode::BAD_REQUEST, "body: duration: a release takes none (see /v1/extend)");
+    }
+    match server.state.limiter.release_call(&req.attributes, &req.lease_id).await.map_err(CheckError::from) {
+        Ok(n) => axum::Json(json!({ "released": n })).into_response(),
+        Err(e) => error_response(e),
+    }
+}
+
+/// `POST /v1/extend`: the slots a check holds now end `duration` from now.
+/// Answers `{"extended": n}` (0 when none was held: a lease that ended or
+/// was released is never brought back).
+async fn extend(AxState(server): AxState<Arc<Server>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let req: LeaseRequest = match read_body(body).and_then(|b| json_body(&b)) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let value = match req.duration {
+        None => return problem(StatusCode::BAD_REQUEST, "body: duration: missing (seconds, or text such as \"30s\")"),
+        Some(Value::Number(n)) => OptionValue::Number(n.as_f64().unwrap_or(f64::NAN)),
+        Some(Value::String(t)) => OptionValue::Text(t),
+        Some(_) => return problem(StatusCode::BAD_REQUEST, "body: duration: expected seconds or text such as \"30s\""),
+    };
+    let answer = match extend_duration(value, DurationUnit::Seconds) {
+        Ok(d) => server.state.limiter.extend_call(&req.attributes, &req.lease_id, d).await,
+        Err(e) => Err(e),
+    };
+    match answer.map_err(CheckError::from) {
+        Ok(n) => axum::Json(json!({ "extended": n })).into_response(),
+        Err(e) => error_response(e),
+    }
 }
 
 async fn healthcheck(AxState(server): AxState<Arc<Server>>) -> Response {

@@ -484,6 +484,16 @@ impl Ctx<'_> {
             }
             Some(_) => return Err(self.err(&format!("{}.algorithm", at.trim_end_matches(".rate_limit")), "expected an algorithm's name or a mapping with `type`")),
         }
+        // A concurrency limit's slots are given back by a release, which the
+        // RLS protocol has not: each request would hold one until its lease ends.
+        if value.get("algorithm").and_then(Value::as_str) == Some("concurrency") {
+            return Err(self.err(
+                &format!("{}.algorithm", at.trim_end_matches(".rate_limit")),
+                format!(
+                    "concurrency is refused (rule {rule:?}): the rate limit service protocol (gRPC ShouldRateLimit, POST /json) has no release, so every admitted request would hold its slot until the lease ends; limit concurrency with a native policy through POST /v1/check and POST /v1/release"
+                ),
+            ));
+        }
         let index = self.rules.len();
         // The core names the rule's fields; the message is prefixed with where it is in the YAML.
         Policy::from_value(&json!({ "rules": [Value::Object(value.clone())] })).map_err(|e| {
@@ -554,6 +564,10 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
+        let e = yaml("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n    algorithm: {type: concurrency, limit: 2, lease: 30s}\n").unwrap_err();
+        assert!(e.message().starts_with("t.yaml: descriptors[0].algorithm: concurrency is refused (rule \"d.a\"): the rate limit service protocol"), "{e}");
+        let e = yaml("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n    algorithm: concurrency\n").unwrap_err();
+        assert!(e.message().contains("concurrency is refused"), "{e}");
         let e = yaml("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n").unwrap_err();
         assert!(e.message().contains("descriptors[0].rate_limit.unit"), "{e}");
         let e = yaml("domain: d\ndescriptors:\n  - key: a\n    colour: red\n").unwrap_err();

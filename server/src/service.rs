@@ -5,13 +5,14 @@
 //! decide, except envoyproxy/ratelimit's descriptor matching (which limit a
 //! descriptor reaches), `unlimited` and `requests_per_unit: 0`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use throttlegate::{CheckOptions, Decision, ErrorKind, Limiter, RuleResult};
+use smallvec::SmallVec;
+use throttlegate::{CheckItem, Decision, ErrorKind, Limiter, RuleResult};
 
 use crate::rls::{code, DescriptorStatus, HeaderValue, RateLimit, RateLimitRequest, RateLimitResponse};
 use crate::rules::{unit_of_window, Format, Limit, Rules};
@@ -61,19 +62,27 @@ pub struct State {
     pub path: PathBuf,
     /// Whether answers carry `RateLimit`, `RateLimit-Policy` and `Retry-After` in `response_headers_to_add`.
     pub response_headers: bool,
-    domains: Mutex<BTreeMap<String, u64>>,
+    /// Requests per domain: read-locked to count (an atomic add), write-locked to add a domain.
+    domains: RwLock<BTreeMap<String, AtomicU64>>,
     other_domains: AtomicU64,
 }
 
-/// One descriptor, as the check sees it.
-struct Planned {
+/// The attributes of one item of the check, kept inline.
+struct Pairs<'a>(SmallVec<[(&'a str, &'a str); 4]>);
+
+impl throttlegate::Attributes for Pairs<'_> {
+    fn get_attr(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| *k == name).map(|(_, v)| *v)
+    }
+}
+
+/// One descriptor, as the check sees it (borrowing from the rules in force).
+struct Planned<'r> {
     /// The rule it reaches and the attribute value it gives, for a YAML limit.
-    rule: Option<String>,
+    rule: Option<&'r str>,
     /// The YAML limit's name (for `current_limit.name` and `replaces`).
-    name: Option<String>,
-    replaces: Vec<String>,
-    /// The descriptor's keys (native: the rules it touches are those keyed on them).
-    keys: Vec<String>,
+    name: Option<&'r str>,
+    replaces: &'r [String],
     unlimited: bool,
     /// `requests_per_unit: 0`, with its unit.
     zero: Option<i32>,
@@ -89,7 +98,7 @@ impl State {
             rules: RwLock::new(Arc::new(rules)),
             path,
             response_headers,
-            domains: Mutex::new(BTreeMap::new()),
+            domains: RwLock::new(BTreeMap::new()),
             other_domains: AtomicU64::new(0),
         }
     }
@@ -111,11 +120,15 @@ impl State {
     }
 
     fn count_domain(&self, domain: &str) {
-        let mut d = self.domains.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = d.get_mut(domain) {
-            *n += 1;
+        if let Some(n) = self.domains.read().unwrap_or_else(|e| e.into_inner()).get(domain) {
+            n.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut d = self.domains.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = d.get(domain) {
+            n.fetch_add(1, Ordering::Relaxed);
         } else if d.len() < MAX_COUNTED_DOMAINS {
-            d.insert(domain.to_string(), 1);
+            d.insert(domain.to_string(), AtomicU64::new(1));
         } else {
             self.other_domains.fetch_add(1, Ordering::Relaxed);
         }
@@ -123,7 +136,7 @@ impl State {
 
     /// Requests per domain (the first [`MAX_COUNTED_DOMAINS`] seen) and the others' count.
     pub fn domain_counts(&self) -> (BTreeMap<String, u64>, u64) {
-        let d = self.domains.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let d = self.domains.read().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, n)| (k.clone(), n.load(Ordering::Relaxed))).collect();
         (d, self.other_domains.load(Ordering::Relaxed))
     }
 
@@ -147,7 +160,7 @@ impl State {
         let rules = self.rules();
         self.count_domain(&req.domain);
         let request_cost = u64::from(req.hits_addend.max(1));
-        let mut planned = Vec::with_capacity(req.descriptors.len());
+        let mut planned: SmallVec<[_; 4]> = SmallVec::with_capacity(req.descriptors.len());
         for (i, d) in req.descriptors.iter().enumerate() {
             if d.limit.is_some() {
                 return Err(CheckError::BadRequest(format!(
@@ -157,7 +170,7 @@ impl State {
             if d.entries.len() > MAX_ENTRIES {
                 return Err(CheckError::BadRequest(format!("descriptors[{i}].entries: at most {MAX_ENTRIES}")));
             }
-            let mut entries = Vec::with_capacity(d.entries.len());
+            let mut entries: SmallVec<[(&str, &str); 4]> = SmallVec::with_capacity(d.entries.len());
             for (j, e) in d.entries.iter().enumerate() {
                 if e.key.is_empty() {
                     return Err(CheckError::BadRequest(format!("descriptors[{i}].entries[{j}].key: must not be empty")));
@@ -173,8 +186,7 @@ impl State {
             let mut p = Planned {
                 rule: None,
                 name: None,
-                replaces: vec![],
-                keys: entries.iter().map(|(k, _)| k.to_string()).collect(),
+                replaces: &[],
                 unlimited: false,
                 zero: None,
                 cost,
@@ -184,16 +196,16 @@ impl State {
                 if let Some(m) = rules.domains.get(&req.domain).and_then(|l| l.matches(&entries)) {
                     match m.limit {
                         Limit::Rule { rule, name, replaces } => {
-                            p.rule = Some(rule.clone());
-                            p.name = name.clone();
-                            p.replaces = replaces.clone();
+                            p.rule = Some(rule);
+                            p.name = name.as_deref();
+                            p.replaces = replaces;
                             value = Some(m.value);
                         }
                         Limit::Unlimited => p.unlimited = true,
                         Limit::Zero { name, replaces, unit } => {
                             p.zero = Some(*unit);
-                            p.name = name.clone();
-                            p.replaces = replaces.clone();
+                            p.name = name.as_deref();
+                            p.replaces = replaces;
                         }
                     }
                 }
@@ -201,89 +213,119 @@ impl State {
             planned.push((p, value, entries));
         }
         // `replaces`: a limit named by another matched limit's `replaces` is dropped.
-        let replaced: Vec<String> = planned.iter().flat_map(|(p, _, _)| p.replaces.clone()).collect();
-        if !replaced.is_empty() {
+        if planned.iter().any(|(p, _, _)| !p.replaces.is_empty()) {
+            let replaced: Vec<&str> = planned.iter().flat_map(|(p, _, _)| p.replaces.iter().map(String::as_str)).collect();
             for (p, value, _) in planned.iter_mut() {
-                if p.name.as_ref().is_some_and(|n| replaced.contains(n)) {
+                if p.name.is_some_and(|n| replaced.contains(&n)) {
                     p.rule = None;
                     p.zero = None;
                     *value = None;
                 }
             }
         }
-        // The attributes of the one check (and of the peek of descriptors with hits 0).
-        let mut check: HashMap<String, String> = HashMap::new();
-        let mut peek: HashMap<String, String> = HashMap::new();
-        let mut cost = None;
-        let mut blocked = false;
-        for (i, (p, value, entries)) in planned.iter().enumerate() {
-            let target = if p.cost == 0 { &mut peek } else { &mut check };
-            let mut add = |name: &str, v: &str, what: &str| -> Result<(), CheckError> {
-                match target.get(name) {
-                    Some(old) if old != v => Err(CheckError::BadRequest(format!(
-                        "descriptors[{i}]: {what} \"{name}\" is given another value by an earlier descriptor; one request checks each limit once"
-                    ))),
-                    Some(_) => Ok(()),
-                    None => {
-                        target.insert(name.to_string(), v.to_string());
-                        Ok(())
+        // A limit of 0 reached by a counted descriptor denies the request:
+        // nothing is counted, and every other descriptor is reported at cost 0.
+        let blocked = planned.iter().any(|(p, _, _)| p.zero.is_some() && p.cost > 0);
+        // The items of the one check, and the item each descriptor is reported from.
+        let mut items: SmallVec<[CheckItem<Pairs<'_>>; 4]> = SmallVec::new();
+        let mut item_of: SmallVec<[Option<usize>; 4]> = smallvec::smallvec![None; planned.len()];
+        match rules.format {
+            // Each descriptor that reaches a limit: that limit's rule, valued
+            // by the descriptor, at the descriptor's own cost.
+            Format::Envoy => {
+                for (i, (p, value, _)) in planned.iter().enumerate() {
+                    if let (Some(rule), Some(v)) = (p.rule, value) {
+                        item_of[i] = Some(items.len());
+                        items.push(CheckItem { attributes: Pairs(smallvec::smallvec![(rule, v.as_str())]), cost: if blocked { 0 } else { p.cost } });
                     }
                 }
-            };
-            match rules.format {
-                Format::Envoy => {
-                    if let (Some(rule), Some(v)) = (&p.rule, value) {
-                        add(rule, v, "the limit")?;
+            }
+            // The descriptors of a native policy are one set of attributes (a
+            // rule's key may read several of them), at one cost; those of
+            // hits_addend 0 another, at cost 0.
+            Format::Native => {
+                let mut check: SmallVec<[(&str, &str); 4]> = SmallVec::new();
+                let mut peek: SmallVec<[(&str, &str); 4]> = SmallVec::new();
+                let mut cost = None;
+                for (i, (p, _, entries)) in planned.iter().enumerate() {
+                    let target = if p.cost == 0 { &mut peek } else { &mut check };
+                    let pairs = entries.iter().copied().chain((!entries.is_empty()).then_some(("domain", req.domain.as_str())));
+                    for (name, v) in pairs {
+                        match target.iter().find(|(k, _)| *k == name) {
+                            Some((_, old)) if *old != v => {
+                                return Err(CheckError::BadRequest(format!(
+                                    "descriptors[{i}]: the attribute \"{name}\" is given another value by an earlier descriptor; a native policy reads a request's descriptors as one set of attributes"
+                                )))
+                            }
+                            Some(_) => {}
+                            None => target.push((name, v)),
+                        }
+                    }
+                    if p.cost > 0 {
+                        match cost {
+                            None => cost = Some(p.cost),
+                            Some(c) if c != p.cost => {
+                                return Err(CheckError::BadRequest(format!(
+                                    "descriptors[{i}].hits_addend: {} differs from an earlier descriptor's {c}; a native policy reads a request's descriptors as one set of attributes, at one cost (YAML limits take each its own)",
+                                    p.cost
+                                )))
+                            }
+                            Some(_) => {}
+                        }
                     }
                 }
-                Format::Native => {
+                // An empty set is no item (a rule keyed on nothing would apply to it).
+                let counted = !check.is_empty();
+                if counted {
+                    items.push(CheckItem { attributes: Pairs(check), cost: cost.unwrap_or(request_cost) });
+                }
+                if !peek.is_empty() {
+                    items.push(CheckItem { attributes: Pairs(peek), cost: 0 });
+                }
+                for (i, (p, _, entries)) in planned.iter().enumerate() {
                     if !entries.is_empty() {
-                        add("domain", &req.domain, "the attribute")?;
-                    }
-                    for (k, v) in entries {
-                        add(k, v, "the attribute")?;
+                        item_of[i] = Some(if p.cost > 0 || !counted { 0 } else { 1 });
                     }
                 }
-            }
-            if p.cost > 0 && (p.rule.is_some() || rules.format == Format::Native) {
-                match cost {
-                    None => cost = Some(p.cost),
-                    Some(c) if c != p.cost => {
-                        return Err(CheckError::BadRequest(format!(
-                            "descriptors[{i}].hits_addend: {} differs from an earlier descriptor's {c}; one all-or-nothing check has one cost",
-                            p.cost
-                        )))
-                    }
-                    Some(_) => {}
-                }
-            }
-            if p.zero.is_some() && p.cost > 0 {
-                blocked = true;
             }
         }
-        let cost = cost.unwrap_or(request_cost);
-        // The check: denied whole by a limit of 0, in which case nothing is counted and the rest is peeked.
-        let checked = if check.is_empty() {
-            None
-        } else if blocked {
-            Some(self.limiter.peek(&check, cost).await?)
-        } else {
-            let opts = CheckOptions { cost, call_id: None };
-            Some(self.limiter.check_with(&check, &opts).await?)
+        // The one check: one script run, all or nothing.
+        // The items are read before the check's future is made, and not held across its await.
+        let check = (!items.is_empty()).then(|| self.limiter.check_items(&items));
+        drop(items);
+        let checked = match check {
+            None => None,
+            Some(check) => match check.await {
+                Ok(c) => Some(c),
+                // The core names the item; the client knows its descriptors
+                // (a native policy's items are sets of them).
+                Err(e) if e.kind() == ErrorKind::InvalidArgument => {
+                    let m = e.message();
+                    let named = m.strip_prefix("items[").and_then(|rest| rest.split_once(']')).and_then(|(n, tail)| {
+                        let item: usize = n.parse().ok()?;
+                        match rules.format {
+                            Format::Envoy => {
+                                let d = item_of.iter().position(|&x| x == Some(item))?;
+                                Some(format!("descriptors[{d}]{tail}"))
+                            }
+                            Format::Native => Some(format!("descriptors{tail}")),
+                        }
+                    });
+                    return Err(CheckError::BadRequest(named.unwrap_or_else(|| m.replace("the items reaching", "the descriptors reaching"))));
+                }
+                Err(e) => return Err(e.into()),
+            },
         };
-        let peeked = if peek.is_empty() { None } else { Some(self.limiter.peek(&peek, 1).await?) };
         let mut resp = RateLimitResponse { overall_code: code::OK, ..Default::default() };
-        if blocked || checked.as_ref().is_some_and(|d| !d.allowed) {
+        if blocked || checked.as_ref().is_some_and(|d| !d.decision.allowed) {
             resp.overall_code = code::OVER_LIMIT;
         }
         let policy_rules = rules.policy.rules();
-        for (p, _, _) in &planned {
-            let decision = if rules.format == Format::Envoy && p.rule.is_none() {
-                None
-            } else if p.cost == 0 {
-                peeked.as_ref()
-            } else {
-                checked.as_ref()
+        for (i, (p, _, entries)) in planned.iter().enumerate() {
+            // The decision for a descriptor that reached the check; its results.
+            let (decision, reached): (Option<&Decision>, &[usize]) = match (&checked, item_of[i]) {
+                (Some(c), Some(item)) => (Some(&c.decision), &c.items[item]),
+                _ => (None, &[]),
             };
             let status = if p.unlimited {
                 DescriptorStatus { code: code::OK, limit_remaining: u32::MAX, ..Default::default() }
@@ -291,33 +333,31 @@ impl State {
                 let over = p.cost > 0;
                 DescriptorStatus {
                     code: if over { code::OVER_LIMIT } else { code::OK },
-                    current_limit: Some(RateLimit { name: p.name.clone().unwrap_or_default(), requests_per_unit: 0, unit }),
+                    current_limit: Some(RateLimit { name: p.name.unwrap_or_default().to_string(), requests_per_unit: 0, unit }),
                     limit_remaining: 0,
                     duration_until_reset: Some(prost_types::Duration { seconds: unit_seconds(unit) as i64, nanos: 0 }),
                 }
             } else {
-                let results: Vec<&RuleResult> = match (decision, rules.format, &p.rule) {
-                    (Some(d), Format::Envoy, Some(rule)) => d.results.iter().filter(|r| r.rule.as_str() == rule).collect(),
-                    (Some(d), Format::Native, _) => d
-                        .results
+                let results: Vec<&RuleResult> = match (decision, rules.format) {
+                    (Some(d), Format::Envoy) => reached.iter().filter_map(|&at| d.results.get(at)).collect(),
+                    (Some(d), Format::Native) => reached
                         .iter()
+                        .filter_map(|&at| d.results.get(at))
                         .filter(|r| {
                             policy_rules.get(r.index).is_some_and(|rule| {
-                                placeholders(&rule.key).any(|a| p.keys.iter().any(|k| k == a))
+                                placeholders(&rule.key).any(|a| entries.iter().any(|(k, _)| *k == a))
                             })
                         })
                         .collect(),
                     _ => vec![],
                 };
-                // A peek reports what a request of its cost would leave; nothing was taken.
-                let peeked_cost = if p.cost == 0 { 1 } else if blocked { cost } else { 0 };
                 // The YAML's limits are named by their `name` only, as envoyproxy/ratelimit's are
                 // (Envoy puts it in X-RateLimit-Limit); a native rule by its own name.
                 let name = match rules.format {
-                    Format::Envoy => Some(p.name.as_deref().unwrap_or("")),
+                    Format::Envoy => Some(p.name.unwrap_or("")),
                     Format::Native => None,
                 };
-                status_of(decision, &results, name, peeked_cost)
+                status_of(decision, &results, name)
             };
             if status.code == code::OVER_LIMIT {
                 resp.overall_code = code::OVER_LIMIT;
@@ -325,7 +365,7 @@ impl State {
             resp.statuses.push(status);
         }
         if self.response_headers {
-            if let Some(d) = checked.as_ref().or(peeked.as_ref()) {
+            if let Some(d) = checked.as_ref().map(|c| &c.decision) {
                 for (k, v) in d.headers_with(self.limiter.header_options()) {
                     if matches!(k, "RateLimit" | "RateLimit-Policy" | "Retry-After") {
                         resp.response_headers_to_add.push(HeaderValue { key: k.to_string(), value: v, raw_value: vec![] });
@@ -352,7 +392,7 @@ pub fn placeholders(template: &str) -> impl Iterator<Item = &str> {
 
 /// A descriptor's status from the results of the rules it reached: the
 /// most restrictive of them (a denying one first, then the fewest remaining).
-fn status_of(decision: Option<&Decision>, results: &[&RuleResult], name: Option<&str>, peeked_cost: u64) -> DescriptorStatus {
+fn status_of(decision: Option<&Decision>, results: &[&RuleResult], name: Option<&str>) -> DescriptorStatus {
     let enforced: Vec<&&RuleResult> = results.iter().filter(|r| !r.shadow).collect();
     let pick = enforced
         .iter()
@@ -365,7 +405,7 @@ fn status_of(decision: Option<&Decision>, results: &[&RuleResult], name: Option<
         Some(r) => {
             let over = !r.allowed && !r.shadow;
             let wait = if over { r.retry_after } else { r.reset_after };
-            let remaining = if r.allowed { (r.remaining + peeked_cost).min(r.limit) } else { r.remaining };
+            let remaining = r.remaining;
             DescriptorStatus {
                 code: if over { code::OVER_LIMIT } else { code::OK },
                 current_limit: Some(RateLimit {

@@ -52,29 +52,80 @@ async fn a_denied_request_consumes_nothing() {
 }
 
 #[tokio::test]
-async fn costs_must_agree_and_a_limit_is_checked_once() {
+async fn each_descriptor_counts_its_own_hits_in_one_check() {
     let s = state(TWO);
-    let e = s
-        .should_rate_limit(&req("d", vec![desc(&[("user", "u")], Some(2)), desc(&[("tenant", "t")], Some(3))], 0))
-        .await
-        .unwrap_err();
-    assert!(matches!(e, CheckError::BadRequest(ref m) if m.starts_with("descriptors[1].hits_addend: 3 differs")), "{e:?}");
-    let e = s
-        .should_rate_limit(&req("d", vec![desc(&[("user", "a")], None), desc(&[("user", "b")], None)], 0))
-        .await
-        .unwrap_err();
-    assert!(matches!(e, CheckError::BadRequest(ref m) if m.contains("\"d.user\" is given another value")), "{e:?}");
+    // Different costs, one check.
     let r = s
-        .should_rate_limit(&req("d", vec![desc(&[("user", "a")], None), desc(&[("user", "a")], None)], 0))
+        .should_rate_limit(&req("d", vec![desc(&[("user", "u")], Some(2)), desc(&[("tenant", "t")], Some(1))], 0))
         .await
         .unwrap();
-    assert_eq!(r.statuses[0].limit_remaining, 9);
-    assert_eq!(r.statuses[1].limit_remaining, 9);
+    assert_eq!(r.overall_code, code::OK);
+    assert_eq!((r.statuses[0].limit_remaining, r.statuses[1].limit_remaining), (8, 1));
+    // One limit reached with two values: each counted at its own cost.
+    let r = s
+        .should_rate_limit(&req("d", vec![desc(&[("user", "a")], Some(3)), desc(&[("user", "b")], Some(4))], 0))
+        .await
+        .unwrap();
+    assert_eq!((r.statuses[0].limit_remaining, r.statuses[1].limit_remaining), (7, 6));
+    // One limit reached twice with one value: counted twice (the sum), as envoyproxy/ratelimit does.
+    let r = s
+        .should_rate_limit(&req("d", vec![desc(&[("user", "c")], None), desc(&[("user", "c")], Some(2))], 0))
+        .await
+        .unwrap();
+    assert_eq!((r.statuses[0].limit_remaining, r.statuses[1].limit_remaining), (7, 7));
+    // All or nothing across costs: the tenant has 1 left, so nothing is counted.
+    let r = s
+        .should_rate_limit(&req("d", vec![desc(&[("user", "u")], Some(5)), desc(&[("tenant", "t")], Some(2))], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, code::OVER_LIMIT);
+    assert_eq!((r.statuses[0].code, r.statuses[0].limit_remaining), (code::OK, 8));
+    assert_eq!((r.statuses[1].code, r.statuses[1].limit_remaining), (code::OVER_LIMIT, 1));
+    // hits_addend 0 checks without counting, in the same check.
+    let r = s
+        .should_rate_limit(&req("d", vec![desc(&[("user", "u")], Some(1)), desc(&[("tenant", "t")], Some(0))], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, code::OK);
+    assert_eq!((r.statuses[0].limit_remaining, r.statuses[1].limit_remaining), (7, 1));
+    s.should_rate_limit(&req("d", vec![desc(&[("tenant", "t")], None)], 0)).await.unwrap();
+    let r = s
+        .should_rate_limit(&req("d", vec![desc(&[("user", "u")], Some(1)), desc(&[("tenant", "t")], Some(0))], 0))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, code::OVER_LIMIT, "nothing left on the tenant: the user is not counted");
+    assert_eq!((r.statuses[0].limit_remaining, r.statuses[1].code), (7, code::OVER_LIMIT));
+    // Costs that could never pass are named by descriptor.
+    let e = s
+        .should_rate_limit(&req("d", vec![desc(&[("user", "z")], Some(1)), desc(&[("tenant", "y")], Some(3))], 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CheckError::BadRequest(ref m) if m.starts_with("descriptors[1].cost: 3 is more than rule \"d.tenant\" allows (2)")), "{e:?}");
+    let e = s
+        .should_rate_limit(&req("d", vec![desc(&[("tenant", "y")], Some(2)), desc(&[("tenant", "y")], Some(1))], 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CheckError::BadRequest(ref m) if m.contains("the descriptors reaching one key of rule \"d.tenant\" cost 3 together")), "{e:?}");
     let e = s
         .should_rate_limit(&req("d", vec![RateLimitDescriptor { limit: Some(Default::default()), ..desc(&[("user", "a")], None) }], 0))
         .await
         .unwrap_err();
     assert!(matches!(e, CheckError::BadRequest(ref m) if m.starts_with("descriptors[0].limit")), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_native_policy_takes_one_cost_for_its_counted_descriptors() {
+    let s = native("[[rules]]\nname = \"per-user\"\nkey = \"user:{user}\"\nlimit = 5\nwindow = \"1m\"\n");
+    let e = s
+        .should_rate_limit(&req("web", vec![desc(&[("user", "u")], Some(2)), desc(&[("tenant", "t")], Some(3))], 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CheckError::BadRequest(ref m) if m.starts_with("descriptors[1].hits_addend: 3 differs")), "{e:?}");
+    let e = s
+        .should_rate_limit(&req("web", vec![desc(&[("user", "a")], None), desc(&[("user", "b")], None)], 0))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CheckError::BadRequest(ref m) if m.contains("\"user\" is given another value")), "{e:?}");
 }
 
 #[tokio::test]

@@ -368,3 +368,42 @@ def test_bad_input_is_refused_and_the_server_stays_up(serve):
     # Still serving.
     assert s.check("messaging", [("to_number", "1")]).overall_code == OK
     assert s.proc.poll() is None
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis", "cluster"])
+def test_each_descriptor_its_own_hits_addend_in_one_check(serve, backend, request):
+    url = None
+    if backend == "redis":
+        url = request.getfixturevalue("redis_server").url
+    elif backend == "cluster":
+        url = request.getfixturevalue("redis_cluster").url
+    s = serve(EXAMPLE2, "--on-backend-error", "error", "--timeout", "10s", url=url)
+    a, b, c = (uuid.uuid4().hex for _ in range(3))
+
+    def hits(number, n, marketing=False):
+        entries = [("message_type", "marketing"), ("to_number", number)] if marketing else [("to_number", number)]
+        return {"entries": entries, "hits_addend": n}
+
+    # Two limits, two costs, one check.
+    r = s.check("messaging", hits(a, 3), hits(a, 1, marketing=True))
+    assert r.overall_code == OK
+    assert [st.limit_remaining for st in r.statuses] == [97, 4]
+    # One limit reached with two values, each at its own cost.
+    r = s.check("messaging", hits(b, 2), hits(c, 5))
+    assert [st.limit_remaining for st in r.statuses] == [98, 95]
+    # One limit reached twice with one value: the sum is counted.
+    r = s.check("messaging", hits(b, 2), hits(b, 3))
+    assert [st.limit_remaining for st in r.statuses] == [93, 93]
+    # All or nothing: the marketing limit has 4 left, so a cost of 5 there counts nowhere.
+    r = s.check("messaging", hits(c, 1), hits(a, 5, marketing=True))
+    assert r.overall_code == OVER_LIMIT
+    assert [(st.code, st.limit_remaining) for st in r.statuses] == [(OK, 95), (OVER_LIMIT, 4)]
+    # hits_addend 0 checks without counting, in the same check; nothing left: OVER_LIMIT, nothing counted.
+    r = s.check("messaging", hits(c, 1), hits(a, 0, marketing=True))
+    assert r.overall_code == OK
+    assert [st.limit_remaining for st in r.statuses] == [94, 4]
+    assert s.check("messaging", hits(a, 4, marketing=True)).statuses[0].limit_remaining == 0
+    r = s.check("messaging", hits(c, 1), hits(a, 0, marketing=True))
+    assert r.overall_code == OVER_LIMIT
+    assert [(st.code, st.limit_remaining) for st in r.statuses] == [(OK, 94), (OVER_LIMIT, 0)]
+    assert s.check("messaging", hits(c, 0)).statuses[0].limit_remaining == 94

@@ -141,6 +141,18 @@ impl ClusterBackend {
         header: Header<'_>,
     ) -> Result<(Outcomes, bool)> {
         let keys: SmallVec<[&str; 4]> = idx.iter().map(|&i| plan.keys[i].as_str()).collect();
+        // The rules' own costs, when they differ within this slot (a peek at
+        // cost 0, a re-send's, takes none).
+        let costs: Option<SmallVec<[u64; 4]>> = plan
+            .costs
+            .as_ref()
+            .filter(|_| header.cost > 0)
+            .map(|cs| idx.iter().map(|&i| cs[i]).collect());
+        let header = match &costs {
+            Some(cs) if cs.iter().all(|&c| c == cs[0] && c > 0) => Header { cost: cs[0], costs: None, ..header },
+            Some(cs) => Header { cost: cs.iter().copied().max().unwrap_or(0), costs: Some(cs), ..header },
+            None => header,
+        };
         let rules: SmallVec<[&CompiledRule; 4]> = idx.iter().map(|&i| plan.rules[i]).collect();
         // The overrides and blocks of these rules, at their places in the group
         // (they live in the slot of their rule's key).
@@ -155,10 +167,10 @@ impl ClusterBackend {
                 // slot; the call id keeps it from counting twice.
                 match command(None, &keys, &rules, &ext, header).query_async(&mut conn).await {
                     Ok(v) => v,
-                    Err(e) => return Err(override_error(&e, &rules, plan.cost).unwrap_or_else(|| e.into())),
+                    Err(e) => return Err(override_error(&e, &rules, header.cost, header.costs).unwrap_or_else(|| e.into())),
                 }
             }
-            Err(e) => return Err(override_error(&e, &rules, plan.cost).unwrap_or_else(|| e.into())),
+            Err(e) => return Err(override_error(&e, &rules, header.cost, header.costs).unwrap_or_else(|| e.into())),
         };
         if header.mode == "u" {
             return Ok((SmallVec::new(), false));
@@ -177,7 +189,7 @@ impl ClusterBackend {
         // Every cluster check may be re-sent after a redirection or a
         // failover, so its call id is always looked up first ("C").
         let m = if mode == Mode::Check { "C" } else { "p" };
-        let header = Header { mode: m, now, call_id, cost: plan.cost, deadline: None }.until(deadline);
+        let header = Header { mode: m, now, call_id, cost: plan.cost, costs: None, deadline: None }.until(deadline);
         let mut results = join_all(
             groups
                 .iter()
@@ -197,7 +209,7 @@ impl ClusterBackend {
                         Ok((_, true)) | Err(_) => None,
                         Ok((os, false)) => {
                             let passed = idx.iter().zip(os).all(|(&i, o)| o.allowed || plan.rules[i].args.shadow());
-                            let took: Vec<usize> = idx.iter().zip(os).filter(|(_, o)| passed && o.allowed).map(|(&i, _)| i).collect();
+                            let took: Vec<usize> = idx.iter().zip(os).filter(|(&i, o)| passed && o.allowed && plan.cost_at(i) > 0).map(|(&i, _)| i).collect();
                             if !took.is_empty() {
                                 if let Err(e) = self.eval_group(conn.clone(), plan, &took, Header { mode: "u", deadline: None, ..header }).await {
                                     return Some(Err(e));
@@ -256,7 +268,7 @@ impl ClusterBackend {
                 .map(|idx| {
                     idx.iter()
                         .copied()
-                        .filter(|&i| outcomes[i].map(|o| o.allowed).unwrap_or(false))
+                        .filter(|&i| plan.cost_at(i) > 0 && outcomes[i].map(|o| o.allowed).unwrap_or(false))
                         .collect::<Vec<_>>()
                 })
                 .filter(|v| !v.is_empty())
@@ -278,7 +290,7 @@ impl ClusterBackend {
             // their rules have what they had, without the cost.
             for &i in committed.iter().flat_map(|idx| idx.iter()) {
                 if let Some(o) = outcomes[i].as_mut().filter(|o| o.allowed) {
-                    o.remaining += plan.cost;
+                    o.remaining += plan.cost_at(i);
                 }
             }
         }

@@ -156,7 +156,7 @@ impl MemoryBackend {
     /// The only error: a cost above an override's limit, before anything is written.
     pub fn eval(&self, plan: &Plan<'_, Digest>, mode: Mode, now: i64) -> Result<Outcomes> {
         let (digests, rules, cost, call_id) = (&plan.keys[..], &plan.rules[..], plan.cost, plan.call_id);
-        if let ([digest], [rule], true, None, None) = (digests, rules, plan.ext.is_empty(), call_id, &plan.lease) {
+        if let ([digest], [rule], true, None, None, None) = (digests, rules, plan.ext.is_empty(), call_id, &plan.lease, &plan.costs) {
             return Ok(smallvec::smallvec![self.eval_one(*digest, rule.args, mode, cost, now)]);
         }
         let n = digests.len();
@@ -185,8 +185,8 @@ impl MemoryBackend {
                     _ => None,
                 };
                 let applies = stored.unwrap_or(rules[e.at].limit);
-                if cost > applies {
-                    return Err(cost_above(&rules[e.at].name, cost, applies));
+                if plan.cost_at(e.at) > applies {
+                    return Err(cost_above(&rules[e.at].name, plan.cost_at(e.at), applies));
                 }
                 if let Some(v) = stored {
                     args[e.at] = with_override(args[e.at], v);
@@ -211,7 +211,8 @@ impl MemoryBackend {
 
         let dedupe = call_id.map(id_hash);
         let lease = plan.lease.as_deref().map_or(0, id_hash);
-        let mut cost = cost;
+        // A re-sent call is decided at cost 0 (a peek that records nothing).
+        let mut replayed = false;
         let mut mode = mode;
         if let Some(id) = dedupe {
             for i in 0..n {
@@ -227,7 +228,7 @@ impl MemoryBackend {
                 };
                 if seen {
                     mode = Mode::Peek;
-                    cost = 0;
+                    replayed = true;
                     break;
                 }
             }
@@ -237,9 +238,16 @@ impl MemoryBackend {
         // A bucket's micro-tokens left, or a period counter's period end.
         let mut lefts: SmallVec<[u64; 4]> = SmallVec::new();
         let mut all_pass = true;
+        let cost_at = |i: usize| if replayed { 0 } else { plan.cost_at(i) };
         for i in 0..n {
             prune_log(&mut guards[slot(i)].1, digests[i], args[i], now);
-            let (o, left) = decide_rule(guards[slot(i)].1.live(digests[i], now).map(|e| &e.state), args[i], now, cost);
+            // A rule of cost 0 among per-rule costs is decided at 1 and never recorded.
+            let probe = plan.costs.is_some() && cost_at(i) == 0;
+            let state = guards[slot(i)].1.live(digests[i], now).map(|e| &e.state);
+            let (mut o, left) = decide_rule(state, args[i], now, if probe { 1 } else { cost_at(i) });
+            if probe && o.allowed {
+                o.remaining += 1;
+            }
             if !o.allowed && !rules[i].args.shadow() {
                 all_pass = false;
             }
@@ -273,17 +281,18 @@ impl MemoryBackend {
 
         if !all_pass {
             // Nothing is recorded: a rule that would have admitted still has what it had.
-            for o in outcomes.iter_mut().filter(|o| o.allowed) {
-                o.remaining += cost;
+            for (i, o) in outcomes.iter_mut().enumerate().filter(|(_, o)| o.allowed) {
+                o.remaining += cost_at(i);
             }
         }
         if mode == Mode::Check && all_pass {
             for i in 0..n {
                 let o = outcomes[i];
-                if !o.allowed {
+                // A rule of cost 0 (in a check over several items) records nothing.
+                if !o.allowed || cost_at(i) == 0 {
                     continue;
                 }
-                commit_rule(&mut guards[slot(i)].1, digests[i], args[i], &o, lefts[i], now, cost, dedupe, lease);
+                commit_rule(&mut guards[slot(i)].1, digests[i], args[i], &o, lefts[i], now, cost_at(i), dedupe, lease);
             }
             for (_, g) in guards.iter_mut() {
                 g.maybe_sweep(now);

@@ -149,7 +149,7 @@ impl RedisBackend {
             Ok(v) => v,
             Err(e) => {
                 // A cost above an override's limit (lua/extensions.lua).
-                let named = if ext.is_empty() { None } else { override_error(&e, &plan.rules, plan.cost) };
+                let named = if ext.is_empty() { None } else { override_error(&e, &plan.rules, plan.cost, plan.costs.as_deref()) };
                 return Err(named.unwrap_or_else(|| e.into()));
             }
         };
@@ -194,7 +194,7 @@ impl RedisBackend {
 
     /// The header of a plan sent now: a check on the server's clock carries
     /// its deadline (`lua/deadline.lua`).
-    pub(crate) fn header<'a>(&self, plan: &Plan<'_, String>, mode: Mode, call_id: &'a str, now: Option<i64>) -> Header<'a> {
+    pub(crate) fn header<'a>(&self, plan: &'a Plan<'_, String>, mode: Mode, call_id: &'a str, now: Option<i64>) -> Header<'a> {
         let deadline = now.is_none().then(|| self.0.time.deadline(self.0.timeout));
         Header::of(plan, mode, call_id, now).until(deadline)
     }
@@ -247,7 +247,7 @@ impl RedisBackend {
         };
         // A cost above an override's limit (lua/extensions.lua), as the async path names it.
         let named = match &reply {
-            Err(e) if !ext.is_empty() => override_error(e, &plan.rules, plan.cost),
+            Err(e) if !ext.is_empty() => override_error(e, &plan.rules, plan.cost, plan.costs.as_deref()),
             _ => None,
         };
         let reply = match (self.put_back(conn, shortened, reply), named) {

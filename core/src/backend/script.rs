@@ -94,7 +94,7 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     header.deadline_args(&mut cmd);
     // The most common check has a short form of its own (lua/single_rule.lua):
     // call id, limit, window and, on a clock other than the server's, the time.
-    if let ([rule], "c", 1) = (rules, header.mode, header.cost) {
+    if let ([rule], "c", 1, None) = (rules, header.mode, header.cost, header.costs) {
         if let RuleArgs::Window { shadow: false, .. } = rule.args {
             cmd.arg("s").arg(header.call_id).arg(&rule.script_args[1..]);
             if let Some(t) = header.now {
@@ -105,7 +105,7 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     }
     // So has a check of one fixed window, at any cost: limit, window, cost and
     // the time (mode "f"); it needs no call id.
-    if let ([rule], "c") = (rules, header.mode) {
+    if let ([rule], "c", None) = (rules, header.mode, header.costs) {
         if let RuleArgs::Fixed { shadow: false, .. } = rule.args {
             cmd.arg("f").arg(&rule.script_args[1..]).arg(header.cost);
             if let Some(t) = header.now {
@@ -119,7 +119,8 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
         Some(t) => cmd.arg(t),
         None => cmd.arg(""),
     };
-    cmd.arg(header.call_id).arg(header.cost);
+    cmd.arg(header.call_id);
+    header.cost_arg(&mut cmd);
     for rule in rules {
         cmd.arg(&rule.script_args[..]);
     }
@@ -172,7 +173,8 @@ fn extended<K: redis::ToRedisArgs>(
         Some(t) => cmd.arg(t),
         None => cmd.arg(""),
     };
-    cmd.arg(header.call_id).arg(header.cost);
+    cmd.arg(header.call_id);
+    header.cost_arg(&mut cmd);
     for rule in rules {
         cmd.arg(&rule.script_args[..]);
     }
@@ -188,7 +190,10 @@ pub(crate) struct Header<'a> {
     /// The time in microseconds, or `None` for the server's clock.
     pub now: Option<i64>,
     pub call_id: &'a str,
+    /// The cost (the largest, when `costs` is set).
     pub cost: u64,
+    /// Each rule's own cost, when they differ or one is 0 (sent as `<c1>,<c2>,...,`).
+    pub costs: Option<&'a [u64]>,
     /// A check's deadline on the server's clock (microseconds): the script
     /// changes nothing when it starts later (`lua/deadline.lua`).
     pub deadline: Option<i64>,
@@ -197,13 +202,27 @@ pub(crate) struct Header<'a> {
 impl<'a> Header<'a> {
     /// The header of a plan sent to one Redis node. A caller's own call id
     /// may come back in a retry: `C` looks it up first.
-    pub fn of(plan: &Plan<'_, String>, mode: Mode, call_id: &'a str, now: Option<i64>) -> Header<'a> {
+    pub fn of(plan: &'a Plan<'_, String>, mode: Mode, call_id: &'a str, now: Option<i64>) -> Header<'a> {
         let mode = match mode {
             Mode::Check if plan.call_id.is_some() => "C",
             Mode::Check => "c",
             Mode::Peek => "p",
         };
-        Header { mode, now, call_id, cost: plan.cost, deadline: None }
+        Header { mode, now, call_id, cost: plan.cost, costs: plan.costs.as_deref(), deadline: None }
+    }
+
+    /// The cost argument (ARGV[4], `lua/args.lua`): the cost, or one per rule.
+    fn cost_arg(&self, cmd: &mut redis::Cmd) {
+        match self.costs {
+            Some(costs) => {
+                let mut list = String::with_capacity(costs.len() * 3);
+                for c in costs {
+                    let _ = write!(list, "{c},");
+                }
+                cmd.arg(list)
+            }
+            None => cmd.arg(self.cost),
+        };
     }
 
     /// This header with a deadline (server clock, microseconds), kept only
@@ -347,13 +366,15 @@ pub(crate) fn ext_refs<'a>(plan: &'a Plan<'_, String>) -> smallvec::SmallVec<[Pl
 
 /// The error a reply names when a cost is above an override's limit
 /// (`lua/extensions.lua`), in the words of the same check made before the script.
-pub(crate) fn override_error(e: &redis::RedisError, rules: &[&CompiledRule], cost: u64) -> Option<Error> {
+/// `costs` are the rules' own costs, when they differ (else every rule's is `cost`).
+pub(crate) fn override_error(e: &redis::RedisError, rules: &[&CompiledRule], cost: u64, costs: Option<&[u64]>) -> Option<Error> {
     let text = e.to_string();
     let at = text.find("throttlegate: cost above override ")?;
     let mut words = text[at + "throttlegate: cost above override ".len()..].split_whitespace();
     let i: usize = words.next()?.parse().ok()?;
     let limit: u64 = words.next()?.trim_end_matches(|c: char| !c.is_ascii_digit()).parse().ok()?;
     let rule = rules.get(i.checked_sub(1)?)?;
+    let cost = costs.and_then(|c| c.get(i - 1).copied()).unwrap_or(cost);
     Some(cost_above(&rule.name, cost, limit))
 }
 

@@ -75,6 +75,28 @@ impl Default for CheckOptions {
     }
 }
 
+/// One item of a check over several items ([`Limiter::check_items`]): a
+/// request's attributes and what it costs.
+#[derive(Debug, Clone)]
+pub struct CheckItem<A> {
+    /// The attributes the rules' keys and matches read.
+    pub attributes: A,
+    /// Units it costs on each rule it reaches: 0 decides and reports that
+    /// rule without counting anything.
+    pub cost: u64,
+}
+
+/// The answer to [`Limiter::check_items`].
+#[derive(Debug, Clone)]
+pub struct ItemsDecision {
+    /// The decision of the one all-or-nothing check: one result per key
+    /// checked (a rule that two items reach with different keys has two).
+    pub decision: Decision,
+    /// For each item, in item order, the positions in `decision.results`
+    /// of the results of the rules it reached (empty: none applies to it).
+    pub items: Vec<Vec<usize>>,
+}
+
 /// One call of a batch (see [`Limiter::check_batch`]).
 #[derive(Debug, Clone)]
 pub struct BatchCall<A> {
@@ -208,6 +230,84 @@ impl Limiter {
     /// The decision a check of this cost would get now, without consuming anything.
     pub async fn peek<A: Attributes + ?Sized>(&self, attrs: &A, cost: u64) -> Result<Decision> {
         self.run(&AttrRef(attrs), cost, None, Mode::Peek).await
+    }
+
+    /// Check several items in one all-or-nothing check, each rule at the
+    /// cost of the item that reaches it: every rule that applies to an item
+    /// is checked on the key that item gives it, at that item's cost (a key
+    /// that several items reach, at the sum of their costs), and the request
+    /// is recorded everywhere if every rule admits it, nowhere otherwise. A
+    /// rule reached only at cost 0 is checked without consuming: decided as
+    /// a request of cost 1 would be, it reports what is left and denies the
+    /// check when nothing is, and records nothing. One script run (one round
+    /// trip on one Redis node; on Redis Cluster, one per hash slot, given
+    /// back on a denial as for every check).
+    ///
+    /// A concurrency rule is refused, and so is a rule that reserves units
+    /// in process when the items' costs differ ([`ErrorKind::InvalidArgument`]).
+    ///
+    /// ```
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// use throttlegate::{CheckItem, Limiter, Policy};
+    /// let policy = Policy::from_toml_str(r#"
+    ///     [[rules]]
+    ///     name = "user"
+    ///     key = "{user}"
+    ///     algorithm = "fixed_window"
+    ///     limit = 5
+    ///     window = "1m"
+    /// "#).unwrap();
+    /// let limiter = Limiter::in_memory(policy);
+    /// let items = [
+    ///     CheckItem { attributes: [("user", "u1")], cost: 3 },
+    ///     CheckItem { attributes: [("user", "u2")], cost: 0 },
+    /// ];
+    /// let d = limiter.check_items(&items).await.unwrap();
+    /// assert!(d.decision.allowed);
+    /// assert_eq!(d.decision.results[d.items[0][0]].remaining, 2);
+    /// assert_eq!(d.decision.results[d.items[1][0]].remaining, 5);
+    /// # });
+    /// ```
+    pub fn check_items<'a, A: Attributes>(&'a self, items: &[CheckItem<A>]) -> impl Future<Output = Result<ItemsDecision>> + Send + 'a {
+        let refs: SmallVec<[(&dyn Attributes, u64); 4]> = items.iter().map(|i| (&i.attributes as &dyn Attributes, i.cost)).collect();
+        let planned = if self.is_closed() {
+            Err(Err(Error::closed()))
+        } else if let Some(memory) = &self.inner.memory {
+            let g = self.inner.current.load();
+            Err(g.rules.plan_items(&refs, |k| memory.digest(k)).and_then(|(plan, reached)| {
+                let d = if plan.keys.is_empty() {
+                    Decision::unlimited()
+                } else {
+                    decide(&plan.rules, &memory.eval(&plan, Mode::Check, self.local_now())?)
+                };
+                self.count(&g, &d, false);
+                Ok(items_decision(d, reached))
+            }))
+        } else {
+            let g = self.inner.current.load_full();
+            let plan = g.rules.plan_items(&refs, str::to_string).map(|(p, reached)| {
+                let rules: SmallVec<[(usize, Option<usize>); 4]> = p.rules.iter().map(|r| g.rules.locate(r)).collect();
+                (p.keys, rules, p.ext, p.cost, p.costs, reached)
+            });
+            Ok((g, plan))
+        };
+        // An answer made in process is returned ready: the future of the
+        // network path is several kilobytes, moved at every await above.
+        let (g, plan) = match planned {
+            Err(answer) => return futures_util::future::Either::Left(std::future::ready(answer)),
+            Ok(planned) => planned,
+        };
+        futures_util::future::Either::Right(Box::pin(async move {
+            let (keys, rules, ext, cost, costs, reached) = plan?;
+            let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
+            let plan = Plan { keys, rules, cost, costs, call_id: None, ext, lease: None };
+            let d = if reserve::has_reserved(&plan) {
+                self.reserved(&g, plan, Mode::Check).await?
+            } else {
+                self.send(&g, plan, Mode::Check).await?
+            };
+            Ok(items_decision(d, reached))
+        }))
     }
 
     /// Forget the state of every rule that applies to this request (to
@@ -480,7 +580,7 @@ impl Limiter {
                 Ok((g, plan)) => {
                     let (keys, rules, ext, lease) = plan?;
                     let rules = rules.iter().map(|&at| g.rules.located(at)).collect();
-                    let plan = Plan { keys, rules, cost, call_id, ext, lease };
+                    let plan = Plan { keys, rules, cost, costs: None, call_id, ext, lease };
                     if reserve::has_reserved(&plan) {
                         return self.reserved(&g, plan, mode).await;
                     }
@@ -538,7 +638,7 @@ impl Limiter {
         // Remembered denials (opt-in): read the clock before anything is
         // sent, so a wait counted from here never outlives Redis's.
         // A concurrency rule's slots free up at a release, before any wait ends: never cached.
-        let cache = g.deny_cache.as_ref().filter(|_| plan.call_id.is_none() && plan.lease.is_none());
+        let cache = g.deny_cache.as_ref().filter(|_| plan.call_id.is_none() && plan.lease.is_none() && plan.costs.is_none());
         let sent_us = cache.map(|_| self.local_now());
         if let (Some(cache), Some(sent_us)) = (cache, sent_us) {
             let keys = plan.keys.iter().zip(&plan.rules).map(|(k, r)| (k.as_str(), r.shadow));
@@ -634,6 +734,14 @@ impl Limiter {
         self.count(g, &d, true);
         Ok(d)
     }
+}
+
+/// The answer of a check over several items: for a decision without
+/// results (no rule applies, or a degraded one), no item reached any.
+fn items_decision(decision: Decision, reached: Vec<SmallVec<[usize; 4]>>) -> ItemsDecision {
+    let n = decision.results.len();
+    let items = reached.into_iter().map(|at| at.into_iter().filter(|&i| i < n).collect()).collect();
+    ItemsDecision { decision, items }
 }
 
 /// A call's answer, or its panic as an internal error.

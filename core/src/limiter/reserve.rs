@@ -452,7 +452,7 @@ impl Limiter {
             .iter()
             .filter_map(|e| sent.iter().position(|&i| i == e.at).map(|at| PlanExt { at, ..e.clone() }))
             .collect();
-        let sub = Plan { keys, rules, cost, call_id: None, ext, lease: plan.lease.clone() };
+        let sub = Plan { keys, rules, cost, costs: None, call_id: None, ext, lease: plan.lease.clone() };
         let spec: String = match mode {
             Mode::Peek => String::new(),
             Mode::Check => sent
@@ -470,8 +470,14 @@ impl Limiter {
         let refs = ext_refs(&sub);
         // A stacked concurrency rule takes its slots under the plan's lease id.
         let call_id = plan.lease.as_deref().unwrap_or("-");
-        let header =
-            Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id, cost, deadline: None };
+        let header = Header {
+            mode: if mode == Mode::Peek { "p" } else { "r" },
+            now: clock_now,
+            call_id,
+            cost,
+            costs: None,
+            deadline: None,
+        };
         bump(&r.trips, 1);
         for rule in sub.rules.iter().filter(|r| r.reserve.is_some()) {
             note(&self.inner, rule.name, ReserveCount::Trips, 1);

@@ -93,7 +93,7 @@ fn ticket_plan<'g>(g: &'g Generation, ticket: &'g SettleTicket) -> Plan<'g, Stri
             (rule.name == name).then(|| (key.clone(), rule))
         })
         .unzip();
-    Plan { keys, rules, cost: ticket.cost, call_id: Some(ticket.call_id.as_str()), ext: Default::default(), lease: None }
+    Plan { keys, rules, cost: ticket.cost, costs: None, call_id: Some(ticket.call_id.as_str()), ext: Default::default(), lease: None }
 }
 
 impl Limiter {
@@ -196,6 +196,7 @@ impl Limiter {
             keys: plan.keys.iter().map(|k| memory.digest(k)).collect(),
             rules: plan.rules.clone(),
             cost: plan.cost,
+            costs: None,
             call_id: plan.call_id,
             ext: Default::default(),
             lease: None,

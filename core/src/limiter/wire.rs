@@ -410,7 +410,7 @@ impl Wire {
     /// The commands of `stage` for a call.
     fn request(&self, f: &Flight, stage: Stage) -> Vec<u8> {
         let rules = f.rules.iter().map(|&at| f.g.rules.located(at)).collect();
-        let plan = Plan { keys: f.keys.clone(), rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext.clone(), lease: f.lease.clone() };
+        let plan = Plan { keys: f.keys.clone(), rules, cost: f.cost, costs: None, call_id: f.call_id.as_deref(), ext: f.ext.clone(), lease: f.lease.clone() };
         let header = Header::of(&plan, f.mode, &f.sent_id, f.now).until(f.server_deadline);
         let ext = ext_refs(&plan);
         let mut out = Vec::new();
@@ -429,7 +429,7 @@ impl Wire {
     fn settle(&self, f: Flight, reply: std::result::Result<Vec<i64>, Failure>) -> Result<Decision> {
         let g = f.g;
         let rules = f.rules.iter().map(|&at| g.rules.located(at)).collect();
-        let plan = Plan { keys: f.keys, rules, cost: f.cost, call_id: f.call_id.as_deref(), ext: f.ext, lease: f.lease };
+        let plan = Plan { keys: f.keys, rules, cost: f.cost, costs: None, call_id: f.call_id.as_deref(), ext: f.ext, lease: f.lease };
         let answer = match reply {
             Ok(v) => {
                 self.node.server_time().observe_reply(&v, f.now);
@@ -437,7 +437,7 @@ impl Wire {
             }
             Err(Failure::Redis(e)) => {
                 // A cost above an override's limit (lua/extensions.lua).
-                let named = if plan.ext.is_empty() { None } else { override_error(&e, &plan.rules, plan.cost) };
+                let named = if plan.ext.is_empty() { None } else { override_error(&e, &plan.rules, plan.cost, None) };
                 Err(named.unwrap_or_else(|| e.into()))
             }
             Err(Failure::Core(e)) => Err(e),
