@@ -505,7 +505,7 @@ fn inner_now(inner: &Inner) -> i64 {
     match &inner.clock {
         Clock::Manual(c) => c.now_us(),
         Clock::System => crate::clock::system_now_us(),
-        Clock::Backend => inner.epoch_us + inner.started.elapsed().as_micros() as i64,
+        Clock::Backend => inner.epoch_us + crate::clock::monotonic_us() - inner.started_us,
     }
 }
 
