@@ -1,14 +1,20 @@
--- Right after deadline.lua: the short forms of single-rule checks, modes "s" and
+-- Right after deadline.lua: the short forms of single-rule checks, modes "s" (and "t") and
 -- "f" (below). Mode "s", the most common call, answered in
 -- straight-line code before anything else is set up: a check of cost 1, with
 -- no call id of the caller's, against one sliding-window rule that is not in
 -- shadow mode. Its arguments are short:
 --
 -- KEYS = { the rule's key }
--- ARGV = { "s", call id, limit, window_us [, now_us] }
+-- ARGV = { "s", call id, limit, window_us [, now_us] }  (or "t", below)
 --   ARGV[5], optional: now in microseconds (an integer, read with tonumber
 --   exactly as args.lua reads ARGV[2]); absent or "" reads the server clock
 --   with TIME.
+--
+-- Mode "t" is the same check with a terse admission: the reply of an
+-- admitted check is the bare integer `remaining` (its reset_after is the
+-- window, its retry_after 0, as below), which spares Redis building and
+-- sending a table; the client sends it when it needs no server time back
+-- (its own clock, or the server's offset learned recently).
 --
 -- Returns the general form for one key (see args.lua): { now, 0, allowed,
 -- remaining, retry_after_us, reset_after_us }, step for step what swl_decide
@@ -20,7 +26,8 @@
 -- ARGV into the general form of the same check and not returning. Defines
 -- nothing: any other mode falls through to args.lua with no local left behind
 -- (both short forms keep their locals inside their `if` blocks).
-if ARGV[1] == 's' then
+if ARGV[1] == 's' or ARGV[1] == 't' then
+  local terse = ARGV[1] == 't'
   local key = KEYS[1]
   local now = ARGV[5]
   local limit = tonumber(ARGV[3])
@@ -40,28 +47,40 @@ if ARGV[1] == 's' then
   -- header holds only checks of one unit, so its units are its length; with
   -- one, they are its entries plus the header's extra.
   local first = redis.pcall('LINDEX', key, 0)
-  local general = type(first) == 'table'
-  if not general and not first then
+  if not first then
     redis.call('RPUSH', key, now)
     redis.call('PEXPIRE', key, math.ceil(window / 1000))
+    if terse then
+      return limit - 1
+    end
     return { now, 0, 1, limit - 1, 0, window }
   end
-  local h, extra, ids, oldest = 0, 0, '', first
-  if not general and string.byte(first, 1) == 45 then
-    local e, i = string.match(first, '^%-(%d+):(.*)$')
-    h, extra, ids = 1, tonumber(e), i
-    oldest = redis.call('LINDEX', key, 1)
-    -- (A header without entries, which no write leaves, is the general path's too.)
-    general = not oldest
+  -- The usual front, a one-unit entry, reads as a number; a header
+  -- ("-<extra>:<ids>"), an entry of more units ("<t>:<units>") or an error
+  -- (a key of another kind) does not.
+  local t = tonumber(first)
+  local general = false
+  local h, extra, ids, units = 0, 0, '', 1
+  if not t then
+    general = type(first) == 'table'
+    local oldest = first
+    if not general and string.byte(first, 1) == 45 then
+      local e, i = string.match(first, '^%-(%d+):(.*)$')
+      h, extra, ids = 1, tonumber(e), i
+      oldest = redis.call('LINDEX', key, 1)
+      -- (A header without entries, which no write leaves, is the general path's too.)
+      general = not oldest
+    end
+    if not general then
+      t = tonumber(oldest)
+      if not t then
+        local a, b = string.match(oldest, '^(%d+):(%d+)$')
+        t, units = tonumber(a), tonumber(b)
+      end
+    end
   end
   if not general then
     local floor = now - window
-    local units = 1
-    local t = tonumber(oldest)
-    if not t then
-      local a, b = string.match(oldest, '^(%d+):(%d+)$')
-      t, units = tonumber(a), tonumber(b)
-    end
     -- Drop the entries that have left the window, from the front (up to 8
     -- of them here; more, the general path does).
     local k = 0
@@ -83,6 +102,9 @@ if ARGV[1] == 's' then
         redis.call('DEL', key)
         redis.call('RPUSH', key, now)
         redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        if terse then
+          return limit - 1
+        end
         return { now, 0, 1, limit - 1, 0, window }
       end
       general = t == nil
@@ -116,6 +138,9 @@ if ARGV[1] == 's' then
       end
       if count < limit then
         redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        if terse then
+          return limit - count - 1
+        end
         return { now, 0, 1, limit - count - 1, 0, window }
       end
       -- Denied: wait until the oldest units needed have left.
