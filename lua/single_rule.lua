@@ -30,8 +30,9 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
   local terse = ARGV[1] == 't'
   local key = KEYS[1]
   local now = ARGV[5]
-  local limit = tonumber(ARGV[3])
-  local window = tonumber(ARGV[4])
+  -- (`+ 0` reads a number argument with one conversion; tonumber makes two.)
+  local limit = ARGV[3] + 0
+  local window = ARGV[4] + 0
   local clock = now == nil or now == ''
   if clock then
     -- The server's clock (read by deadline.lua already when the call has a deadline).
@@ -46,10 +47,10 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
   -- The front of the log (see sliding_window_log.lua): a log without a
   -- header holds only checks of one unit, so its units are its length; with
   -- one, they are its entries plus the header's extra.
-  local first = redis.pcall('LINDEX', key, 0)
+  local first = redis.pcall('LINDEX', key, '0')
   if not first then
-    redis.call('RPUSH', key, now)
-    redis.call('PEXPIRE', key, math.ceil(window / 1000))
+    redis.call('RPUSH', key, string.format('%d', now))
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
     if terse then
       return limit - 1
     end
@@ -100,8 +101,8 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
       if t == nil and #got < 8 then
         -- All of it has left: the log starts again with this check.
         redis.call('DEL', key)
-        redis.call('RPUSH', key, now)
-        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        redis.call('RPUSH', key, string.format('%d', now))
+        redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
         if terse then
           return limit - 1
         end
@@ -131,13 +132,13 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
         redis.call('LTRIM', key, k, -1)
       end
       if count < limit then
-        redis.call('RPUSH', key, now)
+        redis.call('RPUSH', key, string.format('%d', now))
       end
       if k > 0 and h == 1 then
         redis.call('LSET', key, 0, string.format('-%d:', extra) .. ids)
       end
       if count < limit then
-        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
         if terse then
           return limit - count - 1
         end

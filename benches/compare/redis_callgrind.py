@@ -107,12 +107,18 @@ def main() -> int:
                 time.sleep(0.1)
         sha_tg = c.call("SCRIPT", "LOAD", script())
         sha_min = c.call("SCRIPT", "LOAD", (Path(__file__).parent / "minimal.lua").read_text())
+        floor = os.environ.get("TG_FLOOR_LUA")
+        sha_floor = c.call("SCRIPT", "LOAD", Path(floor).read_text()) if floor else None
         rng = random.Random(7)
         results = {}
         for case in cases:
             kind, state = case.split("-")
 
             def call(key_i: int, i: int):
+                if kind.startswith("floor"):
+                    rules = int(kind[5:])
+                    keys = [f"{chr(97 + r)}:{key_i}" for r in range(rules)]
+                    return ["EVALSHA", sha_floor, rules, *keys]
                 if kind == "min":
                     return ["EVALSHA", sha_min, 1, f"m:{key_i}", 1000, 60_000_000, f"id{i}"]
                 if kind in ("s", "t"):

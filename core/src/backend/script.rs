@@ -96,7 +96,7 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     // call id, limit, window and, on a clock other than the server's, the time.
     if let ([rule], "c", 1) = (rules, header.mode, header.cost) {
         if let RuleArgs::Window { shadow: false, .. } = rule.args {
-            cmd.arg("s").arg(header.call_id).arg(&rule.script_args[1..]);
+            cmd.arg(if header.terse { "t" } else { "s" }).arg(header.call_id).arg(&rule.script_args[1..]);
             if let Some(t) = header.now {
                 cmd.arg(t);
             }
@@ -192,6 +192,10 @@ pub(crate) struct Header<'a> {
     /// A check's deadline on the server's clock (microseconds): the script
     /// changes nothing when it starts later (`lua/deadline.lua`).
     pub deadline: Option<i64>,
+    /// The one-rule log check may answer an admission with its bare
+    /// `remaining` (mode `t`, `lua/single_rule.lua`): set when the reply
+    /// need not carry the server's time (see [`super::ServerTime::fresh`]).
+    pub terse: bool,
 }
 
 impl<'a> Header<'a> {
@@ -203,7 +207,12 @@ impl<'a> Header<'a> {
             Mode::Check => "c",
             Mode::Peek => "p",
         };
-        Header { mode, now, call_id, cost: plan.cost, deadline: None }
+        Header { mode, now, call_id, cost: plan.cost, deadline: None, terse: false }
+    }
+
+    /// This header with `terse` set (see [`Header::terse`]).
+    pub fn terse(self, terse: bool) -> Header<'a> {
+        Header { terse, ..self }
     }
 
     /// This header with a deadline (server clock, microseconds), kept only
@@ -297,6 +306,45 @@ pub(crate) fn parse_settle_reply(reply: &[i64], n: usize) -> Result<super::Settl
 /// changed nothing (`lua/deadline.lua`): `{ server time, -1 }`.
 pub(crate) fn is_expired(reply: &[i64]) -> bool {
     reply.len() == 2 && reply[1] == -1
+}
+
+/// A check script's reply: its integers, or the bare integer of a terse
+/// admission (mode `t`) as a list of one.
+pub(crate) struct Ints(pub Vec<i64>);
+
+impl redis::FromRedisValue for Ints {
+    fn from_redis_value_ref(v: &redis::Value) -> std::result::Result<Ints, redis::ParsingError> {
+        match v {
+            redis::Value::Int(n) => Ok(Ints(vec![*n])),
+            v => Vec::<i64>::from_redis_value_ref(v).map(Ints),
+        }
+    }
+
+    fn from_redis_value(v: redis::Value) -> std::result::Result<Ints, redis::ParsingError> {
+        match v {
+            redis::Value::Int(n) => Ok(Ints(vec![n])),
+            v => Vec::<i64>::from_redis_value(v).map(Ints),
+        }
+    }
+}
+
+/// The outcomes of a check's reply for `rules`: a terse admission (one
+/// integer, its `remaining`, for the one-rule log check of mode `t`) or
+/// the full reply ([`parse_reply`]).
+pub(crate) fn parse_check_reply(reply: &[i64], rules: &[&CompiledRule], ext: &[PlanExt<&str>]) -> Result<Outcomes> {
+    if let ([remaining], [rule], []) = (reply, rules, ext) {
+        if let RuleArgs::Window { window_us, .. } = rule.args {
+            return Ok(smallvec::smallvec![Outcome {
+                allowed: true,
+                remaining: (*remaining).max(0) as u64,
+                retry_after_us: 0,
+                reset_after_us: window_us,
+                limit: 0,
+                blocked: false,
+            }]);
+        }
+    }
+    parse_reply(reply, rules.len(), ext)
 }
 
 /// The per-rule outcomes of a reply for `n` rules, with the overrides and
@@ -396,6 +444,32 @@ mod tests {
         let with_id = rules.plan(&[("ip", "a")], 1, Some("mine"), str::to_string).unwrap();
         let c = command(None, &with_id.keys, &with_id.rules, &[], Header::of(&with_id, Mode::Check, "mine", None));
         assert_eq!(args(&c)[4..], ["C", "", "mine", "1", "w", "5", "1000000"]);
+    }
+
+    #[test]
+    fn a_terse_header_takes_mode_t_and_its_bare_reply_is_an_admission() {
+        let policy = Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
+        let rules = Rules::compile(&policy, None);
+        let plan = rules.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let header = Header::of(&plan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &plan.keys, &plan.rules, &[], header))[4..], ["t", "id", "5", "1000000"]);
+        // The bare integer: admitted, its remaining, reset after the window.
+        let o = parse_check_reply(&[3], &plan.rules, &[]).unwrap();
+        assert_eq!((o[0].allowed, o[0].remaining, o[0].retry_after_us, o[0].reset_after_us), (true, 3, 0, 1_000_000));
+        // A denial (or any reply of the general form) is read as before.
+        let o = parse_check_reply(&[7, 0, 0, 0, 250, 900], &plan.rules, &[]).unwrap();
+        assert_eq!((o[0].allowed, o[0].remaining, o[0].retry_after_us, o[0].reset_after_us), (false, 0, 250, 900));
+        // One integer is not a reply for another rule or for two.
+        let fixed = Policy::new(vec![Rule::fixed_window("f", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
+        let fixed = Rules::compile(&fixed, None);
+        let fplan = fixed.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        assert!(parse_check_reply(&[3], &fplan.rules, &[]).is_err());
+        // A terse admission carries no server time: nothing is learned from it.
+        let time = super::super::ServerTime::default();
+        time.observe_reply(&[3], None);
+        assert!(!time.fresh());
+        time.observe_reply(&[crate::clock::system_now_us(), 0, 1, 3, 0, 1_000_000], None);
+        assert!(time.fresh());
     }
 
     #[test]

@@ -331,7 +331,7 @@ impl Limiter {
         let refs = ext_refs(&sub);
         // A stacked concurrency rule takes its slots under the plan's lease id.
         let call_id = plan.lease.as_deref().unwrap_or("-");
-        let header = Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id, cost, deadline: None };
+        let header = Header { mode: if mode == Mode::Peek { "p" } else { "r" }, now: clock_now, call_id, cost, deadline: None, terse: false };
         bump(&r.trips, 1);
         let answer = run_script(remote, |sha| {
             let mut cmd = command(sha, &sub.keys, &sub.rules, &refs, header);
