@@ -39,10 +39,10 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
     now = server_now
     if not now then
       local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      now = t[1] * 1000000 + t[2]
     end
   else
-    now = tonumber(now)
+    now = now + 0
   end
   -- The front of the log (see sliding_window_log.lua): a log without a
   -- header holds only checks of one unit, so its units are its length; with
@@ -178,18 +178,18 @@ end
 -- keeps the ids already there.
 if ARGV[1] == 'f' then
   local key = KEYS[1]
-  local limit = tonumber(ARGV[2])
-  local window = tonumber(ARGV[3])
-  local cost = tonumber(ARGV[4])
+  local limit = ARGV[2] + 0
+  local window = ARGV[3] + 0
+  local cost = ARGV[4] + 0
   local now = ARGV[5]
   if now == nil or now == '' then
     now = server_now
     if not now then
       local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      now = t[1] * 1000000 + t[2]
     end
   else
-    now = tonumber(now)
+    now = now + 0
   end
   -- floor(now / window), exact (as floor_div in args.lua).
   local q = math.floor(now / window)
@@ -203,9 +203,9 @@ if ARGV[1] == 'f' then
   local stored = redis.call('GET', key)
   if stored then
     local e, c, r = string.match(stored, '^(%d+):(%d+)(.*)$')
-    e = tonumber(e)
+    e = e + 0
     if e > now then
-      count = tonumber(c)
+      count = c + 0
       rest = r
       if e > end_us then
         end_us = e
@@ -214,7 +214,7 @@ if ARGV[1] == 'f' then
   end
   if count + cost <= limit then
     redis.call('SET', key, string.format('%d:%d', end_us, count + cost) .. rest, 'PX',
-      math.max(1, math.ceil((end_us - now) / 1000)))
+      string.format('%d', math.max(1, math.ceil((end_us - now) / 1000))))
     return { now, 0, 1, limit - count - cost, 0, end_us - now }
   end
   return { now, 0, 0, limit - count, end_us - now, end_us - now }

@@ -107,6 +107,8 @@ def main() -> int:
                 time.sleep(0.1)
         sha_tg = c.call("SCRIPT", "LOAD", script())
         sha_min = c.call("SCRIPT", "LOAD", (Path(__file__).parent / "minimal.lua").read_text())
+        rlf = os.environ.get("TG_RLF_LUA")
+        sha_rlf = c.call("SCRIPT", "LOAD", Path(rlf).read_text()) if rlf else None
         floor = os.environ.get("TG_FLOOR_LUA")
         sha_floor = c.call("SCRIPT", "LOAD", Path(floor).read_text()) if floor else None
         rng = random.Random(7)
@@ -121,6 +123,11 @@ def main() -> int:
                     return ["EVALSHA", sha_floor, rules, *keys]
                 if kind == "min":
                     return ["EVALSHA", sha_min, 1, f"m:{key_i}", 1000, 60_000_000, f"id{i}"]
+                if kind == "f":
+                    return ["EVALSHA", sha_tg, 1, f"f:{key_i}", "f", 1_000_000, 60_000_000, 1]
+                if kind == "rlf":
+                    # rate-limiter-flexible's RateLimiterRedis script (TG_RLF_LUA), its arguments.
+                    return ["EVALSHA", sha_rlf, 1, f"r:{key_i}", 1, 60, 1_000_000, 60]
                 if kind in ("s", "t"):
                     return ["EVALSHA", sha_tg, 1, f"t:{key_i}", kind, f"id{i}", 1000, 60_000_000]
                 rules = int(kind[1:])
