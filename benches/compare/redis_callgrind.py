@@ -9,13 +9,20 @@ and reads the instructions of the whole server (command handling included) per c
 
     python3 benches/compare/redis_callgrind.py [N=1000] [case ...]
 
+`TG_LUA_DIR=DIR` measures the script composed from another copy of `lua/` (a
+previous version, to compare in one run).
+
 Cases: `min-fresh`, `min-warm` (minimal.lua), `s-fresh`, `s-warm` (one sliding-window
 log rule, the short form the library sends; `t-fresh`, `t-warm` its terse form), `c4-fresh`, `c4-warm` (4 stacked log rules,
-the general form; `cN-...` for N rules), `s-denied` (one rule at its limit). "fresh": every call on a new key;
+the general form; `cN-...` for N rules), `s-denied` (one rule at its limit), `f-fresh`,
+`f-warm` (one fixed window, mode "f"), `rlf-fresh`, `rlf-warm` (rate-limiter-flexible's
+RateLimiterRedis script, read from `node_modules`), `floorN-...` (`floor_log.lua`: only the
+commands of N log checks, no logic). "fresh": every call on a new key;
 "warm": 200 keys that already hold 5 or more entries.
 """
 
 import os
+import re
 import random
 import socket
 import subprocess
@@ -32,6 +39,15 @@ PARTS = ["deadline", "single_rule", "args", "sliding_window_log", "token_bucket"
 def script() -> str:
     lua = Path(os.environ.get("TG_LUA_DIR", ROOT / "lua"))
     return "#!lua\n" + "\n".join((lua / f"{p}.lua").read_text() for p in PARTS)
+
+
+def peer_script() -> str | None:
+    """rate-limiter-flexible's RateLimiterRedis script, from `node_modules` (None when not installed)."""
+    src = ROOT / "node_modules/rate-limiter-flexible/lib/RateLimiterRedis.js"
+    if not src.exists():
+        return None
+    m = re.search(r"const incrTtlLuaScript = `(.*?)`", src.read_text(), re.S)
+    return m.group(1).replace("\\\n", "\n") if m else None
 
 
 def enc(*args) -> bytes:
@@ -107,10 +123,9 @@ def main() -> int:
                 time.sleep(0.1)
         sha_tg = c.call("SCRIPT", "LOAD", script())
         sha_min = c.call("SCRIPT", "LOAD", (Path(__file__).parent / "minimal.lua").read_text())
-        rlf = os.environ.get("TG_RLF_LUA")
-        sha_rlf = c.call("SCRIPT", "LOAD", Path(rlf).read_text()) if rlf else None
-        floor = os.environ.get("TG_FLOOR_LUA")
-        sha_floor = c.call("SCRIPT", "LOAD", Path(floor).read_text()) if floor else None
+        rlf = peer_script()
+        sha_rlf = c.call("SCRIPT", "LOAD", rlf) if rlf else None
+        sha_floor = c.call("SCRIPT", "LOAD", (Path(__file__).parent / "floor_log.lua").read_text())
         rng = random.Random(7)
         results = {}
         for case in cases:
