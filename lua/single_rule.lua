@@ -165,18 +165,25 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
 end
 
 -- Mode "f": the same for one fixed-window rule that is not in shadow mode,
--- at any cost, with no call id of the caller's:
+-- at any cost, with no call id of the caller's (mode "i": the same with a
+-- terse admission, below):
 --
 -- KEYS = { the rule's key }
 -- ARGV = { "f", limit, window_us, cost [, now_us] }
 --   ARGV[5], optional: now in microseconds; absent or "" reads TIME.
+--
+-- Mode "i" (the same arguments after "i") answers an admission whose
+-- reset_after is at most the window with the bare integer
+-- reset_after_us * (limit + 1) + remaining, as mode "t" does for a log;
+-- the client sends it only when that stays below 2^53.
 --
 -- Returns { now, 0, allowed, remaining, retry_after_us, reset_after_us },
 -- step for step what pc_decide and pc_commit answer for code "f" (see
 -- period_counter.lua): the stored "<end>:<units>[:ids]" holds while its
 -- period runs, a later stored period stays the period, and an admission
 -- keeps the ids already there.
-if ARGV[1] == 'f' then
+if ARGV[1] == 'f' or ARGV[1] == 'i' then
+  local terse = ARGV[1] == 'i'
   local key = KEYS[1]
   local limit = ARGV[2] + 0
   local window = ARGV[3] + 0
@@ -215,6 +222,11 @@ if ARGV[1] == 'f' then
   if count + cost <= limit then
     redis.call('SET', key, string.format('%d:%d', end_us, count + cost) .. rest, 'PX',
       string.format('%d', math.max(1, math.ceil((end_us - now) / 1000))))
+    if terse and end_us - now <= window then
+      -- Mode "i": reset_after and remaining in one integer (exact: the
+      -- client sends "i" only when window * (limit + 1) + limit < 2^53).
+      return (end_us - now) * (limit + 1) + limit - count - cost
+    end
     return { now, 0, 1, limit - count - cost, 0, end_us - now }
   end
   return { now, 0, 0, limit - count, end_us - now, end_us - now }

@@ -15,7 +15,7 @@ previous version, to compare in one run).
 Cases: `min-fresh`, `min-warm` (minimal.lua), `s-fresh`, `s-warm` (one sliding-window
 log rule, the short form the library sends; `t-fresh`, `t-warm` its terse form), `c4-fresh`, `c4-warm` (4 stacked log rules,
 the general form; `cN-...` for N rules), `s-denied` (one rule at its limit), `f-fresh`,
-`f-warm` (one fixed window, mode "f"), `rlf-fresh`, `rlf-warm` (rate-limiter-flexible's
+`f-warm` (one fixed window, mode "f"; `i-...` its terse form), `rlf-fresh`, `rlf-warm` (rate-limiter-flexible's
 RateLimiterRedis script, read from `node_modules`), `floorN-...` (`floor_log.lua`: only the
 commands of N log checks, no logic). "fresh": every call on a new key;
 "warm": 200 keys that already hold 5 or more entries.
@@ -138,8 +138,8 @@ def main() -> int:
                     return ["EVALSHA", sha_floor, rules, *keys]
                 if kind == "min":
                     return ["EVALSHA", sha_min, 1, f"m:{key_i}", 1000, 60_000_000, f"id{i}"]
-                if kind == "f":
-                    return ["EVALSHA", sha_tg, 1, f"f:{key_i}", "f", 1_000_000, 60_000_000, 1]
+                if kind in ("f", "i"):
+                    return ["EVALSHA", sha_tg, 1, f"f:{key_i}", kind, 1_000_000, 60_000_000, 1]
                 if kind == "rlf":
                     # rate-limiter-flexible's RateLimiterRedis script (TG_RLF_LUA), its arguments.
                     return ["EVALSHA", sha_rlf, 1, f"r:{key_i}", 1, 60, 1_000_000, 60]

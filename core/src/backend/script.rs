@@ -106,8 +106,9 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     // So has a check of one fixed window, at any cost: limit, window, cost and
     // the time (mode "f"); it needs no call id.
     if let ([rule], "c") = (rules, header.mode) {
-        if let RuleArgs::Fixed { shadow: false, .. } = rule.args {
-            cmd.arg("f").arg(&rule.script_args[1..]).arg(header.cost);
+        if let RuleArgs::Fixed { shadow: false, limit, window_us } = rule.args {
+            let terse = header.terse && fixed_fits(limit, window_us);
+            cmd.arg(if terse { "i" } else { "f" }).arg(&rule.script_args[1..]).arg(header.cost);
             if let Some(t) = header.now {
                 cmd.arg(t);
             }
@@ -328,21 +329,35 @@ impl redis::FromRedisValue for Ints {
     }
 }
 
+/// Whether a fixed window's terse admission (mode `i`, `lua/single_rule.lua`),
+/// `reset_after_us * (limit + 1) + remaining` with `reset_after_us <= window_us`,
+/// stays below 2^53, exact in a Lua number.
+fn fixed_fits(limit: u64, window_us: i64) -> bool {
+    (window_us.max(0) as u128 + 1) * (limit as u128 + 1) < 1 << 53
+}
+
 /// The outcomes of a check's reply for `rules`: a terse admission (one
-/// integer, its `remaining`, for the one-rule log check of mode `t`) or
-/// the full reply ([`parse_reply`]).
+/// integer: a log's `remaining` in mode `t`, a fixed window's
+/// `reset_after_us * (limit + 1) + remaining` in mode `i`) or the full
+/// reply ([`parse_reply`]).
 pub(crate) fn parse_check_reply(reply: &[i64], rules: &[&CompiledRule], ext: &[PlanExt<&str>]) -> Result<Outcomes> {
-    if let ([remaining], [rule], []) = (reply, rules, ext) {
-        if let RuleArgs::Window { window_us, .. } = rule.args {
-            return Ok(smallvec::smallvec![Outcome {
-                allowed: true,
-                remaining: (*remaining).max(0) as u64,
-                retry_after_us: 0,
-                reset_after_us: window_us,
-                limit: 0,
-                blocked: false,
-            }]);
-        }
+    if let ([v], [rule], []) = (reply, rules, ext) {
+        let (remaining, reset_after_us) = match rule.args {
+            RuleArgs::Window { window_us, .. } => ((*v).max(0) as u64, window_us),
+            RuleArgs::Fixed { limit, .. } if *v >= 0 => {
+                let (v, base) = (*v as u64, limit + 1);
+                (v % base, (v / base) as i64)
+            }
+            _ => return parse_reply(reply, rules.len(), ext),
+        };
+        return Ok(smallvec::smallvec![Outcome {
+            allowed: true,
+            remaining,
+            retry_after_us: 0,
+            reset_after_us,
+            limit: 0,
+            blocked: false,
+        }]);
     }
     parse_reply(reply, rules.len(), ext)
 }
@@ -459,11 +474,25 @@ mod tests {
         // A denial (or any reply of the general form) is read as before.
         let o = parse_check_reply(&[7, 0, 0, 0, 250, 900], &plan.rules, &[]).unwrap();
         assert_eq!((o[0].allowed, o[0].remaining, o[0].retry_after_us, o[0].reset_after_us), (false, 0, 250, 900));
-        // One integer is not a reply for another rule or for two.
+        // A fixed window's: reset_after * (limit + 1) + remaining (mode "i").
         let fixed = Policy::new(vec![Rule::fixed_window("f", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
         let fixed = Rules::compile(&fixed, None);
-        let fplan = fixed.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
-        assert!(parse_check_reply(&[3], &fplan.rules, &[]).is_err());
+        let fplan = fixed.plan(&[("ip", "a")], 2, None, str::to_string).unwrap();
+        let header = Header::of(&fplan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &fplan.keys, &fplan.rules, &[], header))[4..], ["i", "5", "1000000", "2"]);
+        let o = parse_check_reply(&[400_000 * 6 + 3], &fplan.rules, &[]).unwrap();
+        assert_eq!((o[0].allowed, o[0].remaining, o[0].retry_after_us, o[0].reset_after_us), (true, 3, 0, 400_000));
+        // A window and limit whose terse reply could pass 2^53 keep mode "f".
+        let wide = Policy::new(vec![Rule::fixed_window("f", "ip:{ip}", 1_000_000_000, Duration::from_secs(86_400))]).unwrap();
+        let wide = Rules::compile(&wide, None);
+        let wplan = wide.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let header = Header::of(&wplan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &wplan.keys, &wplan.rules, &[], header))[4], "f");
+        // One integer is not a reply for another algorithm.
+        let bucket = Policy::new(vec![Rule::token_bucket("b", "ip:{ip}", 5, 1.0)]).unwrap();
+        let bucket = Rules::compile(&bucket, None);
+        let bplan = bucket.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        assert!(parse_check_reply(&[3], &bplan.rules, &[]).is_err());
         // A terse admission carries no server time: nothing is learned from it.
         let time = super::super::ServerTime::default();
         time.observe_reply(&[3], None);
