@@ -267,7 +267,7 @@ def check_script_shapes(r: Resp, cases: list[tuple[str, str, list[str]]]) -> Non
         rules = int(concrete[1])
         if name == "minimal":
             ok = reply == 1
-        elif concrete[4] == "t":
+        elif concrete[3] == "t":
             # A terse admission: the bare remaining.
             ok = isinstance(reply, int) and reply == LIMIT - 1
         else:
