@@ -63,7 +63,7 @@ pub(crate) fn monotonic_us() -> i64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Unix.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        ts.tv_sec as i64 * 1_000_000 + ts.tv_nsec as i64 / 1_000
+        i64::from(ts.tv_sec) * 1_000_000 + i64::from(ts.tv_nsec) / 1_000
     }
     #[cfg(not(unix))]
     {
