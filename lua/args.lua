@@ -48,7 +48,7 @@ if monotonic then
   now = server_now
   if not now then
     local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now = t[1] * 1000000 + t[2]
   end
 else
   now = tonumber(ARGV[2])

@@ -33,8 +33,9 @@ if dedupe then
   end
 end
 
--- Sized for one rule up front; more rules grow it.
-local out = { now, replayed, 0, 0, 0, 0 }
+-- Sized up front for up to four rules (nil slots end the reply where the
+-- rules' values end); more rules grow it.
+local out = { now, replayed, 0, 0, 0, 0, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil }
 -- Rules carry values from decision to commit, at 3i-2 .. 3i: a log its
 -- header's state, extra and ids (see swl_decide); a token bucket
 -- the micro-tokens left, the stamp and the state as read (false when absent);
@@ -58,8 +59,8 @@ for i = 1, n do
   if code == 'w' or code == 'W' then
     local hdr, extra, ids, newest
     allowed, remaining, retry_after, reset_after, hdr, extra, ids, newest =
-      swl_decide(KEYS[i], now, cost, tonumber(ARGV[3 * i + 3]), tonumber(ARGV[3 * i + 4]), monotonic)
-    held = held or {}
+      swl_decide(KEYS[i], now, cost, ARGV[3 * i + 3] + 0, ARGV[3 * i + 4] + 0, monotonic)
+    held = held or { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil }
     held[3 * i - 2] = hdr
     held[3 * i - 1] = extra
     held[3 * i] = ids
@@ -145,7 +146,7 @@ if mode ~= 'p' and all_pass then
     if out[4 * i - 1] == 1 and cost > 0 then
       local code = ARGV[3 * i + 2]
       if code == 'w' or code == 'W' then
-        swl_commit(KEYS[i], now, cost, out[4 * i + 2], tonumber(ARGV[3 * i + 4]), stored_id, held[3 * i - 2],
+        swl_commit(KEYS[i], now, cost, out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],
           held[3 * i - 1], held[3 * i], newest_of and newest_of[i])
       elseif code == 'k' or code == 'K' then
         sw_commit(KEYS[i], now, cost + (granted and granted[i] or 0), out[4 * i + 2], ARGV[3 * i + 4], stored_id, held[3 * i - 2],

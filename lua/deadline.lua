@@ -16,8 +16,10 @@
 local server_now
 if ARGV[1] == '!' then
   local t = redis.call('TIME')
-  server_now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if server_now > tonumber(ARGV[2]) then
+  server_now = t[1] * 1000000 + t[2]
+  -- (TIME's strings and the deadline read as numbers by arithmetic: one
+  -- conversion each, where tonumber makes two.)
+  if server_now > ARGV[2] + 0 then
     return { server_now, -1 }
   end
   table.remove(ARGV, 1)

@@ -1,14 +1,20 @@
--- Right after deadline.lua: the short forms of single-rule checks, modes "s" and
+-- Right after deadline.lua: the short forms of single-rule checks, modes "s" (and "t") and
 -- "f" (below). Mode "s", the most common call, answered in
 -- straight-line code before anything else is set up: a check of cost 1, with
 -- no call id of the caller's, against one sliding-window rule that is not in
 -- shadow mode. Its arguments are short:
 --
 -- KEYS = { the rule's key }
--- ARGV = { "s", call id, limit, window_us [, now_us] }
+-- ARGV = { "s", call id, limit, window_us [, now_us] }  (or "t", below)
 --   ARGV[5], optional: now in microseconds (an integer, read with tonumber
 --   exactly as args.lua reads ARGV[2]); absent or "" reads the server clock
 --   with TIME.
+--
+-- Mode "t" is the same check with a terse admission: the reply of an
+-- admitted check is the bare integer `remaining` (its reset_after is the
+-- window, its retry_after 0, as below), which spares Redis building and
+-- sending a table; the client sends it when it needs no server time back
+-- (its own clock, or the server's offset learned recently).
 --
 -- Returns the general form for one key (see args.lua): { now, 0, allowed,
 -- remaining, retry_after_us, reset_after_us }, step for step what swl_decide
@@ -20,48 +26,62 @@
 -- ARGV into the general form of the same check and not returning. Defines
 -- nothing: any other mode falls through to args.lua with no local left behind
 -- (both short forms keep their locals inside their `if` blocks).
-if ARGV[1] == 's' then
+if ARGV[1] == 's' or ARGV[1] == 't' then
+  local terse = ARGV[1] == 't'
   local key = KEYS[1]
   local now = ARGV[5]
-  local limit = tonumber(ARGV[3])
-  local window = tonumber(ARGV[4])
+  -- (`+ 0` reads a number argument with one conversion; tonumber makes two.)
+  local limit = ARGV[3] + 0
+  local window = ARGV[4] + 0
   local clock = now == nil or now == ''
   if clock then
     -- The server's clock (read by deadline.lua already when the call has a deadline).
     now = server_now
     if not now then
       local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      now = t[1] * 1000000 + t[2]
     end
   else
-    now = tonumber(now)
+    now = now + 0
   end
   -- The front of the log (see sliding_window_log.lua): a log without a
   -- header holds only checks of one unit, so its units are its length; with
   -- one, they are its entries plus the header's extra.
-  local first = redis.pcall('LINDEX', key, 0)
-  local general = type(first) == 'table'
-  if not general and not first then
-    redis.call('RPUSH', key, now)
-    redis.call('PEXPIRE', key, math.ceil(window / 1000))
+  local first = redis.pcall('LINDEX', key, '0')
+  if not first then
+    redis.call('RPUSH', key, string.format('%d', now))
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
+    if terse then
+      return limit - 1
+    end
     return { now, 0, 1, limit - 1, 0, window }
   end
-  local h, extra, ids, oldest = 0, 0, '', first
-  if not general and string.byte(first, 1) == 45 then
-    local e, i = string.match(first, '^%-(%d+):(.*)$')
-    h, extra, ids = 1, tonumber(e), i
-    oldest = redis.call('LINDEX', key, 1)
-    -- (A header without entries, which no write leaves, is the general path's too.)
-    general = not oldest
+  -- The usual front, a one-unit entry, reads as a number; a header
+  -- ("-<extra>:<ids>"), an entry of more units ("<t>:<units>") or an error
+  -- (a key of another kind) does not.
+  local t = tonumber(first)
+  local general = false
+  local h, extra, ids, units = 0, 0, '', 1
+  if not t then
+    general = type(first) == 'table'
+    local oldest = first
+    if not general and string.byte(first, 1) == 45 then
+      local e, i = string.match(first, '^%-(%d+):(.*)$')
+      h, extra, ids = 1, tonumber(e), i
+      oldest = redis.call('LINDEX', key, 1)
+      -- (A header without entries, which no write leaves, is the general path's too.)
+      general = not oldest
+    end
+    if not general then
+      t = tonumber(oldest)
+      if not t then
+        local a, b = string.match(oldest, '^(%d+):(%d+)$')
+        t, units = tonumber(a), tonumber(b)
+      end
+    end
   end
   if not general then
     local floor = now - window
-    local units = 1
-    local t = tonumber(oldest)
-    if not t then
-      local a, b = string.match(oldest, '^(%d+):(%d+)$')
-      t, units = tonumber(a), tonumber(b)
-    end
     -- Drop the entries that have left the window, from the front (up to 8
     -- of them here; more, the general path does).
     local k = 0
@@ -81,8 +101,11 @@ if ARGV[1] == 's' then
       if t == nil and #got < 8 then
         -- All of it has left: the log starts again with this check.
         redis.call('DEL', key)
-        redis.call('RPUSH', key, now)
-        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        redis.call('RPUSH', key, string.format('%d', now))
+        redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
+        if terse then
+          return limit - 1
+        end
         return { now, 0, 1, limit - 1, 0, window }
       end
       general = t == nil
@@ -109,13 +132,16 @@ if ARGV[1] == 's' then
         redis.call('LTRIM', key, k, -1)
       end
       if count < limit then
-        redis.call('RPUSH', key, now)
+        redis.call('RPUSH', key, string.format('%d', now))
       end
       if k > 0 and h == 1 then
         redis.call('LSET', key, 0, string.format('-%d:', extra) .. ids)
       end
       if count < limit then
-        redis.call('PEXPIRE', key, math.ceil(window / 1000))
+        redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)))
+        if terse then
+          return limit - count - 1
+        end
         return { now, 0, 1, limit - count - 1, 0, window }
       end
       -- Denied: wait until the oldest units needed have left.
@@ -139,31 +165,38 @@ if ARGV[1] == 's' then
 end
 
 -- Mode "f": the same for one fixed-window rule that is not in shadow mode,
--- at any cost, with no call id of the caller's:
+-- at any cost, with no call id of the caller's (mode "i": the same with a
+-- terse admission, below):
 --
 -- KEYS = { the rule's key }
 -- ARGV = { "f", limit, window_us, cost [, now_us] }
 --   ARGV[5], optional: now in microseconds; absent or "" reads TIME.
+--
+-- Mode "i" (the same arguments after "i") answers an admission whose
+-- reset_after is at most the window with the bare integer
+-- reset_after_us * (limit + 1) + remaining, as mode "t" does for a log;
+-- the client sends it only when that stays below 2^53.
 --
 -- Returns { now, 0, allowed, remaining, retry_after_us, reset_after_us },
 -- step for step what pc_decide and pc_commit answer for code "f" (see
 -- period_counter.lua): the stored "<end>:<units>[:ids]" holds while its
 -- period runs, a later stored period stays the period, and an admission
 -- keeps the ids already there.
-if ARGV[1] == 'f' then
+if ARGV[1] == 'f' or ARGV[1] == 'i' then
+  local terse = ARGV[1] == 'i'
   local key = KEYS[1]
-  local limit = tonumber(ARGV[2])
-  local window = tonumber(ARGV[3])
-  local cost = tonumber(ARGV[4])
+  local limit = ARGV[2] + 0
+  local window = ARGV[3] + 0
+  local cost = ARGV[4] + 0
   local now = ARGV[5]
   if now == nil or now == '' then
     now = server_now
     if not now then
       local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      now = t[1] * 1000000 + t[2]
     end
   else
-    now = tonumber(now)
+    now = now + 0
   end
   -- floor(now / window), exact (as floor_div in args.lua).
   local q = math.floor(now / window)
@@ -177,9 +210,9 @@ if ARGV[1] == 'f' then
   local stored = redis.call('GET', key)
   if stored then
     local e, c, r = string.match(stored, '^(%d+):(%d+)(.*)$')
-    e = tonumber(e)
+    e = e + 0
     if e > now then
-      count = tonumber(c)
+      count = c + 0
       rest = r
       if e > end_us then
         end_us = e
@@ -188,7 +221,12 @@ if ARGV[1] == 'f' then
   end
   if count + cost <= limit then
     redis.call('SET', key, string.format('%d:%d', end_us, count + cost) .. rest, 'PX',
-      math.max(1, math.ceil((end_us - now) / 1000)))
+      string.format('%d', math.max(1, math.ceil((end_us - now) / 1000))))
+    if terse and end_us - now <= window then
+      -- Mode "i": reset_after and remaining in one integer (exact: the
+      -- client sends "i" only when window * (limit + 1) + limit < 2^53).
+      return (end_us - now) * (limit + 1) + limit - count - cost
+    end
     return { now, 0, 1, limit - count - cost, 0, end_us - now }
   end
   return { now, 0, 0, limit - count, end_us - now, end_us - now }

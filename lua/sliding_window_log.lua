@@ -119,8 +119,12 @@ if uses_log then
   -- `now`, so an admission's reset_after is the window.
   swl_decide = function(key, now, cost, limit, window, monotonic)
     -- The usual log has no header: its first element is the oldest entry.
-    local extra, ids, header, oldest = 0, '', false, redis.pcall('LINDEX', key, 0)
-    if type(oldest) == 'table' or (oldest and string.byte(oldest, 1) == 45) then
+    local extra, ids, header, oldest = 0, '', false, redis.pcall('LINDEX', key, '0')
+    -- The usual front, a one-unit entry, reads as a number (see single_rule.lua).
+    local first_t, first_c = tonumber(oldest), 1
+    if first_t then
+      -- (Read already.)
+    elseif type(oldest) == 'table' or (oldest and string.byte(oldest, 1) == 45) then
       extra, ids, header, oldest = swl_head(key, true)
     elseif not oldest then
       oldest = nil
@@ -128,11 +132,12 @@ if uses_log then
     local h = header and 1 or 0
     local stale = false
     local total = 0
-    local first_t, first_c
     if oldest then
       -- Drop the entries that have left the window, from the front.
       local floor = now - window
-      first_t, first_c = tonumber(oldest), 1
+      if not first_t then
+        first_t = tonumber(oldest)
+      end
       if not first_t then
         local t, c = string.match(oldest, '^(%d+):(%d+)$')
         first_t, first_c = tonumber(t), tonumber(c)
@@ -186,7 +191,7 @@ if uses_log then
         reset_after = window
       end
       if total > 0 and not (monotonic and cost > 0) then
-        newest = tonumber(string.match(redis.call('LINDEX', key, -1), '^(%d+)'))
+        newest = tonumber(string.match(redis.call('LINDEX', key, '-1'), '^(%d+)'))
         local r = newest + window - now
         if r > reset_after then
           reset_after = r
@@ -234,12 +239,16 @@ if uses_log then
   -- expires when the log would be empty.
   swl_commit = function(key, now, cost, reset_after, window, id, hdr, extra, ids, newest)
     if id then
+      -- (The window may come as its argument string: read only here.)
+      window = tonumber(window)
       ids = ids_push(ids, string.format('%d@', now) .. id, function(e)
         return tonumber(string.match(e, '^(%d+)')) + window > now
       end)
     end
-    local entry = now
-    if cost ~= 1 then
+    local entry
+    if cost == 1 then
+      entry = string.format('%d', now)
+    else
       entry = string.format('%d:%d', now, cost)
     end
     if not (newest and now < newest) then
@@ -276,7 +285,7 @@ if uses_log then
     end
     if reserve_spec then
       -- A reserved entry (reserve.lua) may count longer than this one: never shorten it.
-      local ms = math.ceil(reset_after / 1000)
+      local ms = string.format('%d', math.ceil(reset_after / 1000))
       if redis.call('PEXPIRE', key, ms, 'GT') == 0 and redis.call('PTTL', key) < 0 then
         redis.call('PEXPIRE', key, ms)
       end

@@ -215,13 +215,40 @@ impl Log {
 const MICRO: u64 = 1_000_000;
 
 /// Mirror of `tb_wait`: microseconds until `need` micro-tokens are refilled.
+/// `x.floor()`, without the library call that `f64::floor` is on the
+/// baseline x86-64 target (no SSE4.1): for `0 <= x < 2^63` truncating is
+/// flooring, and exact (every double that large is an integer).
+#[inline]
+fn floor_f64(x: f64) -> f64 {
+    if (0.0..9.0e18).contains(&x) {
+        (x as i64) as f64
+    } else {
+        x.floor()
+    }
+}
+
+/// `x.ceil()`, as [`floor_f64`].
+#[inline]
+fn ceil_f64(x: f64) -> f64 {
+    if (0.0..9.0e18).contains(&x) {
+        let t = (x as i64) as f64;
+        if t < x {
+            t + 1.0
+        } else {
+            t
+        }
+    } else {
+        x.ceil()
+    }
+}
+
 pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
     if need == 0 {
         return 0;
     }
     let need_f = need as f64;
-    let mut wait = (need_f / rate).ceil();
-    if (wait * rate).floor() < need_f {
+    let mut wait = ceil_f64(need_f / rate);
+    if floor_f64(wait * rate) < need_f {
         wait += 1.0;
     }
     wait as i64
@@ -255,7 +282,7 @@ impl Bucket {
         if let Some(b) = state {
             tokens = b.tokens;
             if now > b.last {
-                let refill = ((now - b.last) as f64 * rate).floor();
+                let refill = floor_f64((now - b.last) as f64 * rate);
                 if refill >= (full as i64 - tokens as i64) as f64 {
                     tokens = full;
                 } else {

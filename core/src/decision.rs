@@ -246,6 +246,36 @@ impl Decision {
     /// `reset_after`, then policy order).
     pub fn from_results(results: impl Into<RuleResults>, degraded: bool) -> Decision {
         let results = results.into();
+        if let [one] = &results[..] {
+            return Self::from_one(one.clone(), degraded);
+        }
+        Self::from_many(results, degraded)
+    }
+
+    /// [`Decision::from_results`] of a single result (the commonest
+    /// decision): the same figures, without the search for the headline.
+    pub(crate) fn from_one(r: RuleResult, degraded: bool) -> Decision {
+        let (allowed, limit, remaining, retry_after, reset_after, rule) = if r.shadow {
+            (true, 0, 0, Duration::ZERO, Duration::ZERO, None)
+        } else {
+            let retry_after = if r.allowed { Duration::ZERO } else { r.retry_after };
+            (r.allowed, r.limit, r.remaining, retry_after, r.reset_after, Some(r.rule))
+        };
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after,
+            reset_after,
+            rule,
+            results: smallvec::smallvec![r],
+            degraded,
+            settle: None,
+            lease: None,
+        }
+    }
+
+    fn from_many(results: RuleResults, degraded: bool) -> Decision {
         let live = || results.iter().filter(|r| !r.shadow);
         let allowed = live().all(|r| r.allowed);
         let mut head: Option<&RuleResult> = None;

@@ -211,6 +211,24 @@ impl KeyTemplate {
         })
     }
 
+    /// The literal text the template starts with ("" when it starts with an attribute).
+    pub(crate) fn lead(&self) -> &str {
+        match self.segments.first() {
+            Some(Segment::Literal(l)) => l,
+            _ => "",
+        }
+    }
+
+    /// [`KeyTemplate::render`] without its [`KeyTemplate::lead`], which the
+    /// caller has written.
+    pub(crate) fn render_after_lead(&self, attrs: &dyn Attributes, secret: Option<&KeySecret>, out: &mut String) -> bool {
+        let rest = match self.segments.first() {
+            Some(Segment::Literal(_)) => &self.segments[1..],
+            _ => &self.segments[..],
+        };
+        Self::render_segments(rest, attrs, secret, out)
+    }
+
     /// Render the template for `attrs` onto `out`; `false` (with `out`
     /// unspecified) when an attribute is missing, so the rule does not apply.
     pub(crate) fn render(
@@ -219,7 +237,11 @@ impl KeyTemplate {
         secret: Option<&KeySecret>,
         out: &mut String,
     ) -> bool {
-        for s in &self.segments {
+        Self::render_segments(&self.segments, attrs, secret, out)
+    }
+
+    fn render_segments(segments: &[Segment], attrs: &dyn Attributes, secret: Option<&KeySecret>, out: &mut String) -> bool {
+        for s in segments {
             match s {
                 Segment::Literal(l) => out.push_str(l),
                 Segment::Attr(a) => match attrs.get_attr(a) {
@@ -251,6 +273,11 @@ static KEPT: [bool; 256] = {
 /// become `%XX`.
 pub fn escape_into(value: &str, out: &mut String) {
     let bytes = value.as_bytes();
+    // The usual value needs no escape: one test per byte, one copy.
+    if bytes.iter().all(|&b| KEPT[b as usize]) {
+        out.push_str(value);
+        return;
+    }
     let mut run = 0;
     for (i, &b) in bytes.iter().enumerate() {
         if !KEPT[b as usize] {

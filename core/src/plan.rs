@@ -95,6 +95,8 @@ pub(crate) struct CompiledRule {
     pub index: usize,
     pub name: RuleName,
     head: String,
+    /// The head and the template's leading text, written at once.
+    lead: String,
     template: KeyTemplate,
     matches: Vec<(String, Vec<String>)>,
     /// Requests the rule skips (its `exempt` table).
@@ -163,6 +165,7 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
         index,
         name: RuleName::new(&rule.name),
         head: format!("{}{}:", policy.prefix, rule.name),
+        lead: format!("{}{}:{}", policy.prefix, rule.name, template.lead()),
         template: template.clone(),
         matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         exempt: crate::exempt::Exempt::compile(&rule.exempt),
@@ -383,8 +386,8 @@ impl Rules {
             return false;
         }
         key.clear();
-        key.push_str(&rule.head);
-        if !rule.template.render(attrs, self.secret.as_ref(), key) {
+        key.push_str(&rule.lead);
+        if !rule.template.render_after_lead(attrs, self.secret.as_ref(), key) {
             return false;
         }
         if key.len() > MAX_KEY_LEN {

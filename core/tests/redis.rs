@@ -473,7 +473,9 @@ async fn client_time_setting_uses_the_host_clock() {
 async fn server_clock_single_rule_agrees_with_the_general_path() {
     // One sliding-window rule, cost 1, Redis's own clock: the script's
     // straight-line path (lua/single_rule.lua). Peeks and cost-2 checks take
-    // the general one; both must read the same state the same way.
+    // the general one; both must read the same state the same way. The first
+    // reply carries the server's time; the admissions after it come back
+    // terse (mode "t": the bare remaining) with the same figures.
     let server = RedisServer::start();
     let l = Limiter::builder(Policy::new(vec![Rule::sliding_window_log("one", "ip:{ip}", 3, ms(60_000))]).unwrap())
         .url(server.url())

@@ -189,7 +189,7 @@ impl ClusterBackend {
         // Every cluster check may be re-sent after a redirection or a
         // failover, so its call id is always looked up first ("C").
         let m = if mode == Mode::Check { "C" } else { "p" };
-        let header = Header { mode: m, now, call_id, cost: plan.cost, costs: None, deadline: None }.until(deadline);
+        let header = Header { mode: m, now, call_id, cost: plan.cost, costs: None, deadline: None, terse: false }.until(deadline);
         let mut results = join_all(
             groups
                 .iter()

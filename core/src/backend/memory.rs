@@ -305,8 +305,22 @@ impl MemoryBackend {
     /// overrides, blocks or a call id: one shard locked, no lists built.
     pub(crate) fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
         let mut shard = lock(&self.shards[Self::shard_of(digest)]);
-        prune_log(&mut shard, digest, args, now);
-        let (o, left) = decide_rule(shard.live(digest, now).map(|e| &e.state), args, now, cost);
+        // One lookup for the usual key, which exists and is live: pruned,
+        // decided and written in place.
+        if let Some(entry) = shard.map.get_mut(&digest).filter(|e| e.expires_at > now) {
+            if let (State::Log(log), RuleArgs::Window { window_us, .. }) = (&mut entry.state, args) {
+                log.prune(now, window_us);
+            }
+            let (o, left) = decide_rule(Some(&entry.state), args, now, cost);
+            if mode == Mode::Check && o.allowed {
+                commit_entry(entry, args, &o, left, now, cost, None, 0);
+            }
+            if mode == Mode::Check && (o.allowed || args.shadow()) {
+                shard.maybe_sweep(now);
+            }
+            return o;
+        }
+        let (o, left) = decide_rule(None, args, now, cost);
         if mode == Mode::Check && (o.allowed || args.shadow()) {
             if o.allowed {
                 commit_rule(&mut shard, digest, args, &o, left, now, cost, None, 0);
@@ -576,7 +590,6 @@ fn decide_rule(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (O
 /// Apply an admitted rule's outcome `o` to its key (see [`decide_rule`] for `left`).
 #[allow(clippy::too_many_arguments)]
 fn commit_rule(shard: &mut Shard, digest: Digest, args: RuleArgs, o: &Outcome, left: u64, now: i64, cost: u64, dedupe: Option<u64>, lease: u64) {
-    let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
     // Look the key up once; allocate a key only for a new entry.
     let entry = match shard.map.get_mut(&digest) {
         Some(e) => {
@@ -585,11 +598,15 @@ fn commit_rule(shard: &mut Shard, digest: Digest, args: RuleArgs, o: &Outcome, l
             }
             e
         }
-        None => shard.map.entry(digest).or_insert(Entry {
-            state: State::Absent,
-            expires_at,
-        }),
+        None => shard.map.entry(digest).or_insert(Entry { state: State::Absent, expires_at: now }),
     };
+    commit_entry(entry, args, o, left, now, cost, dedupe, lease);
+}
+
+/// [`commit_rule`] on the key's entry (live, or `Absent`), already looked up.
+#[allow(clippy::too_many_arguments)]
+fn commit_entry(entry: &mut Entry, args: RuleArgs, o: &Outcome, left: u64, now: i64, cost: u64, dedupe: Option<u64>, lease: u64) {
+    let expires_at = now + ceil_ms(o.reset_after_us).max(1) * 1000;
     entry.expires_at = expires_at;
     match args {
         RuleArgs::Lease { lease_us, .. } => {

@@ -57,6 +57,12 @@ pub(crate) const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
 /// replaces it (a server clock stepped back is learned within this).
 const OFFSET_KEPT_US: i64 = 10_000_000;
 
+/// How long after a reply that carried the server's time a check may ask
+/// for a terse reply, which carries none (mode `t`, `lua/single_rule.lua`):
+/// a busy client still reads the server's time about once a second, so
+/// the offset is learned as before.
+const TERSE_FOR_US: i64 = 1_000_000;
+
 /// What a backend knows of the server's clock: the offset between Redis
 /// `TIME` and this host's clock, learned from the server time every check
 /// reply carries (the script's `now`, read at its start). Each reply gives a
@@ -70,6 +76,8 @@ const OFFSET_KEPT_US: i64 = 10_000_000;
 pub(crate) struct ServerTime {
     offset_us: std::sync::atomic::AtomicI64,
     learned_at_us: std::sync::atomic::AtomicI64,
+    /// When the last reply carrying the server's time was read (this host's clock).
+    observed_at_us: std::sync::atomic::AtomicI64,
 }
 
 impl ServerTime {
@@ -86,6 +94,7 @@ impl ServerTime {
     pub fn observe(&self, server_us: i64) {
         use std::sync::atomic::Ordering::Relaxed;
         let local = crate::clock::system_now_us();
+        self.observed_at_us.store(local, Relaxed);
         let estimate = server_us - local;
         let kept = self.offset_us.load(Relaxed);
         if estimate > kept || local - self.learned_at_us.load(Relaxed) > OFFSET_KEPT_US {
@@ -94,11 +103,21 @@ impl ServerTime {
         }
     }
 
+    /// Whether a reply that carried the server's time was read within the
+    /// last second: a check on the server's clock may then ask for a terse
+    /// reply, which carries none.
+    pub fn fresh(&self) -> bool {
+        let at = self.observed_at_us.load(std::sync::atomic::Ordering::Relaxed);
+        at != 0 && crate::clock::system_now_us() - at < TERSE_FOR_US
+    }
+
     /// Learn from a check's reply when it carries the server's time: every
     /// reply of a call on the server's clock (`now` not sent), and an
     /// expired one.
     pub fn observe_reply(&self, reply: &[i64], now_sent: Option<i64>) {
-        if let Some(&t) = reply.first() {
+        // (A terse admission, one integer, carries no time.)
+        if let [t, _, ..] = reply {
+            let t = *t;
             if now_sent.is_none() || script::is_expired(reply) {
                 self.observe(t);
             }

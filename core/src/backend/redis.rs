@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::script::{command, ext_refs, is_noscript, lease_command, query_script, override_error, parse_reply, parse_settle_reply, settle_command, Header, CHECK_SCRIPT};
+use super::script::{command, ext_refs, is_noscript, lease_command, query_script, override_error, parse_check_reply, parse_settle_reply, settle_command, Header, Ints, CHECK_SCRIPT};
 use super::{Outcomes, ServerTime};
 use crate::error::{Error, Result};
 use crate::plan::{CompiledRule, Mode, Plan};
@@ -154,7 +154,7 @@ impl RedisBackend {
             }
         };
         self.0.time.observe_reply(&reply, now);
-        parse_reply(&reply, plan.keys.len(), &ext)
+        parse_check_reply(&reply, &plan.rules, &ext)
     }
 
     /// Send a check's script command; with `wait_replicas`, a check (not a
@@ -162,12 +162,12 @@ impl RedisBackend {
     /// replicas did not acknowledge in time is an error.
     async fn send(&self, cmd: &redis::Cmd, mode: Mode, conn: &mut ConnectionManager) -> redis::RedisResult<Vec<i64>> {
         match self.wait_for(mode) {
-            None => cmd.query_async(conn).await,
+            None => cmd.query_async::<Ints>(conn).await.map(|r| r.0),
             Some((n, ms)) => {
-                let (reply, acked): (Vec<i64>, u64) =
+                let (reply, acked): (Ints, u64) =
                     redis::pipe().add_command(cmd.clone()).cmd("WAIT").arg(n).arg(ms).query_async(conn).await?;
                 not_acknowledged(n, ms, acked)?;
-                Ok(reply)
+                Ok(reply.0)
             }
         }
     }
@@ -175,12 +175,12 @@ impl RedisBackend {
     /// [`RedisBackend::send`] on a blocking connection.
     fn send_blocking(&self, cmd: &redis::Cmd, mode: Mode, conn: &mut redis::Connection) -> redis::RedisResult<Vec<i64>> {
         match self.wait_for(mode) {
-            None => cmd.query(conn),
+            None => cmd.query::<Ints>(conn).map(|r| r.0),
             Some((n, ms)) => {
-                let (reply, acked): (Vec<i64>, u64) =
+                let (reply, acked): (Ints, u64) =
                     redis::pipe().add_command(cmd.clone()).cmd("WAIT").arg(n).arg(ms).query(conn)?;
                 not_acknowledged(n, ms, acked)?;
-                Ok(reply)
+                Ok(reply.0)
             }
         }
     }
@@ -196,7 +196,7 @@ impl RedisBackend {
     /// its deadline (`lua/deadline.lua`).
     pub(crate) fn header<'a>(&self, plan: &'a Plan<'_, String>, mode: Mode, call_id: &'a str, now: Option<i64>) -> Header<'a> {
         let deadline = now.is_none().then(|| self.0.time.deadline(self.0.timeout));
-        Header::of(plan, mode, call_id, now).until(deadline)
+        Header::of(plan, mode, call_id, now).until(deadline).terse(now.is_some() || self.0.time.fresh())
     }
 
     /// What this backend knows of the server's clock.
@@ -255,7 +255,7 @@ impl RedisBackend {
             (reply, _) => reply?,
         };
         self.0.time.observe_reply(&reply, now);
-        parse_reply(&reply, plan.keys.len(), &ext)
+        parse_check_reply(&reply, &plan.rules, &ext)
     }
 
     /// An idle connection, or a new one made within the time left, and

@@ -96,7 +96,7 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     // call id, limit, window and, on a clock other than the server's, the time.
     if let ([rule], "c", 1, None) = (rules, header.mode, header.cost, header.costs) {
         if let RuleArgs::Window { shadow: false, .. } = rule.args {
-            cmd.arg("s").arg(header.call_id).arg(&rule.script_args[1..]);
+            cmd.arg(if header.terse { "t" } else { "s" }).arg(header.call_id).arg(&rule.script_args[1..]);
             if let Some(t) = header.now {
                 cmd.arg(t);
             }
@@ -106,8 +106,9 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
     // So has a check of one fixed window, at any cost: limit, window, cost and
     // the time (mode "f"); it needs no call id.
     if let ([rule], "c", None) = (rules, header.mode, header.costs) {
-        if let RuleArgs::Fixed { shadow: false, .. } = rule.args {
-            cmd.arg("f").arg(&rule.script_args[1..]).arg(header.cost);
+        if let RuleArgs::Fixed { shadow: false, limit, window_us } = rule.args {
+            let terse = header.terse && fixed_fits(limit, window_us);
+            cmd.arg(if terse { "i" } else { "f" }).arg(&rule.script_args[1..]).arg(header.cost);
             if let Some(t) = header.now {
                 cmd.arg(t);
             }
@@ -197,6 +198,10 @@ pub(crate) struct Header<'a> {
     /// A check's deadline on the server's clock (microseconds): the script
     /// changes nothing when it starts later (`lua/deadline.lua`).
     pub deadline: Option<i64>,
+    /// The one-rule log check may answer an admission with its bare
+    /// `remaining` (mode `t`, `lua/single_rule.lua`): set when the reply
+    /// need not carry the server's time (see [`super::ServerTime::fresh`]).
+    pub terse: bool,
 }
 
 impl<'a> Header<'a> {
@@ -208,7 +213,7 @@ impl<'a> Header<'a> {
             Mode::Check => "c",
             Mode::Peek => "p",
         };
-        Header { mode, now, call_id, cost: plan.cost, costs: plan.costs.as_deref(), deadline: None }
+        Header { mode, now, call_id, cost: plan.cost, costs: plan.costs.as_deref(), deadline: None, terse: false }
     }
 
     /// The cost argument (ARGV[4], `lua/args.lua`): the cost, or one per rule.
@@ -223,6 +228,11 @@ impl<'a> Header<'a> {
             }
             None => cmd.arg(self.cost),
         };
+    }
+
+    /// This header with `terse` set (see [`Header::terse`]).
+    pub fn terse(self, terse: bool) -> Header<'a> {
+        Header { terse, ..self }
     }
 
     /// This header with a deadline (server clock, microseconds), kept only
@@ -316,6 +326,59 @@ pub(crate) fn parse_settle_reply(reply: &[i64], n: usize) -> Result<super::Settl
 /// changed nothing (`lua/deadline.lua`): `{ server time, -1 }`.
 pub(crate) fn is_expired(reply: &[i64]) -> bool {
     reply.len() == 2 && reply[1] == -1
+}
+
+/// A check script's reply: its integers, or the bare integer of a terse
+/// admission (mode `t`) as a list of one.
+pub(crate) struct Ints(pub Vec<i64>);
+
+impl redis::FromRedisValue for Ints {
+    fn from_redis_value_ref(v: &redis::Value) -> std::result::Result<Ints, redis::ParsingError> {
+        match v {
+            redis::Value::Int(n) => Ok(Ints(vec![*n])),
+            v => Vec::<i64>::from_redis_value_ref(v).map(Ints),
+        }
+    }
+
+    fn from_redis_value(v: redis::Value) -> std::result::Result<Ints, redis::ParsingError> {
+        match v {
+            redis::Value::Int(n) => Ok(Ints(vec![n])),
+            v => Vec::<i64>::from_redis_value(v).map(Ints),
+        }
+    }
+}
+
+/// Whether a fixed window's terse admission (mode `i`, `lua/single_rule.lua`),
+/// `reset_after_us * (limit + 1) + remaining` with `reset_after_us <= window_us`,
+/// stays below 2^53, exact in a Lua number.
+fn fixed_fits(limit: u64, window_us: i64) -> bool {
+    (window_us.max(0) as u128 + 1) * (limit as u128 + 1) < 1 << 53
+}
+
+/// The outcomes of a check's reply for `rules`: a terse admission (one
+/// integer: a log's `remaining` in mode `t`, a fixed window's
+/// `reset_after_us * (limit + 1) + remaining` in mode `i`) or the full
+/// reply ([`parse_reply`]).
+pub(crate) fn parse_check_reply(reply: &[i64], rules: &[&CompiledRule], ext: &[PlanExt<&str>]) -> Result<Outcomes> {
+    if let ([v], [rule], []) = (reply, rules, ext) {
+        let (remaining, reset_after_us) = match rule.args {
+            RuleArgs::Window { window_us, .. } => ((*v).max(0) as u64, window_us),
+            RuleArgs::Fixed { limit, .. } if *v >= 0 => {
+                let (v, base) = (*v as u64, limit + 1);
+                (v % base, (v / base) as i64)
+            }
+            _ => return parse_reply(reply, rules.len(), ext),
+        };
+        return Ok(smallvec::smallvec![Outcome {
+            allowed: true,
+            remaining,
+            retry_after_us: 0,
+            reset_after_us,
+            limit: 0,
+            blocked: false,
+        }]);
+    }
+    parse_reply(reply, rules.len(), ext)
 }
 
 /// The per-rule outcomes of a reply for `n` rules, with the overrides and
@@ -417,6 +480,46 @@ mod tests {
         let with_id = rules.plan(&[("ip", "a")], 1, Some("mine"), str::to_string).unwrap();
         let c = command(None, &with_id.keys, &with_id.rules, &[], Header::of(&with_id, Mode::Check, "mine", None));
         assert_eq!(args(&c)[4..], ["C", "", "mine", "1", "w", "5", "1000000"]);
+    }
+
+    #[test]
+    fn a_terse_header_takes_mode_t_and_its_bare_reply_is_an_admission() {
+        let policy = Policy::new(vec![Rule::sliding_window_log("w", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
+        let rules = Rules::compile(&policy, None);
+        let plan = rules.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let header = Header::of(&plan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &plan.keys, &plan.rules, &[], header))[4..], ["t", "id", "5", "1000000"]);
+        // The bare integer: admitted, its remaining, reset after the window.
+        let o = parse_check_reply(&[3], &plan.rules, &[]).unwrap();
+        assert_eq!((o[0].allowed, o[0].remaining, o[0].retry_after_us, o[0].reset_after_us), (true, 3, 0, 1_000_000));
+        // A denial (or any reply of the general form) is read as before.
+        let o = parse_check_reply(&[7, 0, 0, 0, 250, 900], &plan.rules, &[]).unwrap();
+        assert_eq!((o[0].allowed, o[0].remaining, o[0].retry_after_us, o[0].reset_after_us), (false, 0, 250, 900));
+        // A fixed window's: reset_after * (limit + 1) + remaining (mode "i").
+        let fixed = Policy::new(vec![Rule::fixed_window("f", "ip:{ip}", 5, Duration::from_secs(1))]).unwrap();
+        let fixed = Rules::compile(&fixed, None);
+        let fplan = fixed.plan(&[("ip", "a")], 2, None, str::to_string).unwrap();
+        let header = Header::of(&fplan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &fplan.keys, &fplan.rules, &[], header))[4..], ["i", "5", "1000000", "2"]);
+        let o = parse_check_reply(&[400_000 * 6 + 3], &fplan.rules, &[]).unwrap();
+        assert_eq!((o[0].allowed, o[0].remaining, o[0].retry_after_us, o[0].reset_after_us), (true, 3, 0, 400_000));
+        // A window and limit whose terse reply could pass 2^53 keep mode "f".
+        let wide = Policy::new(vec![Rule::fixed_window("f", "ip:{ip}", 1_000_000_000, Duration::from_secs(86_400))]).unwrap();
+        let wide = Rules::compile(&wide, None);
+        let wplan = wide.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let header = Header::of(&wplan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &wplan.keys, &wplan.rules, &[], header))[4], "f");
+        // One integer is not a reply for another algorithm.
+        let bucket = Policy::new(vec![Rule::token_bucket("b", "ip:{ip}", 5, 1.0)]).unwrap();
+        let bucket = Rules::compile(&bucket, None);
+        let bplan = bucket.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        assert!(parse_check_reply(&[3], &bplan.rules, &[]).is_err());
+        // A terse admission carries no server time: nothing is learned from it.
+        let time = super::super::ServerTime::default();
+        time.observe_reply(&[3], None);
+        assert!(!time.fresh());
+        time.observe_reply(&[crate::clock::system_now_us(), 0, 1, 3, 0, 1_000_000], None);
+        assert!(time.fresh());
     }
 
     #[test]

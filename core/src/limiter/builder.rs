@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -273,7 +273,7 @@ impl LimiterBuilder {
                 reloads: ReloadCounters::default(),
                 clock: o.clock,
                 headers: HeaderOptions { legacy: o.legacy_headers },
-                started: Instant::now(),
+                started_us: crate::clock::monotonic_us(),
                 epoch_us: system_now_us(),
                 closed: AtomicBool::new(false),
                 counters: Counters::default(),

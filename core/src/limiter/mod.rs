@@ -134,7 +134,8 @@ struct Inner {
     clock: Clock,
     /// The headers decisions get where a front end makes them per limiter.
     headers: HeaderOptions,
-    started: Instant,
+    /// The monotonic clock's reading (`clock::monotonic_us`) when the limiter was built.
+    started_us: i64,
     epoch_us: i64,
     closed: AtomicBool,
     counters: Counters,
@@ -492,7 +493,7 @@ impl Limiter {
         match &self.inner.clock {
             Clock::Manual(c) => c.now_us(),
             Clock::System => system_now_us(),
-            Clock::Backend => self.inner.epoch_us + self.inner.started.elapsed().as_micros() as i64,
+            Clock::Backend => self.inner.epoch_us + crate::clock::monotonic_us() - self.inner.started_us,
         }
     }
 
@@ -530,7 +531,7 @@ impl Limiter {
                     None => Decision::unlimited(),
                     Some(digest) => {
                         let o = memory.eval_one(digest, rule.args, mode, cost, self.local_now());
-                        Decision::from_results([crate::plan::result(rule, &o)], false)
+                        Decision::from_one(crate::plan::result(rule, &o), false)
                     }
                 };
                 self.count(&g, &d, false);

@@ -477,6 +477,7 @@ impl Limiter {
             cost,
             costs: None,
             deadline: None,
+            terse: false,
         };
         bump(&r.trips, 1);
         for rule in sub.rules.iter().filter(|r| r.reserve.is_some()) {
@@ -710,7 +711,7 @@ fn inner_now(inner: &Inner) -> i64 {
     match &inner.clock {
         Clock::Manual(c) => c.now_us(),
         Clock::System => crate::clock::system_now_us(),
-        Clock::Backend => inner.epoch_us + inner.started.elapsed().as_micros() as i64,
+        Clock::Backend => inner.epoch_us + crate::clock::monotonic_us() - inner.started_us,
     }
 }
 

@@ -27,7 +27,7 @@ use smallvec::SmallVec;
 
 use super::{AttrRef, Generation, Limiter, Sent};
 use crate::backend::redis::RedisBackend;
-use crate::backend::script::{command, ext_refs, is_noscript, override_error, parse_reply, Header, CHECK_SCRIPT};
+use crate::backend::script::{command, ext_refs, is_noscript, override_error, parse_check_reply, Header, Ints, CHECK_SCRIPT};
 use crate::decision::Decision;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Attributes;
@@ -402,7 +402,7 @@ impl Wire {
             self.send(flight);
             return;
         }
-        let ints = reply.and_then(|v| redis::from_redis_value::<Vec<i64>>(v).map_err(redis::RedisError::from));
+        let ints = reply.and_then(|v| redis::from_redis_value::<Ints>(v).map(|r| r.0).map_err(redis::RedisError::from));
         let id = flight.id;
         done.push((id, self.settle(*flight, ints.map_err(Failure::Redis))));
     }
@@ -411,7 +411,9 @@ impl Wire {
     fn request(&self, f: &Flight, stage: Stage) -> Vec<u8> {
         let rules = f.rules.iter().map(|&at| f.g.rules.located(at)).collect();
         let plan = Plan { keys: f.keys.clone(), rules, cost: f.cost, costs: None, call_id: f.call_id.as_deref(), ext: f.ext.clone(), lease: f.lease.clone() };
-        let header = Header::of(&plan, f.mode, &f.sent_id, f.now).until(f.server_deadline);
+        let header = Header::of(&plan, f.mode, &f.sent_id, f.now)
+            .until(f.server_deadline)
+            .terse(f.now.is_some() || self.node.server_time().fresh());
         let ext = ext_refs(&plan);
         let mut out = Vec::new();
         match stage {
@@ -433,7 +435,7 @@ impl Wire {
         let answer = match reply {
             Ok(v) => {
                 self.node.server_time().observe_reply(&v, f.now);
-                parse_reply(&v, plan.keys.len(), &ext_refs(&plan))
+                parse_check_reply(&v, &plan.rules, &ext_refs(&plan))
             }
             Err(Failure::Redis(e)) => {
                 // A cost above an override's limit (lua/extensions.lua).
