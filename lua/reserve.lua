@@ -56,8 +56,11 @@
 --         longer, never shorter.
 --   b     while the reservation is spendable, or after it when the bucket
 --         has not changed since it ended (its stamp is not later), the
---         tokens get the units back (refilled to now, at most the capacity)
---         and the reservation leaves the list; otherwise nothing.
+--         tokens get the units back (refilled to now, at most the capacity);
+--         the reservation leaves the list. A limiter gives its spent
+--         reservation back with 0 units in the trip that takes the next one,
+--         so the list holds about one reservation per limiter, not every
+--         reservation taken in the last `reserve_for`.
 --
 -- A count or log left with no unit deletes the key. Mode "g" returns
 -- { now, 0, then per rule the units given back }.
@@ -238,7 +241,8 @@ if reserve_spec then
     local given = 0
     -- Spendable still, or ended with no change to the bucket since: as if
     -- given back while spendable (refilling was never clipped meanwhile).
-    if now < r[3] or stamp <= r[3] then
+    -- Nothing left (a spent reservation): it only leaves the list.
+    if units > 0 and (now < r[3] or stamp <= r[3]) then
       given = units
       local full = capacity * 1000000
       if now > stamp then

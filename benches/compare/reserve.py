@@ -26,7 +26,12 @@ the bound, and the largest under-admission:
 Times are taken in the processes after each answer, not where the backend
 counted them: JITTER (10 ms) allows for that at the ends of an interval.
 
-    python benches/compare/reserve.py --port 6379 [--seconds 3] [--json out.json]
+With `--rust BIN` (core/examples/reserve_hot.rs, built in release), every
+case is measured a second time from Rust: 4 processes of BIN, each checking
+the key from one thread with a limiter of its own, the same rules, script
+runs and exactness checks.
+
+    python benches/compare/reserve.py --port 6379 [--seconds 3] [--rust BIN] [--json out.json]
 """
 
 from __future__ import annotations
@@ -111,17 +116,37 @@ def worker(url: str, prefix: str, spec: dict, seconds: float, start: float, out:
     out.put((checks, dict(windows), times))
 
 
-def run(url: str, port: int, prefix: str, spec: dict, seconds: float) -> dict:
-    ctx = mp.get_context("fork")
-    out: mp.Queue = ctx.Queue()
+def rust_workers(rust: str, url: str, prefix: str, spec: dict, seconds: float, start: float) -> list:
+    """4 processes of the Rust benchmark (reserve_hot), one thread each: (checks, windows, times) per process."""
+    policy = json.dumps({"prefix": prefix, "timeout": "5s", "on_backend_error": "error", "rules": [spec]})
+    record = "1" if spec.get("limit", spec.get("capacity")) < 10**9 else "0"
+    procs = [subprocess.Popen([rust, url, policy, str(seconds), repr(start), record, "1"], stdout=subprocess.PIPE,
+                              text=True) for _ in range(PROCS)]
+    results = []
+    for p in procs:
+        stdout, _ = p.communicate(timeout=seconds + 60)
+        if p.returncode != 0:
+            raise RuntimeError(f"{rust} exited with {p.returncode}")
+        for line in stdout.splitlines():
+            r = json.loads(line)
+            results.append((r["checks"], r["windows"], r["times"]))
+    return results
+
+
+def run(url: str, port: int, prefix: str, spec: dict, seconds: float, rust: str | None = None) -> dict:
     before = script_runs(port)
     start = time.time() + 0.5
-    procs = [ctx.Process(target=worker, args=(url, prefix, spec, seconds, start, out)) for _ in range(PROCS)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=seconds + 60) for _ in procs]
-    for p in procs:
-        p.join()
+    if rust:
+        results = rust_workers(rust, url, prefix, spec, seconds, start)
+    else:
+        ctx = mp.get_context("fork")
+        out: mp.Queue = ctx.Queue()
+        procs = [ctx.Process(target=worker, args=(url, prefix, spec, seconds, start, out)) for _ in range(PROCS)]
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=seconds + 60) for _ in procs]
+        for p in procs:
+            p.join()
     runs = script_runs(port) - before
     checks = sum(c for c, _, _ in results)
     windows: Counter = Counter()
@@ -185,41 +210,48 @@ def main() -> int:
     ap.add_argument("--reserve", type=int, default=100)
     ap.add_argument("--limit", type=int, default=2000, help="units per 1 s (window, bucket capacity and rate)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated, of " + ", ".join(ALGORITHMS))
+    ap.add_argument("--rust", help="the Rust benchmark (core/examples/reserve_hot.rs, release): measure from Rust too")
     ap.add_argument("--json", help="write the figures here too")
     args = ap.parse_args()
     url = f"redis://127.0.0.1:{args.port}/0"
     res: dict = {"algorithms": {}}
-    lines = ["| algorithm | case | checks/s (4 processes) | script runs per check | most admitted / bound | largest under-admission |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| algorithm | from | case | checks/s (4 processes) | script runs per check | most admitted / bound | "
+             "largest under-admission |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
     ok = True
+    clients = [("Python", None, "algorithms")] + ([("Rust", args.rust, "rust")] if args.rust else [])
     for algorithm in args.algorithms.split(","):
         limit = args.limit * 4 if algorithm == "quota" else args.limit
-        per = res["algorithms"][algorithm] = {}
-        for label, reserve in (("direct", None), ("reserve", args.reserve)):
-            t = run(url, args.port, f"bench-{algorithm}-{label}-{time.time_ns()}:", rule(algorithm, 10**9, reserve),
-                    args.seconds)
-            e = run(url, args.port, f"exact-{algorithm}-{label}-{time.time_ns()}:", rule(algorithm, limit, reserve),
-                    args.seconds + 2)
-            most, bound, under = exactness(algorithm, e, limit)
-            ok = ok and most <= bound
-            for r in (t, e):
-                del r["times"]
-            e.update(worst=most, bound=bound, under=under)
-            per[label], per[label + "-exact"] = t, e
-            lines.append(f"| {algorithm} | {label} | {t['checks_per_s']:,.0f} | {t['runs_per_check']:.4f} | "
-                         f"{most:g} / {bound} | {under:g} |")
-        if algorithm == "fixed_window":
-            # The figures of the earlier fixed-window-only report.
-            for k in ("direct", "reserve", "direct-exact", "reserve-exact"):
-                res[k] = per[k]
+        for client, rust, at in clients:
+            per = res.setdefault(at, {})[algorithm] = {}
+            for label, reserve in (("direct", None), ("reserve", args.reserve)):
+                t = run(url, args.port, f"bench-{at}-{algorithm}-{label}-{time.time_ns()}:",
+                        rule(algorithm, 10**9, reserve), args.seconds, rust)
+                e = run(url, args.port, f"exact-{at}-{algorithm}-{label}-{time.time_ns()}:",
+                        rule(algorithm, limit, reserve), args.seconds + 2, rust)
+                most, bound, under = exactness(algorithm, e, limit)
+                ok = ok and most <= bound
+                for r in (t, e):
+                    del r["times"]
+                e.update(worst=most, bound=bound, under=under)
+                per[label], per[label + "-exact"] = t, e
+                lines.append(f"| {algorithm} | {client} | {label} | {t['checks_per_s']:,.0f} | {t['runs_per_check']:.4f} | "
+                             f"{most:g} / {bound} | {under:g} |")
+            if algorithm == "fixed_window" and at == "algorithms":
+                # The figures of the earlier fixed-window-only report.
+                for k in ("direct", "reserve", "direct-exact", "reserve-exact"):
+                    res[k] = per[k]
     res["incr_p16"] = incr_pipelined(args.port)
-    lines.append(f"| INCR pipelined 16 deep, 4 clients (redis-benchmark) | | {res['incr_p16']:,.0f} | | | |")
+    lines.append(f"| INCR pipelined 16 deep, 4 clients (redis-benchmark) | | | {res['incr_p16']:,.0f} | | | |")
     lines.append("")
-    for algorithm, per in res["algorithms"].items():
-        ratio = per["reserve"]["checks_per_s"] / per["direct"]["checks_per_s"]
-        runs = per["reserve"]["runs_per_check"]
-        lines.append(f"{algorithm}: reserve / direct checks per second {ratio:.1f}x; script runs with reserve: "
-                     + (f"1 per {1 / runs:.0f} checks" if runs else "none"))
+    for client, _, at in clients:
+        for algorithm, per in res[at].items():
+            ratio = per["reserve"]["checks_per_s"] / per["direct"]["checks_per_s"]
+            runs = per["reserve"]["runs_per_check"]
+            vs_incr = per["reserve"]["checks_per_s"] / res["incr_p16"]
+            lines.append(f"{client}, {algorithm}: reserve / direct checks per second {ratio:.1f}x, "
+                         f"{vs_incr:.2f}x INCR -P 16; script runs with reserve: "
+                         + (f"1 per {1 / runs:.0f} checks" if runs else "none"))
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:

@@ -129,6 +129,15 @@ cargo build -q --release -p throttlegate-cli >&2
 cargo run -q --release -p throttlegate-cli -- script >"$WORK/throttlegate.lua"
 SCRIPT_ARGS=(--script "$WORK/throttlegate.lua")
 fi
+if wants reserve; then
+  echo "== Rust: the hot-key example (core/examples/reserve_hot.rs), release" >&2
+  # Copied into the scratch folder: another build cannot replace it during the run.
+  if cargo build -q --release -p throttlegate --example reserve_hot >&2; then
+    cp "$CARGO_TARGET_DIR/release/examples/reserve_hot" "$WORK/reserve_hot"
+  else
+    echo "run.sh: the hot-key example did not build; the reserve part will run from Python only" >&2
+  fi
+fi
 if wants rust; then echo "== Rust: the Criterion benchmark, release" >&2; fi
 if wants rust && ! cargo bench -q -p throttlegate --bench check --no-run >&2; then
   echo "run.sh: the Criterion benchmark did not build; the Rust part will not run" >&2

@@ -544,3 +544,29 @@ async fn metrics_count_trips_local_answers_and_units_per_reserved_rule() {
     }
     assert!(!text.contains("throttlegate_reserve_trips_total{rule=\"plain\"}"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_lists_about_one_reservation_per_limiter() {
+    // A bucket that never fills again (refilled at 1 per second): each
+    // reservation is spendable for all of `reserve_for`. A limiter gives its
+    // spent reservation back (0 units) in the trip that takes the next one,
+    // so the bucket's list does not grow with every trip (each trip reads
+    // and rewrites it).
+    let server = RedisServer::start();
+    let rule = Rule::token_bucket("hot", "ip:{ip}", 1_000_000, 1.0).reserve(Reserve::new(10).for_duration(ms(3_600_000)));
+    let limiters: Vec<Limiter> = (0..2).map(|_| build(&server, vec![rule.clone()], None)).collect();
+    for i in 0..400 {
+        assert!(limiters[i % 2].check(&ip("k"), 1).await.unwrap().allowed);
+    }
+    for l in &limiters {
+        let s = l.reserve_stats();
+        assert!(s.trips >= 15 && s.local >= 150, "{s:?}");
+    }
+    let stored = server.command(&["GET", "rsv:hot:ip:k"]).unwrap();
+    let listed = stored.split_once(';').map_or(0, |(_, list)| list.split(',').count());
+    assert!((1..=2).contains(&listed), "{listed} reservations listed: {stored}");
+    // The tokens: every unit admitted or held is off them (200 units each, 10 at most held).
+    let tokens: i64 = stored.lines().last().unwrap().split(':').next().unwrap().parse().unwrap();
+    assert!(tokens <= (1_000_000 - 400) * 1_000_000, "{stored}");
+    assert!(tokens >= (1_000_000 - 420) * 1_000_000, "{stored}");
+}

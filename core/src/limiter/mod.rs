@@ -601,7 +601,7 @@ impl Limiter {
         let g = self.inner.current.load_full();
         let plan = g.rules.plan(attrs, cost, call_id, str::to_string)?;
         if reserve::has_reserved(&plan) {
-            return runtime::block_on(self.reserved(&g, plan, mode))?;
+            return self.reserved_blocking(&g, plan, mode);
         }
         self.send_blocking(&g, plan, mode)
     }

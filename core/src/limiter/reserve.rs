@@ -128,10 +128,57 @@ impl Held {
         }
     }
 
+    /// Whether a bucket's reservation is still listed in the bucket and
+    /// spendable: giving it back, even with nothing left, takes it off the
+    /// list, so the next reservation's spend time counts it no more.
+    fn listed(&self, now: i64) -> bool {
+        matches!(self.kind, Kind::Bucket { .. }) && now < self.spend_end
+    }
+
+    /// What a check paid from it needs to answer, and to pay back.
+    fn paid(&self) -> Paid {
+        Paid {
+            units: self.units,
+            seen: self.seen,
+            reset_end: self.reset_end,
+            sent: self.sent,
+            left: self.left,
+            tag: self.tag,
+            last_spend: self.spends.last().copied(),
+            kind: self.kind,
+            limit: self.limit,
+        }
+    }
+
     /// The server time of a check paid from it at local time `now`.
     fn server_time(&self, now: i64) -> i64 {
         self.server_t0 + (now - self.sent).max(0)
     }
+}
+
+/// A reservation as a check paid from it saw it (see [`Held`]).
+#[derive(Debug, Clone, Copy)]
+struct Paid {
+    units: u64,
+    seen: u64,
+    reset_end: i64,
+    sent: i64,
+    left: i64,
+    tag: i64,
+    /// A log's spend of this check.
+    last_spend: Option<(i64, u64)>,
+    kind: Kind,
+    limit: u64,
+}
+
+/// What the local phase of a check leaves for the trip: per plan rule, the
+/// reservation that paid it, and the leftover a reserved rule sent to the
+/// backend gives back first; and the reservations no longer spendable.
+struct Local {
+    now: i64,
+    paid: SmallVec<[Option<Paid>; 4]>,
+    credit: SmallVec<[Option<String>; 4]>,
+    expired: Vec<Return>,
 }
 
 /// Units to give back: key, script arguments, give-back item, units, rule.
@@ -326,7 +373,7 @@ pub(super) fn has_reserved(plan: &Plan<'_, String>) -> bool {
 
 /// A rule answered from its reservation: allowed, with what the direct path
 /// would answer as far as this limiter knows (see docs/concepts/reserve.md).
-fn local_result(rule: &CompiledRule, h: &Held, now: i64) -> RuleResult {
+fn local_result(rule: &CompiledRule, h: &Paid, now: i64) -> RuleResult {
     let (remaining, reset_us) = match h.kind {
         Kind::Period | Kind::Counters => (h.seen + h.units, (h.reset_end - now).max(0)),
         Kind::Log { window_us } => (h.seen + h.units, window_us),
@@ -359,8 +406,11 @@ impl Limiter {
         self.inner.reserves.read()
     }
 
-    /// A check or peek whose plan has a reserved rule, on a network backend.
-    pub(super) async fn reserved(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+    /// The local phase of a check or peek whose plan has a reserved rule:
+    /// each reserved rule paid from its reservation when it can be, the
+    /// leftovers too small for this request set aside to be given back in
+    /// the trip, and the reservations no longer spendable taken out.
+    fn pay_locally(&self, plan: &Plan<'_, String>, mode: Mode) -> Result<Local> {
         let Some(remote) = &self.inner.remote else {
             return Err(Error::closed());
         };
@@ -373,74 +423,105 @@ impl Limiter {
             }
         }
         let now = self.local_now();
+        let cost = plan.cost;
+        let mut local = Local { now, paid: SmallVec::new(), credit: SmallVec::new(), expired: Vec::new() };
+        let mut map = self.inner.reserves.map();
+        for (key, rule) in plan.keys.iter().zip(&plan.rules) {
+            let mut pay = None;
+            let mut give = None;
+            if rule.reserve.is_some() {
+                if let Some(h) = map.get_mut(key) {
+                    if !h.live(now) {
+                        let h = map.remove(key).expect("present");
+                        if h.worth_giving(now) {
+                            local.expired.push(to_return(key, &h));
+                        } else {
+                            note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
+                        }
+                    } else if mode == Mode::Peek {
+                        pay = Some(h.paid());
+                    } else if h.units >= cost {
+                        h.units -= cost;
+                        if let Kind::Log { .. } = h.kind {
+                            let t = h.server_time(now);
+                            h.spends.push((t, cost));
+                        }
+                        pay = Some(h.paid());
+                    } else {
+                        // Too little left for this request: given back in the trip
+                        // (a bucket's spent reservation too, to leave its list).
+                        let h = map.remove(key).expect("present");
+                        if h.worth_giving(now) || h.listed(now) {
+                            note(&self.inner, h.rule, ReserveCount::Returned, h.units);
+                            give = Some(h.give_item());
+                        } else {
+                            note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
+                        }
+                    }
+                }
+            }
+            local.paid.push(pay);
+            local.credit.push(give);
+        }
+        Ok(local)
+    }
+
+    /// The answer of a check every rule of which was paid from reservations: no trip.
+    fn answer_locally(&self, g: &Generation, plan: &Plan<'_, String>, local: &Local) -> Decision {
+        let results: crate::decision::RuleResults = plan
+            .rules
+            .iter()
+            .zip(&local.paid)
+            .map(|(rule, h)| local_result(rule, h.as_ref().expect("paid"), local.now))
+            .collect();
+        let d = Decision::from_results(results, false);
+        bump(&self.inner.reserves.local, 1);
+        for rule in &plan.rules {
+            note(&self.inner, rule.name, ReserveCount::Local, 1);
+        }
+        self.count(g, &d, false);
+        d
+    }
+
+    /// [`Limiter::reserved`] on the calling thread: answered there when the
+    /// reservations pay for it, else the rest on the runtime.
+    pub(super) fn reserved_blocking(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+        let local = self.pay_locally(&plan, mode)?;
+        if mode == Mode::Check && local.expired.is_empty() && local.paid.iter().all(Option::is_some) {
+            return Ok(self.answer_locally(g, &plan, &local));
+        }
+        crate::runtime::block_on(Box::pin(self.reserved_after(g, plan, mode, local)))?
+    }
+
+    /// A check or peek whose plan has a reserved rule, on a network backend.
+    pub(super) async fn reserved(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode) -> Result<Decision> {
+        let local = self.pay_locally(&plan, mode)?;
+        if mode == Mode::Check && local.expired.is_empty() && local.paid.iter().all(Option::is_some) {
+            return Ok(self.answer_locally(g, &plan, &local));
+        }
+        Box::pin(self.reserved_after(g, plan, mode, local)).await
+    }
+
+    /// What follows the local phase: give back what expired, then answer
+    /// locally, or make the trip.
+    async fn reserved_after(&self, g: &Generation, plan: Plan<'_, String>, mode: Mode, local: Local) -> Result<Decision> {
+        let Some(remote) = &self.inner.remote else {
+            return Err(Error::closed());
+        };
+        let Local { now, paid, credit, expired } = local;
         let clock_now = match &self.inner.clock {
             Clock::Backend => None,
             _ => Some(now),
         };
         let r = &self.inner.reserves;
         let cost = plan.cost;
-        // Per plan rule: Some(held) when paid from its reservation, and the
-        // leftover a reserved rule sent to the backend gives back first.
-        let mut paid: SmallVec<[Option<Held>; 4]> = SmallVec::new();
-        let mut credit: SmallVec<[Option<String>; 4]> = SmallVec::new();
-        let mut expired = Vec::new();
-        {
-            let mut map = r.map();
-            for (key, rule) in plan.keys.iter().zip(&plan.rules) {
-                let mut pay = None;
-                let mut give = None;
-                if rule.reserve.is_some() {
-                    if let Some(h) = map.get_mut(key) {
-                        if !h.live(now) {
-                            let h = map.remove(key).expect("present");
-                            if h.worth_giving(now) {
-                                expired.push(to_return(key, &h));
-                            } else {
-                                note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
-                            }
-                        } else if mode == Mode::Peek {
-                            pay = Some(h.clone());
-                        } else if h.units >= cost {
-                            h.units -= cost;
-                            if let Kind::Log { .. } = h.kind {
-                                let t = h.server_time(now);
-                                h.spends.push((t, cost));
-                            }
-                            pay = Some(h.clone());
-                        } else {
-                            // Too little left for this request: given back in the trip.
-                            let h = map.remove(key).expect("present");
-                            if h.worth_giving(now) {
-                                note(&self.inner, h.rule, ReserveCount::Returned, h.units);
-                                give = Some(h.give_item());
-                            } else {
-                                note(&self.inner, h.rule, ReserveCount::Dropped, h.units);
-                            }
-                        }
-                    }
-                }
-                paid.push(pay);
-                credit.push(give);
-            }
-        }
         if !expired.is_empty() {
             give_back_noted(&self.inner, remote, clock_now, &expired).await;
         }
         // A check every rule of which is paid from reservations: no trip.
         if mode == Mode::Check && paid.iter().all(Option::is_some) {
-            let results: crate::decision::RuleResults = plan
-                .rules
-                .iter()
-                .zip(&paid)
-                .map(|(rule, h)| local_result(rule, h.as_ref().expect("paid"), now))
-                .collect();
-            let d = Decision::from_results(results, false);
-            bump(&r.local, 1);
-            for rule in &plan.rules {
-                note(&self.inner, rule.name, ReserveCount::Local, 1);
-            }
-            self.count(g, &d, false);
-            return Ok(d);
+            let local = Local { now, paid, credit, expired: Vec::new() };
+            return Ok(self.answer_locally(g, &plan, &local));
         }
         // The trip: every rule of a peek, else the rules not paid locally.
         let sent: SmallVec<[usize; 4]> =
@@ -619,7 +700,7 @@ impl Limiter {
             for (i, res) in results.iter_mut().enumerate() {
                 if let Some(h) = &paid[i] {
                     if !sent.contains(&i) {
-                        let mut h = h.clone();
+                        let mut h = *h;
                         h.units += cost;
                         *res = local_result(plan.rules[i], &h, now);
                     }
@@ -651,7 +732,7 @@ impl Limiter {
 
     /// Give the units paid locally back to their reservations (the request
     /// did not go through).
-    fn unpay(&self, plan: &Plan<'_, String>, paid: &[Option<Held>], cost: u64, mode: Mode) {
+    fn unpay(&self, plan: &Plan<'_, String>, paid: &[Option<Paid>], cost: u64, mode: Mode) {
         if mode != Mode::Check {
             return;
         }
@@ -663,8 +744,8 @@ impl Limiter {
                         continue;
                     }
                     h.units += cost;
-                    if let Some(spend) = p.spends.last() {
-                        if let Some(at) = h.spends.iter().rposition(|s| s == spend) {
+                    if let Some(spend) = p.last_spend {
+                        if let Some(at) = h.spends.iter().rposition(|s| *s == spend) {
                             h.spends.remove(at);
                         }
                     }
