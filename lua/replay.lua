@@ -1,10 +1,11 @@
 -- Seventh in the script. Re-sent calls and give-backs, for every algorithm.
 -- Reads `mode`, `uses_*`, `now` and `floor_div` (args.lua) and `sw_spec`
--- (sliding_window.lua). Assigns ids_push and ids_take (below), and defines
--- these locals, made only for the modes
--- that need them ("C" and "u", and "x" for settle.lua; nil otherwise): ids_of(stored),
--- counter_id(key, call_id, spec) and drop_counter_window(key, j), for the
--- others and settle.lua, and, for check.lua,
+-- (sliding_window.lua). Assigns ids_push and ids_take (below), defines
+-- drop_counter_window(key, j) for every call with counters (replays,
+-- settle.lua, reserve.lua's give-backs), and these locals, made only for the
+-- modes that need them ("C" and "u", and "x" for settle.lua; nil otherwise):
+-- ids_of(stored) and counter_id(key, call_id, spec), for the others and
+-- settle.lua, and, for check.lua,
 -- seen(code, key, call_id, spec) in mode "C" and give_back(code, key, cost,
 -- capacity, call_id, spec) in mode "u". `code` is a rule's algorithm code
 -- ("w"/"W" sliding-window log, "b"/"B" token bucket, "k"/"K" sliding window
@@ -58,6 +59,33 @@ end
 
 local ids_of, counter_id, drop_counter_window, seen, give_back
 local log_check_time, log_rewrite
+-- For a sliding window of counters: remove the emptied sub-window `j`
+-- and find the oldest and newest ones again (the key goes when none is left).
+-- Made for every call with counters: replays, settles and give-backs (reserve.lua) use it.
+if uses_counters then
+  drop_counter_window = function(key, j)
+    redis.call('HDEL', key, j)
+    local oldest, newest
+    local flat = redis.call('HGETALL', key)
+    for i = 1, #flat, 2 do
+      local s = tonumber(flat[i])
+      if s then
+        if oldest == nil or s < oldest then
+          oldest = s
+        end
+        if newest == nil or s > newest then
+          newest = s
+        end
+      end
+    end
+    if oldest == nil then
+      redis.call('DEL', key)
+    else
+      redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
+    end
+  end
+end
+
 if mode == 'u' or mode == 'C' or mode == 'x' then
   -- What the lists store of a call id is a tag of 8 characters: the
   -- first 48 bits of its SHA-1 in the alphabet of call ids (A-Z a-z 0-9 -
@@ -126,30 +154,6 @@ if mode == 'u' or mode == 'C' or mode == 'x' then
       end
     end
     return ids, nil
-  end
-
-  -- For a sliding window of counters: remove the emptied sub-window `j`
-  -- and find the oldest and newest ones again (the key goes when none is left).
-  drop_counter_window = function(key, j)
-    redis.call('HDEL', key, j)
-    local oldest, newest
-    local flat = redis.call('HGETALL', key)
-    for i = 1, #flat, 2 do
-      local s = tonumber(flat[i])
-      if s then
-        if oldest == nil or s < oldest then
-          oldest = s
-        end
-        if newest == nil or s > newest then
-          newest = s
-        end
-      end
-    end
-    if oldest == nil then
-      redis.call('DEL', key)
-    else
-      redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
-    end
   end
 
   -- True when the call `call_id` was already recorded under `key` (a re-sent

@@ -150,21 +150,7 @@ if reserve_spec then
     end
     if have == given then
       -- The sub-window is empty: its field goes, and the oldest and newest are found again.
-      redis.call('HDEL', key, field)
-      local oldest, newest
-      local flat = redis.call('HGETALL', key)
-      for x = 1, #flat, 2 do
-        local s = tonumber(flat[x])
-        if s then
-          if oldest == nil or s < oldest then
-            oldest = s
-          end
-          if newest == nil or s > newest then
-            newest = s
-          end
-        end
-      end
-      redis.call('HSET', key, 'o', string.format('%d', oldest), 'n', string.format('%d', newest))
+      drop_counter_window(key, field)
     else
       redis.call('HINCRBY', key, field, -given)
     end
