@@ -23,23 +23,7 @@ HTTP_LOAD="$ROOT/target/release/examples/http_load"
 EXE="$ROOT/target/release/throttlegate"
 LOAD="$ROOT/target/release/examples/rls_load"
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-serve-bench.XXXXXX")"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 1 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-
-cat > "$WORK/rules.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit: { unit: hour, requests_per_unit: 1000000000 }
-YAML
+. benches/serve/common.sh bench
 
 REDIS_PORT="$(free_port)"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" >/dev/null &
