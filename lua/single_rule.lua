@@ -164,6 +164,174 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
   ARGV[7] = string.format('%d', window)
 end
 
+-- Mode "n": stacked sliding-window log rules (two or more), none in shadow
+-- mode, checked at cost 1 with no call id of the caller's, with the terse
+-- admission of mode "t" for all of them at once:
+--
+-- KEYS = { the rules' keys }
+-- ARGV = { "n", call id, now_us or "", limit_1, window_us_1, ..., limit_n, window_us_n }
+--   now_us as mode "s"'s ARGV[5]: "" reads the server clock with TIME.
+--
+-- An admission is answered with one integer, every rule's `remaining` in
+-- one number: remaining_1 + (limit_1 + 1) * (remaining_2 + (limit_2 + 1) *
+-- (...)); each rule's reset_after is its window and its retry_after 0, as
+-- in mode "t". The client sends "n" only when the product of the
+-- (limit_i + 1) stays below 2^53, so the number is exact. It decides every
+-- rule before it writes anything, step for step what swl_decide and
+-- swl_commit do at cost 1 for logs of one-unit entries, then pushes `now`
+-- onto every log. A denial (a rule at its limit) it answers in the general
+-- form, { now, 0, then per rule allowed, remaining, retry_after,
+-- reset_after }, recording nothing, as check.lua would for logs of one-unit
+-- entries. Anything else (a key with a header or of another kind, an entry
+-- newer than `now`, more expired entries than it read) it hands to the
+-- general path, by rewriting
+-- ARGV into the general form of the same check, having written nothing but
+-- the dropping of expired entries (which no reader can tell from their
+-- being dropped by the general path). Defines nothing: its locals stay in
+-- its `if` block.
+if ARGV[1] == 'n' then
+  local now = ARGV[3]
+  local clock = now == ''
+  if clock then
+    now = server_now
+    if not now then
+      local t = redis.call('TIME')
+      now = t[1] * 1000000 + t[2]
+    end
+  else
+    now = now + 0
+  end
+  local rules = #KEYS
+  local general = false
+  local packed, base = 0, 1
+  -- Per denying rule i, at 3i-2 .. 3i: its remaining, retry_after and reset_after.
+  local denied
+  for i = 1, rules do
+    local key = KEYS[i]
+    local limit = ARGV[2 * i + 2] + 0
+    local window = ARGV[2 * i + 3] + 0
+    local count = 0
+    local first = redis.pcall('LINDEX', key, '0')
+    if first then
+      -- A one-unit entry reads as a number; a header, an entry of more
+      -- units or an error (a key of another kind) does not.
+      local t = tonumber(first)
+      if not t then
+        general = true
+        break
+      end
+      local floor = now - window
+      local k = 0
+      if t <= floor then
+        -- Drop the entries that have left the window (up to 8 here).
+        local got = redis.call('LRANGE', key, 0, 7)
+        t = nil
+        for j = 1, #got do
+          local a = tonumber(got[j])
+          if not a then
+            general = true
+            break
+          end
+          if a > floor then
+            t = a
+            break
+          end
+          k = k + 1
+        end
+        if general or (t == nil and #got == 8) then
+          general = true
+          break
+        end
+        if t == nil then
+          -- All of it has left: the log starts again with this check.
+          redis.call('DEL', key)
+        else
+          redis.call('LTRIM', key, k, -1)
+        end
+      end
+      if t then
+        local newest
+        if not clock then
+          -- The caller's clock: an entry newer than `now` needs an ordered insert.
+          newest = tonumber(redis.call('LINDEX', key, -1))
+          if not newest or newest > now then
+            general = true
+            break
+          end
+        end
+        count = redis.call('LLEN', key)
+        if count >= limit then
+          -- Denied by this rule: the (count - limit + 1)-th oldest entry must
+          -- leave; the log resets when its newest has left.
+          local oldest = t
+          if count > limit then
+            oldest = tonumber(redis.call('LINDEX', key, count - limit))
+          end
+          newest = newest or tonumber(redis.call('LINDEX', key, -1))
+          if not (oldest and newest) or count == 0 then
+            general = true
+            break
+          end
+          denied = denied or {}
+          denied[3 * i - 2] = limit - count
+          denied[3 * i - 1] = oldest + window - now
+          denied[3 * i] = newest + window - now
+          count = limit - 1
+        end
+      end
+    end
+    packed = packed + (limit - count - 1) * base
+    base = base * (limit + 1)
+  end
+  if denied and not general then
+    -- Nothing is recorded: the general reply, every rule decided as
+    -- swl_decide does at cost 1 (an admitting rule keeps its remaining
+    -- without the cost; its reset_after is the window).
+    local out = { now, 0 }
+    for i = 1, rules do
+      local limit = ARGV[2 * i + 2] + 0
+      local digit = packed % (limit + 1)
+      packed = (packed - digit) / (limit + 1)
+      local at = 4 * i - 1
+      if denied[3 * i - 2] then
+        out[at], out[at + 1], out[at + 2], out[at + 3] = 0, denied[3 * i - 2], denied[3 * i - 1], denied[3 * i]
+      else
+        out[at], out[at + 1], out[at + 2], out[at + 3] = 1, digit + 1, 0, ARGV[2 * i + 3] + 0
+      end
+    end
+    return out
+  end
+  if not general then
+    local stamp = string.format('%d', now)
+    for i = 1, rules do
+      local key = KEYS[i]
+      redis.call('RPUSH', key, stamp)
+      redis.call('PEXPIRE', key, string.format('%d', math.ceil(ARGV[2 * i + 3] / 1000)))
+    end
+    return packed
+  end
+  -- The general form of the same check (args.lua), for check.lua to answer.
+  local spec = {}
+  for i = 1, rules do
+    spec[2 * i - 1] = ARGV[2 * i + 2]
+    spec[2 * i] = ARGV[2 * i + 3]
+  end
+  local call_id = ARGV[2]
+  ARGV[1] = 'c'
+  if clock then
+    ARGV[2] = ''
+  else
+    ARGV[2] = ARGV[3]
+  end
+  ARGV[3] = call_id
+  ARGV[4] = '1'
+  for i = 1, rules do
+    ARGV[3 * i + 2] = 'w'
+    ARGV[3 * i + 3] = spec[2 * i - 1]
+    ARGV[3 * i + 4] = spec[2 * i]
+  end
+end
+
 -- Mode "f": the same for one fixed-window rule that is not in shadow mode,
 -- at any cost, with no call id of the caller's (mode "i": the same with a
 -- terse admission, below):

@@ -1223,6 +1223,81 @@ async fn the_log_on_redis_agrees_with_the_embedded_log_step_for_step() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stacked_logs_in_their_short_form_agree_with_the_embedded_log_step_for_step() {
+    // Checks of cost 1 with no call id on 2 or 3 stacked logs: the short form
+    // (mode "n", lua/single_rule.lua), which hands denials, logs with a header
+    // (after a check of cost 2), entries newer than the call (the clock steps
+    // back) and long expiries to the general path. Every decision, per rule,
+    // equals the embedded backend's.
+    let server = RedisServer::start();
+    for seed in 1..=4u64 {
+        let mut rules = vec![
+            Rule::sliding_window_log("w", "ip:{ip}", 12, ms(1000)),
+            Rule::sliding_window_log("v", "v:{ip}", 9, ms(700)),
+        ];
+        if seed % 2 == 1 {
+            rules.push(Rule::sliding_window_log("u", "u:{ip}", 30, ms(5000)));
+        }
+        let (rc, mc) = (ManualClock::new(T0), ManualClock::new(T0));
+        let redis = Limiter::builder(Policy::new(rules.clone()).unwrap())
+            .url(server.url())
+            .prefix(format!("short{seed}:"))
+            .timeout(ms(2000))
+            .on_backend_error(FailureMode::Error)
+            .clock(Clock::Manual(rc.clone()))
+            .build()
+            .unwrap();
+        let memory = Limiter::builder(Policy::new(rules).unwrap()).clock(Clock::Manual(mc.clone())).build().unwrap();
+        let mut rng = Lcg(seed * 31);
+        let mut now = T0;
+        let a = ip("6.6.6.7");
+        for step in 0..800 {
+            // Mostly forward in small steps (full logs, denials), now and then a
+            // long gap (everything expires) or a step back.
+            now += match rng.next(20) {
+                0 => 2_000_000,
+                1 => -150_000,
+                _ => rng.next(120) as i64 * 1000,
+            };
+            rc.set_us(now);
+            mc.set_us(now);
+            let cost = if rng.next(25) == 0 { 2 } else { 1 };
+            let (x, y) = (redis.check(&a, cost).await.unwrap(), memory.check(&a, cost).await.unwrap());
+            let all = |d: &throttlegate::Decision| {
+                d.results.iter().map(|r| (r.allowed, r.remaining, r.retry_after, r.reset_after)).collect::<Vec<_>>()
+            };
+            assert_eq!((x.allowed, all(&x)), (y.allowed, all(&y)), "seed {seed} step {step}: cost {cost}");
+        }
+    }
+    // On the server's clock (mode "n" once the server's time is known): the
+    // same figures as the general path's, and one entry per admission.
+    let l = Limiter::builder(
+        Policy::new(vec![
+            Rule::sliding_window_log("a", "a:{ip}", 3, ms(60_000)),
+            Rule::sliding_window_log("b", "b:{ip}", 5, ms(30_000)),
+        ])
+        .unwrap(),
+    )
+    .url(server.url())
+    .on_backend_error(FailureMode::Error)
+    .timeout(ms(2000))
+    .build()
+    .unwrap();
+    let a = ip("7.7.7.8");
+    for (left_a, left_b) in [(2u64, 4u64), (1, 3), (0, 2)] {
+        let d = l.check(&a, 1).await.unwrap();
+        assert!(d.allowed);
+        let got: Vec<_> = d.results.iter().map(|r| (r.remaining, r.retry_after, r.reset_after)).collect();
+        assert_eq!(got, [(left_a, Duration::ZERO, ms(60_000)), (left_b, Duration::ZERO, ms(30_000))]);
+    }
+    let d = l.check(&a, 1).await.unwrap();
+    assert!(!d.allowed && d.retry_after > ms(50_000) && d.retry_after <= ms(60_000), "{d:?}");
+    assert_eq!(d.results[1].remaining, 2, "a denial consumes nothing");
+    let keys = l.keys(&a);
+    assert_eq!((log_units(&server, &keys[0]), log_units(&server, &keys[1])), (3, 3));
+}
+
 /// What the script stores of a call id (lua/replay.lua): the first 48 bits
 /// of its SHA-1 (read from Redis's own `redis.sha1hex`) as 8 characters of
 /// the call ids' alphabet, 6 bits each.

@@ -103,6 +103,21 @@ pub(crate) fn command<K: redis::ToRedisArgs>(
             return cmd;
         }
     }
+    // So has a check of stacked logs at cost 1 whose admission comes back
+    // terse (mode "n"): call id, the time or "", each rule's limit and window.
+    if let ("c", 1, None, true) = (header.mode, header.cost, header.costs, header.terse) {
+        if stacked_logs_fit(rules) {
+            cmd.arg("n").arg(header.call_id);
+            match header.now {
+                Some(t) => cmd.arg(t),
+                None => cmd.arg(""),
+            };
+            for rule in rules {
+                cmd.arg(&rule.script_args[1..]);
+            }
+            return cmd;
+        }
+    }
     // So has a check of one fixed window, at any cost: limit, window, cost and
     // the time (mode "f"); it needs no call id.
     if let ([rule], "c", None) = (rules, header.mode, header.costs) {
@@ -355,6 +370,29 @@ fn fixed_fits(limit: u64, window_us: i64) -> bool {
     (window_us.max(0) as u128 + 1) * (limit as u128 + 1) < 1 << 53
 }
 
+/// Whether `rules` can be checked in mode `n` (`lua/single_rule.lua`): two
+/// or more sliding-window logs, none in shadow mode, whose terse admission,
+/// every rule's `remaining` in one integer (rule i's digit in base
+/// `limit_i + 1`), stays below 2^53, exact in a Lua number.
+fn stacked_logs_fit(rules: &[&CompiledRule]) -> bool {
+    if rules.len() < 2 {
+        return false;
+    }
+    let mut product: u128 = 1;
+    for rule in rules {
+        match rule.args {
+            RuleArgs::Window { limit, shadow: false, .. } => {
+                product = product.saturating_mul(limit as u128 + 1);
+                if product >= 1 << 53 {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// The outcomes of a check's reply for `rules`: a terse admission (one
 /// integer: a log's `remaining` in mode `t`, a fixed window's
 /// `reset_after_us * (limit + 1) + remaining` in mode `i`) or the full
@@ -377,6 +415,28 @@ pub(crate) fn parse_check_reply(reply: &[i64], rules: &[&CompiledRule], ext: &[P
             limit: 0,
             blocked: false,
         }]);
+    }
+    // Mode "n": stacked logs, every rule's remaining in one integer.
+    if let ([v], []) = (reply, ext) {
+        if rules.len() >= 2 && *v >= 0 {
+            let mut left = *v as u64;
+            let mut outcomes = Outcomes::new();
+            for rule in rules {
+                let RuleArgs::Window { limit, window_us, .. } = rule.args else {
+                    return parse_reply(reply, rules.len(), ext);
+                };
+                outcomes.push(Outcome {
+                    allowed: true,
+                    remaining: left % (limit + 1),
+                    retry_after_us: 0,
+                    reset_after_us: window_us,
+                    limit: 0,
+                    blocked: false,
+                });
+                left /= limit + 1;
+            }
+            return Ok(outcomes);
+        }
     }
     parse_reply(reply, rules.len(), ext)
 }
@@ -480,6 +540,55 @@ mod tests {
         let with_id = rules.plan(&[("ip", "a")], 1, Some("mine"), str::to_string).unwrap();
         let c = command(None, &with_id.keys, &with_id.rules, &[], Header::of(&with_id, Mode::Check, "mine", None));
         assert_eq!(args(&c)[4..], ["C", "", "mine", "1", "w", "5", "1000000"]);
+    }
+
+    #[test]
+    fn stacked_logs_with_a_terse_header_take_mode_n_and_its_integer_holds_every_remaining() {
+        let window = Duration::from_secs(1);
+        let policy = Policy::new(vec![
+            Rule::sliding_window_log("a", "ip:{ip}", 5, window),
+            Rule::sliding_window_log("b", "route:{ip}", 1000, Duration::from_secs(60)),
+        ])
+        .unwrap();
+        let rules = Rules::compile(&policy, None);
+        let plan = rules.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let terse = Header::of(&plan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &plan.keys, &plan.rules, &[], terse))[5..], ["n", "id", "", "5", "1000000", "1000", "60000000"]);
+        let timed = Header::of(&plan, Mode::Check, "id", Some(42)).terse(true);
+        assert_eq!(args(&command(Some("sha"), &plan.keys, &plan.rules, &[], timed))[5..], ["n", "id", "42", "5", "1000000", "1000", "60000000"]);
+        // Without terse (the server's time is wanted back), at cost 2, or as a peek: the general form.
+        let full = Header::of(&plan, Mode::Check, "id", None);
+        assert_eq!(args(&command(Some("sha"), &plan.keys, &plan.rules, &[], full))[5], "c");
+        let two = rules.plan(&[("ip", "a")], 2, None, str::to_string).unwrap();
+        assert_eq!(args(&command(Some("sha"), &two.keys, &two.rules, &[], Header::of(&two, Mode::Check, "id", None).terse(true)))[5], "c");
+        let peek = Header::of(&plan, Mode::Peek, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &plan.keys, &plan.rules, &[], peek))[5], "p");
+        // remaining_a + 6 * remaining_b.
+        let o = parse_check_reply(&[3 + 6 * 998], &plan.rules, &[]).unwrap();
+        let got: Vec<_> = o.iter().map(|o| (o.allowed, o.remaining, o.retry_after_us, o.reset_after_us)).collect();
+        assert_eq!(got, [(true, 3, 0, 1_000_000), (true, 998, 0, 60_000_000)]);
+        // A denial comes in the general form.
+        let o = parse_check_reply(&[7, 0, 1, 4, 0, 1_000_000, 0, 0, 250, 900], &plan.rules, &[]).unwrap();
+        assert_eq!((o[0].allowed, o[1].allowed, o[1].retry_after_us), (true, false, 250));
+        // Limits whose product passes 2^53, a shadow rule or another algorithm: the general form.
+        let big = Policy::new(vec![
+            Rule::sliding_window_log("a", "ip:{ip}", 1 << 27, window),
+            Rule::sliding_window_log("b", "route:{ip}", 1 << 27, window),
+        ])
+        .unwrap();
+        let big = Rules::compile(&big, None);
+        let bplan = big.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let h = Header::of(&bplan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &bplan.keys, &bplan.rules, &[], h))[5], "c");
+        let mixed = Policy::new(vec![
+            Rule::sliding_window_log("a", "ip:{ip}", 5, window),
+            Rule::token_bucket("b", "route:{ip}", 5, 1.0),
+        ])
+        .unwrap();
+        let mixed = Rules::compile(&mixed, None);
+        let mplan = mixed.plan(&[("ip", "a")], 1, None, str::to_string).unwrap();
+        let h = Header::of(&mplan, Mode::Check, "id", None).terse(true);
+        assert_eq!(args(&command(Some("sha"), &mplan.keys, &mplan.rules, &[], h))[5], "c");
     }
 
     #[test]
