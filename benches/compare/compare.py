@@ -233,17 +233,17 @@ def part_rows(label: str, cmd: list[str], status: int, stdout: str, result: Path
 
 
 def script_cases(sha_min: str, sha_tg: str) -> list[tuple[str, str, list[str]]]:
-    rule = ["w", str(LIMIT), str(WINDOW_US)]
-    tg_head = ["c", "", CALL_ID, "1"]
     return [
         ("minimal", sha_min, [sha_min, "1", f"m:{RAND}", str(LIMIT), str(WINDOW_US), CALL_ID]),
         # One sliding-window rule: the short form the library sends (mode "t", its terse
         # admission, once it has read the server's time in the last second; "s" before).
         ("throttlegate, 1 rule", sha_tg, [sha_tg, "1", f"t1:{RAND}", "t", CALL_ID, str(LIMIT), str(WINDOW_US)]),
+        # Four stacked logs: their short form (mode "n", one integer for an admission), which
+        # the library sends under the same condition; the general form ("c") before it.
         (
             "throttlegate, 4 rules",
             sha_tg,
-            [sha_tg, "4", *(f"t4{c}:{RAND}" for c in "abcd"), *tg_head, *(rule * 4)],
+            [sha_tg, "4", *(f"t4{c}:{RAND}" for c in "abcd"), "n", CALL_ID, "", *([str(LIMIT), str(WINDOW_US)] * 4)],
         ),
     ]
 
@@ -271,6 +271,9 @@ def check_script_shapes(r: Resp, cases: list[tuple[str, str, list[str]]]) -> Non
         elif concrete[3] == "t":
             # A terse admission: the bare remaining.
             ok = isinstance(reply, int) and reply == LIMIT - 1
+        elif concrete[2 + rules] == "n":
+            # Every rule's remaining in one integer, rule i's digit in base LIMIT + 1.
+            ok = isinstance(reply, int) and reply == sum((LIMIT - 1) * (LIMIT + 1) ** i for i in range(rules))
         else:
             ok = isinstance(reply, list) and len(reply) == 2 + 4 * rules and all(
                 reply[2 + 4 * i] == 1 for i in range(rules))
