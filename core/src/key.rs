@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
+
+use crate::digest::{Digest, KeyDigest};
 
 /// Longest key written as is; longer ones are hashed.
 pub const MAX_KEY_LEN: usize = 128;
@@ -240,6 +242,34 @@ impl KeyTemplate {
         Self::render_segments(&self.segments, attrs, secret, out)
     }
 
+    /// The digest of the key [`KeyTemplate::render_after_lead`] would
+    /// write after a lead whose digest so far is `digest` and whose length
+    /// is `len`, fed straight from the attribute values, without writing
+    /// the key: [`Direct::Render`] when a value needs an escape or the key
+    /// would be hashed for its length, so the caller renders it instead.
+    pub(crate) fn digest_after_lead(&self, attrs: &dyn Attributes, mut digest: KeyDigest, mut len: usize) -> Direct {
+        let rest = match self.segments.first() {
+            Some(Segment::Literal(_)) => &self.segments[1..],
+            _ => &self.segments[..],
+        };
+        for s in rest {
+            let part = match s {
+                Segment::Literal(l) => l.as_str(),
+                Segment::Attr(a) => match attrs.get_attr(a) {
+                    Some(v) if v.bytes().all(|b| KEPT[b as usize]) => v,
+                    Some(_) => return Direct::Render,
+                    None => return Direct::Missing,
+                },
+            };
+            digest.write(part.as_bytes());
+            len += part.len();
+        }
+        if len > MAX_KEY_LEN {
+            return Direct::Render;
+        }
+        Direct::Digest(digest.finish())
+    }
+
     fn render_segments(segments: &[Segment], attrs: &dyn Attributes, secret: Option<&KeySecret>, out: &mut String) -> bool {
         for s in segments {
             match s {
@@ -255,6 +285,16 @@ impl KeyTemplate {
         }
         true
     }
+}
+
+/// A key's digest taken from its parts ([`KeyTemplate::digest_after_lead`]).
+pub(crate) enum Direct {
+    /// The key's digest, as [`KeyDigest::of`] the rendered key.
+    Digest(Digest),
+    /// An attribute of the template is missing: the rule does not apply.
+    Missing,
+    /// The key must be rendered to be digested.
+    Render,
 }
 
 /// The bytes a key keeps as they are: `A-Z a-z 0-9 - . _ ~ / @`.

@@ -59,11 +59,7 @@ fn prune_log(shard: &mut Shard, digest: Digest, args: RuleArgs, now: i64) {
     }
 }
 
-/// A key's 128-bit digest: two independently seeded 64-bit hashes. Entries
-/// are stored under the digest rather than the string, so a lookup compares
-/// two integers instead of chasing a pointer to a string, and a new entry
-/// allocates no copy of its key. The seeds are random per process.
-pub(crate) type Digest = u128;
+pub(crate) use crate::digest::Digest;
 
 /// Identity hashing for digests, which are already uniformly spread.
 #[derive(Default, Clone, Copy)]
@@ -108,8 +104,6 @@ pub(crate) struct MemoryBackend {
     shards: Box<[Mutex<Shard>]>,
     /// The overrides set, by rule and key, for listing (checks read the shards).
     index: Mutex<std::collections::BTreeMap<(String, String), Override>>,
-    low: foldhash::quality::RandomState,
-    high: foldhash::quality::RandomState,
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -136,14 +130,14 @@ impl MemoryBackend {
         MemoryBackend {
             shards,
             index: Mutex::new(Default::default()),
-            low: foldhash::quality::RandomState::default(),
-            high: foldhash::quality::RandomState::default(),
         }
     }
 
-    /// The digest a key is stored under.
+    /// The digest a key is stored under ([`crate::digest::KeyDigest`]):
+    /// entries are stored under it rather than the string, so a lookup
+    /// compares two integers and a new entry allocates no copy of its key.
     pub fn digest(&self, key: &str) -> Digest {
-        ((self.high.hash_one(key) as u128) << 64) | self.low.hash_one(key) as u128
+        crate::digest::KeyDigest::of(key)
     }
 
     fn shard_of(digest: Digest) -> usize {

@@ -526,7 +526,7 @@ impl Limiter {
         let g = self.inner.current.load();
         if let (Some(rule), None) = (g.rules.lone(), call_id) {
             // The commonest shape, decided without a plan.
-            return Some(g.rules.lone_key(rule, attrs, cost, |k| memory.digest(k)).map(|digest| {
+            return Some(g.rules.lone_digest(rule, attrs, cost).map(|digest| {
                 let d = match digest {
                     None => Decision::unlimited(),
                     Some(digest) => {
