@@ -242,6 +242,20 @@ impl KeyTemplate {
         Self::render_segments(&self.segments, attrs, secret, out)
     }
 
+    /// The template's only attribute and the text after it, when it is one
+    /// attribute after its [`KeyTemplate::lead`] (`"ip:{ip}"`, `"{user}:x"`).
+    pub(crate) fn single(&self) -> Option<(&str, &str)> {
+        let rest = match self.segments.first() {
+            Some(Segment::Literal(_)) => &self.segments[1..],
+            _ => &self.segments[..],
+        };
+        match rest {
+            [Segment::Attr(a)] => Some((a, "")),
+            [Segment::Attr(a), Segment::Literal(tail)] => Some((a, tail)),
+            _ => None,
+        }
+    }
+
     /// The digest of the key [`KeyTemplate::render_after_lead`] would
     /// write after a lead whose digest so far is `digest` and whose length
     /// is `len`, fed straight from the attribute values, without writing
@@ -256,7 +270,7 @@ impl KeyTemplate {
             let part = match s {
                 Segment::Literal(l) => l.as_str(),
                 Segment::Attr(a) => match attrs.get_attr(a) {
-                    Some(v) if v.bytes().all(|b| KEPT[b as usize]) => v,
+                    Some(v) if all_kept(v.as_bytes()) => v,
                     Some(_) => return Direct::Render,
                     None => return Direct::Missing,
                 },
@@ -309,12 +323,52 @@ static KEPT: [bool; 256] = {
     t
 };
 
+/// `b` in every byte of a word.
+const fn splat(b: u8) -> u64 {
+    b as u64 * 0x0101_0101_0101_0101
+}
+
+/// Whether every byte of the word `w` is kept as it is ([`KEPT`]), eight
+/// bytes at a time: for bytes below 0x80, adding `0x80 - lo` sets a byte's
+/// high bit exactly when it is at least `lo`, without a carry into the next.
+#[inline(always)]
+fn word_kept(w: u64) -> bool {
+    const HIGH: u64 = splat(0x80);
+    if w & HIGH != 0 {
+        return false;
+    }
+    let at_least = |lo: u8| w.wrapping_add(splat(0x80 - lo));
+    let within = |lo: u8, end: u8| at_least(lo) & !at_least(end);
+    // `- . / 0-9`, `@ A-Z`, `_`, `a-z`, `~`.
+    let kept = within(b'-', b':') | within(b'@', b'[') | within(b'_', b'`') | within(b'a', b'{') | within(b'~', 0x7f);
+    kept & HIGH == HIGH
+}
+
+/// Whether every byte of `bytes` is kept as it is ([`KEPT`]), a word at a
+/// time (the last one padded with a kept byte).
+#[inline]
+pub(crate) fn all_kept(bytes: &[u8]) -> bool {
+    let mut s = bytes;
+    while let Some((w, rest)) = s.split_first_chunk::<8>() {
+        if !word_kept(u64::from_le_bytes(*w)) {
+            return false;
+        }
+        s = rest;
+    }
+    if s.is_empty() {
+        return true;
+    }
+    let mut w = [b'a'; 8];
+    w[..s.len()].copy_from_slice(s);
+    word_kept(u64::from_le_bytes(w))
+}
+
 /// Percent-escape `value` onto `out`: bytes outside `A-Z a-z 0-9 - . _ ~ / @`
 /// become `%XX`.
 pub fn escape_into(value: &str, out: &mut String) {
     let bytes = value.as_bytes();
     // The usual value needs no escape: one test per byte, one copy.
-    if bytes.iter().all(|&b| KEPT[b as usize]) {
+    if all_kept(bytes) {
         out.push_str(value);
         return;
     }
@@ -403,6 +457,20 @@ mod tests {
         let t = KeyTemplate::parse(t).unwrap();
         let mut out = String::new();
         t.render(&attrs, None, &mut out).then_some(out)
+    }
+
+    #[test]
+    fn kept_bytes_are_found_a_word_at_a_time() {
+        for b in 0..=255u8 {
+            for len in 1..=17 {
+                for at in 0..len {
+                    let mut v = vec![b'a'; len];
+                    v[at] = b;
+                    assert_eq!(all_kept(&v), KEPT[b as usize], "{b} {len} {at}");
+                }
+            }
+        }
+        assert!(all_kept(b""));
     }
 
     #[test]

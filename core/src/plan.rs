@@ -101,10 +101,15 @@ pub(crate) struct CompiledRule {
     /// The digest of [`CompiledRule::lead`] so far, for keys digested
     /// without being rendered (the embedded backend).
     lead_digest: KeyDigest,
+    /// The template's only attribute and the text after it, when the key is
+    /// its lead, one attribute and that text ([`KeyTemplate::single`]).
+    single: Option<(String, String)>,
     template: KeyTemplate,
     matches: Vec<(String, Vec<String>)>,
     /// Requests the rule skips (its `exempt` table).
     exempt: crate::exempt::Exempt,
+    /// True when the rule has neither a `match` nor an `exempt` table.
+    plain: bool,
     pub args: RuleArgs,
     pub script_args: [String; 3],
     pub limit: u64,
@@ -178,6 +183,8 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
         template: template.clone(),
         matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         exempt: crate::exempt::Exempt::compile(&rule.exempt),
+        plain: rule.matches.is_empty() && rule.exempt.is_empty(),
+        single: template.single().map(|(a, t)| (a.to_string(), t.to_string())),
         script_args: args.script_args(),
         args,
         limit: algorithm.limit(),
@@ -454,14 +461,29 @@ impl Rules {
         if cost == 0 || self.secret.is_some() || rule.tiers.is_some() {
             return self.lone_key(rule, attrs, cost, KeyDigest::of);
         }
-        for (attr, values) in &rule.matches {
-            match attrs.get_attr(attr) {
-                Some(v) if values.iter().any(|x| x == v) => {}
-                _ => return Ok(None),
+        if !rule.plain {
+            for (attr, values) in &rule.matches {
+                match attrs.get_attr(attr) {
+                    Some(v) if values.iter().any(|x| x == v) => {}
+                    _ => return Ok(None),
+                }
+            }
+            if !rule.exempt.is_empty() && rule.exempt.covers(attrs) {
+                return Ok(None);
             }
         }
-        if !rule.exempt.is_empty() && rule.exempt.covers(attrs) {
-            return Ok(None);
+        if let Some((attr, tail)) = &rule.single {
+            // One attribute: its value straight after the lead.
+            let Some(v) = attrs.get_attr(attr) else { return Ok(None) };
+            if !crate::key::all_kept(v.as_bytes()) || rule.lead.len() + v.len() + tail.len() > MAX_KEY_LEN || cost > rule.limit {
+                return self.lone_key(rule, attrs, cost, KeyDigest::of);
+            }
+            let mut d = rule.lead_digest;
+            d.write(v.as_bytes());
+            if !tail.is_empty() {
+                d.write(tail.as_bytes());
+            }
+            return Ok(Some(d.finish()));
         }
         match rule.template.digest_after_lead(attrs, rule.lead_digest, rule.lead.len()) {
             Direct::Missing => Ok(None),
