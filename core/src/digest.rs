@@ -97,7 +97,7 @@ impl KeyDigest {
     }
 
     /// Append `bytes` to the key.
-    #[inline]
+    #[inline(always)]
     pub fn write(&mut self, bytes: &[u8]) {
         let mut s = bytes;
         let off = (self.len & 7) as usize;
