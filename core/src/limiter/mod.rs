@@ -518,6 +518,7 @@ impl Limiter {
     /// The embedded backend's answer: keys are rendered into a reused
     /// buffer and only their digests kept, so a check allocates nothing but
     /// its decision. `None` for a network backend that is open.
+    #[inline]
     fn in_process(&self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Option<Result<Decision>> {
         if self.is_closed() {
             return Some(Err(Error::closed()));
