@@ -298,27 +298,37 @@ impl MemoryBackend {
     /// [`MemoryBackend::eval`] of the commonest plan, one key without
     /// overrides, blocks or a call id: one shard locked, no lists built.
     pub(crate) fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
+        use std::collections::hash_map::Entry as Slot;
         let mut shard = lock(&self.shards[Self::shard_of(digest)]);
-        // One lookup for the usual key, which exists and is live: pruned,
-        // decided and written in place.
-        if let Some(entry) = shard.map.get_mut(&digest).filter(|e| e.expires_at > now) {
-            if let (State::Log(log), RuleArgs::Window { window_us, .. }) = (&mut entry.state, args) {
-                log.prune(now, window_us);
+        // One lookup, whether the key exists or not: a live entry is pruned,
+        // decided and written in place; an expired one is decided as absent
+        // and written over; a new one is made only when admitted.
+        let o = match shard.map.entry(digest) {
+            Slot::Occupied(mut slot) => {
+                let entry = slot.get_mut();
+                let live = entry.expires_at > now;
+                if let (true, State::Log(log), RuleArgs::Window { window_us, .. }) = (live, &mut entry.state, args) {
+                    log.prune(now, window_us);
+                }
+                let (o, left) = decide_rule(live.then_some(&entry.state), args, now, cost);
+                if mode == Mode::Check && o.allowed {
+                    if !live {
+                        entry.state = State::Absent;
+                    }
+                    commit_entry(entry, args, &o, left, now, cost, None, 0);
+                }
+                o
             }
-            let (o, left) = decide_rule(Some(&entry.state), args, now, cost);
-            if mode == Mode::Check && o.allowed {
-                commit_entry(entry, args, &o, left, now, cost, None, 0);
+            Slot::Vacant(slot) => {
+                let (o, left) = decide_rule(None, args, now, cost);
+                if mode == Mode::Check && o.allowed {
+                    let entry = slot.insert(Entry { state: State::Absent, expires_at: now });
+                    commit_entry(entry, args, &o, left, now, cost, None, 0);
+                }
+                o
             }
-            if mode == Mode::Check && (o.allowed || args.shadow()) {
-                shard.maybe_sweep(now);
-            }
-            return o;
-        }
-        let (o, left) = decide_rule(None, args, now, cost);
+        };
         if mode == Mode::Check && (o.allowed || args.shadow()) {
-            if o.allowed {
-                commit_rule(&mut shard, digest, args, &o, left, now, cost, None, 0);
-            }
             shard.maybe_sweep(now);
         }
         o
