@@ -268,7 +268,7 @@ impl Decision {
             retry_after,
             reset_after,
             rule,
-            results: smallvec::smallvec![r],
+            results: RuleResults::from_buf([r]),
             degraded,
             settle: None,
             lease: None,

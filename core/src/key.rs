@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
+
+use crate::digest::{Digest, KeyDigest};
 
 /// Longest key written as is; longer ones are hashed.
 pub const MAX_KEY_LEN: usize = 128;
@@ -50,10 +52,17 @@ pub trait Attributes {
     fn get_attr(&self, name: &str) -> Option<&str>;
 }
 
+/// `a == b` for names, which are short: compared byte by byte in line
+/// rather than through a call to `memcmp`.
+#[inline]
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
 impl<K: AsRef<str>, V: AsRef<str>> Attributes for [(K, V)] {
     fn get_attr(&self, name: &str) -> Option<&str> {
         self.iter()
-            .find(|(k, _)| k.as_ref() == name)
+            .find(|(k, _)| same_name(k.as_ref(), name))
             .map(|(_, v)| v.as_ref())
     }
 }
@@ -240,6 +249,48 @@ impl KeyTemplate {
         Self::render_segments(&self.segments, attrs, secret, out)
     }
 
+    /// The template's only attribute and the text after it, when it is one
+    /// attribute after its [`KeyTemplate::lead`] (`"ip:{ip}"`, `"{user}:x"`).
+    pub(crate) fn single(&self) -> Option<(&str, &str)> {
+        let rest = match self.segments.first() {
+            Some(Segment::Literal(_)) => &self.segments[1..],
+            _ => &self.segments[..],
+        };
+        match rest {
+            [Segment::Attr(a)] => Some((a, "")),
+            [Segment::Attr(a), Segment::Literal(tail)] => Some((a, tail)),
+            _ => None,
+        }
+    }
+
+    /// The digest of the key [`KeyTemplate::render_after_lead`] would
+    /// write after a lead whose digest so far is `digest` and whose length
+    /// is `len`, fed straight from the attribute values, without writing
+    /// the key: [`Direct::Render`] when a value needs an escape or the key
+    /// would be hashed for its length, so the caller renders it instead.
+    pub(crate) fn digest_after_lead(&self, attrs: &dyn Attributes, mut digest: KeyDigest, mut len: usize) -> Direct {
+        let rest = match self.segments.first() {
+            Some(Segment::Literal(_)) => &self.segments[1..],
+            _ => &self.segments[..],
+        };
+        for s in rest {
+            let part = match s {
+                Segment::Literal(l) => l.as_str(),
+                Segment::Attr(a) => match attrs.get_attr(a) {
+                    Some(v) if all_kept(v.as_bytes()) => v,
+                    Some(_) => return Direct::Render,
+                    None => return Direct::Missing,
+                },
+            };
+            digest.write(part.as_bytes());
+            len += part.len();
+        }
+        if len > MAX_KEY_LEN {
+            return Direct::Render;
+        }
+        Direct::Digest(digest.finish())
+    }
+
     fn render_segments(segments: &[Segment], attrs: &dyn Attributes, secret: Option<&KeySecret>, out: &mut String) -> bool {
         for s in segments {
             match s {
@@ -257,6 +308,16 @@ impl KeyTemplate {
     }
 }
 
+/// A key's digest taken from its parts ([`KeyTemplate::digest_after_lead`]).
+pub(crate) enum Direct {
+    /// The key's digest, as [`KeyDigest::of`] the rendered key.
+    Digest(Digest),
+    /// An attribute of the template is missing: the rule does not apply.
+    Missing,
+    /// The key must be rendered to be digested.
+    Render,
+}
+
 /// The bytes a key keeps as they are: `A-Z a-z 0-9 - . _ ~ / @`.
 static KEPT: [bool; 256] = {
     let mut t = [false; 256];
@@ -269,12 +330,52 @@ static KEPT: [bool; 256] = {
     t
 };
 
+/// `b` in every byte of a word.
+const fn splat(b: u8) -> u64 {
+    b as u64 * 0x0101_0101_0101_0101
+}
+
+/// Whether every byte of the word `w` is kept as it is ([`KEPT`]), eight
+/// bytes at a time: for bytes below 0x80, adding `0x80 - lo` sets a byte's
+/// high bit exactly when it is at least `lo`, without a carry into the next.
+#[inline(always)]
+fn word_kept(w: u64) -> bool {
+    const HIGH: u64 = splat(0x80);
+    if w & HIGH != 0 {
+        return false;
+    }
+    let at_least = |lo: u8| w.wrapping_add(splat(0x80 - lo));
+    let within = |lo: u8, end: u8| at_least(lo) & !at_least(end);
+    // `- . / 0-9`, `@ A-Z`, `_`, `a-z`, `~`.
+    let kept = within(b'-', b':') | within(b'@', b'[') | within(b'_', b'`') | within(b'a', b'{') | within(b'~', 0x7f);
+    kept & HIGH == HIGH
+}
+
+/// Whether every byte of `bytes` is kept as it is ([`KEPT`]), a word at a
+/// time (the last one padded with a kept byte).
+#[inline]
+pub(crate) fn all_kept(bytes: &[u8]) -> bool {
+    let mut s = bytes;
+    while let Some((w, rest)) = s.split_first_chunk::<8>() {
+        if !word_kept(u64::from_le_bytes(*w)) {
+            return false;
+        }
+        s = rest;
+    }
+    if s.is_empty() {
+        return true;
+    }
+    let mut w = [b'a'; 8];
+    w[..s.len()].copy_from_slice(s);
+    word_kept(u64::from_le_bytes(w))
+}
+
 /// Percent-escape `value` onto `out`: bytes outside `A-Z a-z 0-9 - . _ ~ / @`
 /// become `%XX`.
 pub fn escape_into(value: &str, out: &mut String) {
     let bytes = value.as_bytes();
     // The usual value needs no escape: one test per byte, one copy.
-    if bytes.iter().all(|&b| KEPT[b as usize]) {
+    if all_kept(bytes) {
         out.push_str(value);
         return;
     }
@@ -363,6 +464,20 @@ mod tests {
         let t = KeyTemplate::parse(t).unwrap();
         let mut out = String::new();
         t.render(&attrs, None, &mut out).then_some(out)
+    }
+
+    #[test]
+    fn kept_bytes_are_found_a_word_at_a_time() {
+        for b in 0..=255u8 {
+            for len in 1..=17 {
+                for at in 0..len {
+                    let mut v = vec![b'a'; len];
+                    v[at] = b;
+                    assert_eq!(all_kept(&v), KEPT[b as usize], "{b} {len} {at}");
+                }
+            }
+        }
+        assert!(all_kept(b""));
     }
 
     #[test]

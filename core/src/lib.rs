@@ -33,6 +33,7 @@ mod error;
 pub mod duration;
 mod clock;
 mod key;
+mod digest;
 mod attributes;
 mod policy;
 mod client_ip;

@@ -13,7 +13,8 @@ use smallvec::SmallVec;
 use crate::algo::Outcome;
 use crate::decision::{Decision, RuleName, RuleResult};
 use crate::error::{Error, Result};
-use crate::key::{finish_key, Attributes, KeySecret, KeyTemplate, MAX_KEY_LEN};
+use crate::digest::{Digest, KeyDigest};
+use crate::key::{finish_key, Attributes, Direct, KeySecret, KeyTemplate, MAX_KEY_LEN};
 use crate::policy::{Algorithm, FailureMode, Period, Policy, Rule};
 
 /// Check (consume when every rule admits) or peek (never writes).
@@ -97,10 +98,18 @@ pub(crate) struct CompiledRule {
     head: String,
     /// The head and the template's leading text, written at once.
     lead: String,
+    /// The digest of [`CompiledRule::lead`] so far, for keys digested
+    /// without being rendered (the embedded backend).
+    lead_digest: KeyDigest,
+    /// The template's only attribute and the text after it, when the key is
+    /// its lead, one attribute and that text ([`KeyTemplate::single`]).
+    single: Option<(String, String)>,
     template: KeyTemplate,
     matches: Vec<(String, Vec<String>)>,
     /// Requests the rule skips (its `exempt` table).
     exempt: crate::exempt::Exempt,
+    /// True when the rule has neither a `match` nor an `exempt` table.
+    plain: bool,
     pub args: RuleArgs,
     pub script_args: [String; 3],
     pub limit: u64,
@@ -166,9 +175,16 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
         name: RuleName::new(&rule.name),
         head: format!("{}{}:", policy.prefix, rule.name),
         lead: format!("{}{}:{}", policy.prefix, rule.name, template.lead()),
+        lead_digest: {
+            let mut d = KeyDigest::new();
+            d.write(format!("{}{}:{}", policy.prefix, rule.name, template.lead()).as_bytes());
+            d
+        },
         template: template.clone(),
         matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         exempt: crate::exempt::Exempt::compile(&rule.exempt),
+        plain: rule.matches.is_empty() && rule.exempt.is_empty(),
+        single: template.single().map(|(a, t)| (a.to_string(), t.to_string())),
         script_args: args.script_args(),
         args,
         limit: algorithm.limit(),
@@ -436,6 +452,51 @@ impl Rules {
         })
     }
 
+    /// [`Rules::lone_key`] in the embedded backend's form, the key's
+    /// [`KeyDigest`]: taken from the rule's lead and the attribute values
+    /// without rendering the key when no value needs an escape, the key
+    /// is short enough to be kept as it is and no secret hashes the values;
+    /// rendered and digested otherwise. The same answer and errors.
+    pub fn lone_digest(&self, rule: &CompiledRule, attrs: &dyn Attributes, cost: u64) -> Result<Option<Digest>> {
+        if cost == 0 || self.secret.is_some() || rule.tiers.is_some() {
+            return self.lone_key(rule, attrs, cost, KeyDigest::of);
+        }
+        if !rule.plain {
+            for (attr, values) in &rule.matches {
+                match attrs.get_attr(attr) {
+                    Some(v) if values.iter().any(|x| x == v) => {}
+                    _ => return Ok(None),
+                }
+            }
+            if !rule.exempt.is_empty() && rule.exempt.covers(attrs) {
+                return Ok(None);
+            }
+        }
+        if let Some((attr, tail)) = &rule.single {
+            // One attribute: its value straight after the lead.
+            let Some(v) = attrs.get_attr(attr) else { return Ok(None) };
+            if !crate::key::all_kept(v.as_bytes()) || rule.lead.len() + v.len() + tail.len() > MAX_KEY_LEN || cost > rule.limit {
+                return self.lone_key(rule, attrs, cost, KeyDigest::of);
+            }
+            let mut d = rule.lead_digest;
+            d.write(v.as_bytes());
+            if !tail.is_empty() {
+                d.write(tail.as_bytes());
+            }
+            return Ok(Some(d.finish()));
+        }
+        match rule.template.digest_after_lead(attrs, rule.lead_digest, rule.lead.len()) {
+            Direct::Missing => Ok(None),
+            Direct::Render => self.lone_key(rule, attrs, cost, KeyDigest::of),
+            Direct::Digest(d) => {
+                if cost > rule.limit && !rule.ext.is_some_and(|e| e.overrides) {
+                    return self.lone_key(rule, attrs, cost, KeyDigest::of);
+                }
+                Ok(Some(d))
+            }
+        }
+    }
+
     /// The keys this request touches, one per applicable rule, in policy order.
     pub fn keys(&self, attrs: &dyn Attributes) -> Vec<String> {
         KEY_BUF.with(|buf| {
@@ -701,5 +762,56 @@ mod side_key_tests {
         }
         assert_eq!(side_key("tg:r:", "tg:r:ip:1", BLOCK_SUFFIX), "tg:r:#b{tg:r:ip:1}");
         assert_eq!(side_key("tg:r:", "tg:r:{t}:u", BLOCK_SUFFIX), "tg:r:{t}:u#b");
+    }
+}
+
+#[cfg(test)]
+mod lone_digest_tests {
+    use super::*;
+
+    /// The digest taken from a key's parts is the digest of the rendered
+    /// key, for every shape of template and value, and the same answer
+    /// (does not apply, error) as rendering.
+    #[test]
+    fn a_key_digested_from_its_parts_is_the_rendered_keys_digest() {
+        let long = "x".repeat(200);
+        let values: [&str; 9] = ["10.0.0.1", "", "a", "::1", "50%", "{t}", "ümlaut", "abcdefghijklmnopqrstuvwxyz0123", &long];
+        let templates = ["ip:{ip}", "{ip}", "{ip}:tail", "{{t:{ip}}}:u:{ip}", "a:{ip}:b:{user}:c", "global"];
+        for template in templates {
+            let rules = [
+                Rule::token_bucket("per-ip", template, 10, 1.0),
+                Rule::sliding_window_log("w", template, 10, Duration::from_secs(1)).matching("route", ["/a"]),
+                Rule::fixed_window("f", template, 10, Duration::from_secs(1)).exempt("ip", ["10.0.0.1"]),
+            ];
+            for rule in rules {
+                let policy = Policy::new(vec![rule]).unwrap();
+                let compiled = Rules::compile(&policy, None);
+                let lone = compiled.lone().unwrap();
+                for ip in values {
+                    for user in [Some("bob"), Some("a:b"), None] {
+                        for route in ["/a", "/b"] {
+                            let mut attrs = vec![("ip", ip), ("route", route)];
+                            if let Some(u) = user {
+                                attrs.push(("user", u));
+                            }
+                            for cost in [0, 1, 11] {
+                                let direct = compiled.lone_digest(lone, &attrs, cost).map_err(|e| e.to_string());
+                                let rendered = compiled.lone_key(lone, &attrs, cost, KeyDigest::of).map_err(|e| e.to_string());
+                                assert_eq!(direct, rendered, "{template} {attrs:?} {cost}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // With a secret, the values are hashed: rendered, as before.
+        let policy = Policy::new(vec![Rule::token_bucket("k", "key:{k}", 10, 1.0)]).unwrap();
+        let compiled = Rules::compile(&policy, Some(b"0123456789abcdef"));
+        let lone = compiled.lone().unwrap();
+        let attrs = [("k", "sk_live")];
+        assert_eq!(
+            compiled.lone_digest(lone, &attrs, 1).unwrap(),
+            compiled.lone_key(lone, &attrs, 1, KeyDigest::of).unwrap()
+        );
     }
 }

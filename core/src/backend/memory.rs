@@ -59,11 +59,7 @@ fn prune_log(shard: &mut Shard, digest: Digest, args: RuleArgs, now: i64) {
     }
 }
 
-/// A key's 128-bit digest: two independently seeded 64-bit hashes. Entries
-/// are stored under the digest rather than the string, so a lookup compares
-/// two integers instead of chasing a pointer to a string, and a new entry
-/// allocates no copy of its key. The seeds are random per process.
-pub(crate) type Digest = u128;
+pub(crate) use crate::digest::Digest;
 
 /// Identity hashing for digests, which are already uniformly spread.
 #[derive(Default, Clone, Copy)]
@@ -108,8 +104,6 @@ pub(crate) struct MemoryBackend {
     shards: Box<[Mutex<Shard>]>,
     /// The overrides set, by rule and key, for listing (checks read the shards).
     index: Mutex<std::collections::BTreeMap<(String, String), Override>>,
-    low: foldhash::quality::RandomState,
-    high: foldhash::quality::RandomState,
 }
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
@@ -136,14 +130,14 @@ impl MemoryBackend {
         MemoryBackend {
             shards,
             index: Mutex::new(Default::default()),
-            low: foldhash::quality::RandomState::default(),
-            high: foldhash::quality::RandomState::default(),
         }
     }
 
-    /// The digest a key is stored under.
+    /// The digest a key is stored under ([`crate::digest::KeyDigest`]):
+    /// entries are stored under it rather than the string, so a lookup
+    /// compares two integers and a new entry allocates no copy of its key.
     pub fn digest(&self, key: &str) -> Digest {
-        ((self.high.hash_one(key) as u128) << 64) | self.low.hash_one(key) as u128
+        crate::digest::KeyDigest::of(key)
     }
 
     fn shard_of(digest: Digest) -> usize {
@@ -304,27 +298,37 @@ impl MemoryBackend {
     /// [`MemoryBackend::eval`] of the commonest plan, one key without
     /// overrides, blocks or a call id: one shard locked, no lists built.
     pub(crate) fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
+        use std::collections::hash_map::Entry as Slot;
         let mut shard = lock(&self.shards[Self::shard_of(digest)]);
-        // One lookup for the usual key, which exists and is live: pruned,
-        // decided and written in place.
-        if let Some(entry) = shard.map.get_mut(&digest).filter(|e| e.expires_at > now) {
-            if let (State::Log(log), RuleArgs::Window { window_us, .. }) = (&mut entry.state, args) {
-                log.prune(now, window_us);
+        // One lookup, whether the key exists or not: a live entry is pruned,
+        // decided and written in place; an expired one is decided as absent
+        // and written over; a new one is made only when admitted.
+        let o = match shard.map.entry(digest) {
+            Slot::Occupied(mut slot) => {
+                let entry = slot.get_mut();
+                let live = entry.expires_at > now;
+                if let (true, State::Log(log), RuleArgs::Window { window_us, .. }) = (live, &mut entry.state, args) {
+                    log.prune(now, window_us);
+                }
+                let (o, left) = decide_rule(live.then_some(&entry.state), args, now, cost);
+                if mode == Mode::Check && o.allowed {
+                    if !live {
+                        entry.state = State::Absent;
+                    }
+                    commit_entry(entry, args, &o, left, now, cost, None, 0);
+                }
+                o
             }
-            let (o, left) = decide_rule(Some(&entry.state), args, now, cost);
-            if mode == Mode::Check && o.allowed {
-                commit_entry(entry, args, &o, left, now, cost, None, 0);
+            Slot::Vacant(slot) => {
+                let (o, left) = decide_rule(None, args, now, cost);
+                if mode == Mode::Check && o.allowed {
+                    let entry = slot.insert(Entry { state: State::Absent, expires_at: now });
+                    commit_entry(entry, args, &o, left, now, cost, None, 0);
+                }
+                o
             }
-            if mode == Mode::Check && (o.allowed || args.shadow()) {
-                shard.maybe_sweep(now);
-            }
-            return o;
-        }
-        let (o, left) = decide_rule(None, args, now, cost);
+        };
         if mode == Mode::Check && (o.allowed || args.shadow()) {
-            if o.allowed {
-                commit_rule(&mut shard, digest, args, &o, left, now, cost, None, 0);
-            }
             shard.maybe_sweep(now);
         }
         o

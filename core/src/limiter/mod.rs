@@ -518,27 +518,45 @@ impl Limiter {
     /// The embedded backend's answer: keys are rendered into a reused
     /// buffer and only their digests kept, so a check allocates nothing but
     /// its decision. `None` for a network backend that is open.
+    #[inline]
     fn in_process(&self, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Option<Result<Decision>> {
         if self.is_closed() {
             return Some(Err(Error::closed()));
         }
         let memory = self.inner.memory.as_ref()?;
+        // The decision is written in place: a large value is moved once less.
+        let mut answer = None;
         let g = self.inner.current.load();
+        self.embedded(memory, &g, attrs, cost, call_id, mode, &mut answer);
+        answer
+    }
+
+    /// [`Limiter::in_process`] on the embedded backend, under the policy
+    /// `g`: the answer is written into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn embedded(&self, memory: &MemoryBackend, g: &Generation, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode, out: &mut Option<Result<Decision>>) {
         if let (Some(rule), None) = (g.rules.lone(), call_id) {
-            // The commonest shape, decided without a plan.
-            return Some(g.rules.lone_key(rule, attrs, cost, |k| memory.digest(k)).map(|digest| {
-                let d = match digest {
-                    None => Decision::unlimited(),
-                    Some(digest) => {
-                        let o = memory.eval_one(digest, rule.args, mode, cost, self.local_now());
-                        Decision::from_one(crate::plan::result(rule, &o), false)
-                    }
-                };
-                self.count(&g, &d, false);
-                d
-            }));
+            // The commonest shape, decided without a plan, its decision
+            // made where it is returned.
+            let answer = match g.rules.lone_digest(rule, attrs, cost) {
+                Err(e) => out.insert(Err(e)),
+                Ok(None) => out.insert(Ok(Decision::unlimited())),
+                Ok(Some(digest)) => {
+                    let o = memory.eval_one(digest, rule.args, mode, cost, self.local_now());
+                    out.insert(Ok(Decision::from_one(crate::plan::result(rule, &o), false)))
+                }
+            };
+            if let Ok(d) = answer {
+                self.count(g, d, false);
+            }
+            return;
         }
-        Some(g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).and_then(|plan| {
+        *out = Some(self.planned(memory, g, attrs, cost, call_id, mode));
+    }
+
+    /// [`Limiter::embedded`] of a policy that needs a plan.
+    fn planned(&self, memory: &MemoryBackend, g: &Generation, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Result<Decision> {
+        g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).and_then(|plan| {
             let mut d = if plan.keys.is_empty() {
                 Decision::unlimited()
             } else {
@@ -546,11 +564,11 @@ impl Limiter {
             };
             if mode == Mode::Check {
                 self.ticket(&mut d, call_id, cost, || g.rules.keys(attrs), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
-                self.lease_ticket(&mut d, &g, &plan.rules, plan.lease.as_deref(), || g.rules.keys(attrs));
+                self.lease_ticket(&mut d, g, &plan.rules, plan.lease.as_deref(), || g.rules.keys(attrs));
             }
-            self.count(&g, &d, false);
+            self.count(g, &d, false);
             Ok(d)
-        }))
+        })
     }
 
     /// A check or peek: in process on the embedded backend, else through
