@@ -388,10 +388,10 @@ let packedPairs = 0;
 
 /**
  * The attributes as one string, `name \0 value \0` for each string value
- * (`undefined` and `null` values are absent): one string crosses into Rust
- * faster than an object is read from there. `undefined` when the object has
- * anything else, or is not a plain object: the native side then reads the
- * object itself, and reports what is wrong with it.
+ * (`undefined` and `null` values are absent), for more than SPLIT_PAIRS of
+ * them: one string crosses into Rust faster than an object is read from
+ * there. `undefined` when the object has anything else: the native side
+ * then reads the object itself, and reports what is wrong with it.
  */
 function pack(attributes) {
   if (typeof attributes !== 'object' || attributes === null || Array.isArray(attributes)) return undefined;
@@ -412,16 +412,68 @@ function pack(attributes) {
   return text;
 }
 
-/** The `flags` argument of the fast paths: how many attributes `pack` packed, options given, peek. */
-function flagsOf(options, peek) {
-  return packedPairs * 4 + (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
+// Up to SPLIT_PAIRS attributes with a string value cross as separate
+// strings, `name, value` each, after the fast path's fixed arguments: no
+// string is made here for them, and the native side reads each once. More
+// are packed into one string (`pack`).
+const SPLIT_PAIRS = 4;
+// The flag of a call whose attributes come as separate strings.
+const SPLIT = 4;
+// The names and values of the call being made (overwritten by the next).
+const parts = ['', '', '', '', '', '', '', ''];
+
+/**
+ * Call the fast path `fn` (`checkNow`, `enqueue` or `wireBegin`) with its
+ * arguments `(handle, attributes, packed, flags, options, id, ...strings)`:
+ * the attributes as separate strings when they are a plain object of at
+ * most SPLIT_PAIRS string values (`undefined` and `null` values are
+ * absent), packed when there are more, else as the object itself, which
+ * the native side then reads and reports what is wrong with. `flags` is
+ * `8 * pairs + 4 * (split) + 2 * (options given) + (peek)`.
+ */
+function fast(fn, handle, attributes, options, peek, id) {
+  const base = (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
+  if (typeof attributes !== 'object' || attributes === null || Array.isArray(attributes)) {
+    return fn(handle, attributes, undefined, base, options, id);
+  }
+  const names = Object.keys(attributes);
+  let pairs = 0;
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i];
+    const value = attributes[name];
+    if (typeof value === 'string') {
+      if (pairs === SPLIT_PAIRS) {
+        const text = pack(attributes);
+        return fn(handle, attributes, text, base + 8 * packedPairs, options, id);
+      }
+      parts[2 * pairs] = name;
+      parts[2 * pairs + 1] = value;
+      pairs += 1;
+    } else if (value !== undefined && value !== null) {
+      return fn(handle, attributes, undefined, base, options, id);
+    }
+  }
+  const flags = base + SPLIT + 8 * pairs;
+  switch (pairs) {
+    case 0:
+      return fn(handle, attributes, undefined, flags, options, id);
+    case 1:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1]);
+    case 2:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3]);
+    case 3:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+        parts[4], parts[5]);
+    default:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+        parts[4], parts[5], parts[6], parts[7]);
+  }
 }
 
 function answerNow(limiter, calls, attributes, options, peek) {
-  const text = pack(attributes);
   let status;
   try {
-    status = checkNow(calls.handle, attributes, text, flagsOf(options, peek), options);
+    status = fast(checkNow, calls.handle, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -462,7 +514,7 @@ function answerSync(limiter, attributes, options) {
   const calls = callsOf(limiter);
   if (!calls.inProcess) notInProcess.call(limiter);
   if (typeof options === 'number') options = { cost: options };
-  const status = checkNow(calls.handle, attributes, pack(attributes), flagsOf(options, false), options);
+  const status = fast(checkNow, calls.handle, attributes, options, false, 0);
   if (status === NOT_IN_PROCESS) {
     calls.inProcess = false;
     notInProcess.call(limiter);
@@ -481,8 +533,7 @@ function send(limiter, calls, attributes, options, peek) {
   link.nextId = (id + 1) | 0;
   let status;
   try {
-    const text = pack(attributes);
-    status = wireBegin(calls.handle, attributes, text, flagsOf(options, peek), options, id >>> 0);
+    status = fast(wireBegin, calls.handle, attributes, options, peek, id >>> 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -496,8 +547,7 @@ function send(limiter, calls, attributes, options, peek) {
 
 function queue(limiter, calls, attributes, options, peek) {
   try {
-    const text = pack(attributes);
-    enqueue(calls.handle, attributes, text, flagsOf(options, peek), options);
+    fast(enqueue, calls.handle, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }

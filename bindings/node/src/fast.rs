@@ -263,23 +263,112 @@ fn packed(
     Ok(Some(attrs))
 }
 
-/// The arguments of both fast paths: `(handle, attributes, packed, flags,
-/// options)`, where `flags` is `4 * pairs + 2 * (options given) + (peek)`:
-/// one number, so one Node-API call, for what would be three arguments.
+/// Attributes with this many string values or fewer come as separate
+/// string arguments (`name, value` each), after the fixed ones.
+const SPLIT_PAIRS: usize = 4;
+/// The fixed arguments of every fast path: `(handle, attributes, packed,
+/// flags, options, id)`.
+const FIXED: usize = 6;
+/// The most arguments a fast path reads.
+const MAX_ARGS: usize = FIXED + 2 * SPLIT_PAIRS;
+
+/// Append the UTF-8 of the JavaScript string `v` to `out`; false (and
+/// nothing appended) when `v` is not a string.
+fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Result<bool, Error> {
+    let start = out.len();
+    if out.capacity() - start < 32 {
+        out.reserve(64);
+    }
+    let read = |out: &mut Vec<u8>, len: &mut usize| {
+        let room = out.capacity() - start;
+        // SAFETY: `room` bytes of spare capacity from `start`.
+        let at = unsafe { out.as_mut_ptr().add(start) };
+        unsafe { sys::napi_get_value_string_utf8(env, v, at.cast(), room, len) }
+    };
+    let mut len = 0;
+    match read(out, &mut len) {
+        sys::Status::napi_ok => {}
+        sys::Status::napi_string_expected => return Ok(false),
+        _ => return Err(internal("cannot read the attributes")),
+    }
+    if len + 4 >= out.capacity() - start {
+        // Maybe cut short (by up to 3 bytes more than the NUL: Node writes
+        // whole characters only): make room for all of it.
+        check!(
+            sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len),
+            "cannot read the attributes"
+        );
+        out.reserve(len + 1);
+        if read(out, &mut len) != sys::Status::napi_ok {
+            return Err(internal("cannot read the attributes"));
+        }
+    }
+    // SAFETY: Node wrote `len` bytes (and a NUL) from `start`.
+    unsafe { out.set_len(start + len) };
+    Ok(true)
+}
+
+/// The attributes given as separate strings (`name, value` for each
+/// pair), read straight into this thread's recycled attribute buffer: no
+/// string is made in JavaScript for them, and none is flattened. `None`
+/// when one of them is not a string after all (then the object is read).
+fn split(env: sys::napi_env, strings: &[sys::napi_value]) -> Result<Option<AttributeBuf>, Error> {
+    let mut attrs = AttributeBuf::take();
+    for pair in strings.chunks_exact(2) {
+        // SAFETY: the bytes appended are checked to be UTF-8 before the
+        // text is used as a string again, and cut off if they are not.
+        let bytes = unsafe { attrs.text_mut().as_mut_vec() };
+        let start = bytes.len();
+        let read = append_utf8(env, pair[0], bytes).and_then(|name| {
+            let mid = bytes.len();
+            Ok(name && append_utf8(env, pair[1], bytes)?).map(|both| both.then_some(mid))
+        });
+        // Node writes UTF-8 (unpaired surrogates replaced), whole characters only.
+        let valid = std::str::from_utf8(&bytes[start..]).is_ok();
+        let mid = match (read, valid) {
+            (Ok(Some(mid)), true) => mid,
+            (read, valid) => {
+                bytes.truncate(start);
+                attrs.recycle();
+                return match read {
+                    Err(e) => Err(e),
+                    Ok(_) if !valid => Err(internal("the attributes are not UTF-8")),
+                    Ok(_) => Ok(None),
+                };
+            }
+        };
+        attrs.end_attribute(start, mid)?;
+    }
+    Ok(Some(attrs))
+}
+
+/// The arguments of the fast paths: `(handle, attributes, packed, flags,
+/// options, id, name, value, ...)`, where `flags` is `8 * pairs + 4 *
+/// (split) + 2 * (options given) + (peek)`: one number, so one Node-API
+/// call, for what would be four arguments. With `split`, the `pairs`
+/// attributes with a string value (at most `SPLIT_PAIRS`) come as `name,
+/// value` arguments after the fixed ones; else `packed` holds them when
+/// index.js could pack them; else they are read from `attributes`. `id`
+/// is `wireBegin`'s alone.
 struct Args {
     hot: Rc<Hot>,
     env: Env,
-    argv: [sys::napi_value; 5],
+    argv: [sys::napi_value; MAX_ARGS],
     peek: bool,
     has_options: bool,
+    split: bool,
     pairs: usize,
 }
 
 impl Args {
-    /// The attributes: packed by index.js if it could (see [`packed`]),
-    /// else read from the object.
+    /// The attributes: as separate strings or packed by index.js if it
+    /// could (see [`split`] and [`packed`]), else read from the object.
     fn attributes(&self) -> Result<AttributeBuf, Error> {
-        if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
+        if self.split {
+            if let Some(attrs) = split(self.env.raw(), &self.argv[FIXED..FIXED + 2 * self.pairs])? {
+                return Ok(attrs);
+            }
+        } else if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
             return Ok(attrs);
         }
         let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
@@ -318,22 +407,28 @@ fn call_args<const N: usize>(
 }
 
 unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
-    let (argc, argv) = call_args::<5>(env, info)?;
+    let (argc, argv) = call_args::<MAX_ARGS>(env, info)?;
     if argc < 4 {
         return Err(internal("too few arguments"));
     }
     let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
+    let split = flags & 4 != 0;
+    let pairs = (flags >> 3) as usize;
+    if split && (pairs > SPLIT_PAIRS || argc < FIXED + 2 * pairs) {
+        return Err(internal("too few arguments"));
+    }
     Ok(Args {
         hot: hot_of(env, argv[0])?,
         env: Env::from_raw(env),
         argv,
         peek: flags & 1 != 0,
         has_options: flags & 2 != 0,
-        pairs: (flags >> 2) as usize,
+        split,
+        pairs,
     })
 }
 
-/// `checkNow(handle, attributes, packed, flags, options)`: answer a check
+/// `checkNow(handle, attributes, packed, flags, options, _, ...strings)`: answer a check
 /// (or a peek) of the embedded backend in place, write its decision record
 /// at the start of the scratch buffer (see `setScratch`) and return 0; -1
 /// when the backend is not in process (queue the call instead). Bad
@@ -393,7 +488,7 @@ pub(crate) fn mark_lease(out: &mut [f64], d: &throttlegate::Decision) -> Option<
 /// What `wireBegin` returns when the limiter has no wire (use `enqueue`).
 const NO_WIRE: i32 = -3;
 
-/// `wireBegin(handle, attributes, packed, flags, options, id)`: start a
+/// `wireBegin(handle, attributes, packed, flags, options, id, ...strings)`: start a
 /// check (or a peek) on the limiter's own connection (`Hot::wire`): -1 when
 /// its command is queued for `_wireOutput` and its answer will come under
 /// `id`; 0 (or `OVERFLOW`) when it was answered at once, as `checkNow`
@@ -401,20 +496,8 @@ const NO_WIRE: i32 = -3;
 /// rule (then index.js queues it for `_flush`). Bad arguments are thrown,
 /// with `code`.
 fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
-    let (argc, argv) = call_args::<6>(env, info)?;
-    if argc < 6 {
-        return Err(internal("too few arguments"));
-    }
-    let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
-    let id = u32_arg(env, argv[5], "cannot read the call id")?;
-    let a = Args {
-        hot: hot_of(env, argv[0])?,
-        env: Env::from_raw(env),
-        argv: [argv[0], argv[1], argv[2], argv[3], argv[4]],
-        peek: flags & 1 != 0,
-        has_options: flags & 2 != 0,
-        pairs: (flags >> 2) as usize,
-    };
+    let a = unsafe { args(env, info) }?;
+    let id = u32_arg(env, a.argv[5], "cannot read the call id")?;
     let attrs = a.attributes()?;
     let opts = a.options()?;
     let answer = match &mut *a.hot.wire.borrow_mut() {
@@ -475,7 +558,7 @@ fn set_scratch(
     Ok(out)
 }
 
-/// `enqueue(handle, attributes, packed, flags, options)`: queue a check
+/// `enqueue(handle, attributes, packed, flags, options, _, ...strings)`: queue a check
 /// (or a peek) for the next `_flush`. Bad arguments are thrown at once, with
 /// `code`, and queue nothing.
 fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
