@@ -5,7 +5,7 @@
 // its `checkSync`, or RateLimiterMemory's `consume` (each awaited).
 //
 //   valgrind --tool=callgrind --smc-check=all-non-file \
-//     node benches/node/callgrind.js MODE N
+//     node --single-threaded benches/node/callgrind.js MODE N
 //
 // MODE is `check`, `checkSync` or `flexible`. Run it with N and 2N: the
 // difference of the two totals over N is the cost of one check, start-up

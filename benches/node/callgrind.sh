@@ -5,6 +5,8 @@
 #
 #   benches/node/callgrind.sh [N, default 100000] [MODE...]
 #
+# `--single-threaded` keeps V8's compilations on the main thread, so the
+# counts repeat (within about 100 instructions per check).
 # Needs valgrind, the release addon (`npm run build`) and the peers
 # (`npm ci`, as benches/compare/run.sh installs them).
 set -euo pipefail
@@ -17,7 +19,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/throttlegate-callgrind.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 total() {
   valgrind --tool=callgrind --smc-check=all-non-file --callgrind-out-file="$WORK/out" \
-    node benches/node/callgrind.js "$1" "$2" >/dev/null 2>"$WORK/log"
+    node --single-threaded benches/node/callgrind.js "$1" "$2" >/dev/null 2>"$WORK/log"
   grep -o 'Collected : [0-9]*' "$WORK/log" | grep -o '[0-9]*$'
 }
 echo "| mode | instructions per check (N = $N and $((2 * N))) |"
