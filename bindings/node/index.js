@@ -81,10 +81,8 @@ const RECONNECT_DELAY_MS = 10;
 class Decision {
   #limiter;
   #record;
-  #results;
-  #headers;
-  #problemJson;
-  #leaseAttributes;
+  // What only some decisions need, made when first needed (`Later`).
+  #later;
 
   /**
    * `lease`: the lease id of the slots the decision holds (its record is
@@ -102,7 +100,6 @@ class Decision {
     this.rule = rule < 0 ? null : ruleName(limiter, calls, rule);
     this.degraded = (flags & 2) !== 0;
     this.leaseId = lease;
-    if (lease !== null) this.#leaseAttributes = { ...attributes };
     this.#limiter = limiter;
     // A copy: a decision kept for long holds its own few numbers, not a
     // buffer that others share.
@@ -110,38 +107,48 @@ class Decision {
     const record = new Array(length);
     for (let i = 0; i < length; i++) record[i] = records[offset + i];
     this.#record = record;
+    this.#later = lease === null ? undefined : new Later({ ...attributes });
+  }
+
+  /** The decision's `Later`, made on first need. */
+  #more() {
+    if (this.#later === undefined) this.#later = new Later(undefined);
+    return this.#later;
   }
 
   /** One result per applied rule, in policy order (shadow rules included). */
   get results() {
-    if (this.#results === undefined) this.#results = resultsOf.call(this.#limiter, this.#record);
-    return this.#results;
+    const later = this.#more();
+    if (later.results === undefined) later.results = resultsOf.call(this.#limiter, this.#record);
+    return later.results;
   }
 
   set results(value) {
-    this.#results = value;
+    this.#more().results = value;
   }
 
   /** The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial). */
   get headers() {
-    if (this.#headers === undefined) this.#headers = headersOf.call(this.#limiter, this.#record);
-    return this.#headers;
+    const later = this.#more();
+    if (later.headers === undefined) later.headers = headersOf.call(this.#limiter, this.#record);
+    return later.headers;
   }
 
   set headers(value) {
-    this.#headers = value;
+    this.#more().headers = value;
   }
 
   /** On a denial, an `application/problem+json` body naming the violated rules; `null` when allowed. */
   get problemJson() {
-    if (this.#problemJson === undefined) {
-      this.#problemJson = problemJsonOf.call(this.#limiter, this.#record);
+    const later = this.#more();
+    if (later.problemJson === undefined) {
+      later.problemJson = problemJsonOf.call(this.#limiter, this.#record);
     }
-    return this.#problemJson;
+    return later.problemJson;
   }
 
   set problemJson(value) {
-    this.#problemJson = value;
+    this.#more().problemJson = value;
   }
 
   /** Every field as a plain object, in the documented order. */
@@ -172,7 +179,23 @@ class Decision {
 
   /** The check's attributes of a decision made here holding a lease (`undefined` for anything else). */
   static leaseAttributesOf(d) {
-    return d !== null && typeof d === 'object' && #record in d ? d.#leaseAttributes : undefined;
+    return d !== null && typeof d === 'object' && #record in d && d.#later !== undefined
+      ? d.#later.leaseAttributes
+      : undefined;
+  }
+}
+
+/**
+ * What a `Decision` holds beyond its numbers, only once needed: the check's
+ * attributes (a copy) when it holds a lease, and `results`, `headers` and
+ * `problemJson` once read or set.
+ */
+class Later {
+  constructor(leaseAttributes) {
+    this.leaseAttributes = leaseAttributes;
+    this.results = undefined;
+    this.headers = undefined;
+    this.problemJson = undefined;
   }
 }
 
