@@ -272,8 +272,54 @@ const FIXED: usize = 6;
 /// The most arguments a fast path reads.
 const MAX_ARGS: usize = FIXED + 2 * SPLIT_PAIRS;
 
+/// Strings up to this many UTF-16 code units are read as such (see
+/// [`append_string`]); longer ones as UTF-8.
+const SHORT_STRING: usize = 128;
+
 /// Append the UTF-8 of the JavaScript string `v` to `out`; false (and
-/// nothing appended) when `v` is not a string.
+/// nothing appended) when `v` is not a string. What is appended is UTF-8,
+/// with unpaired surrogates replaced by U+FFFD, as Node's own UTF-8 read
+/// writes it.
+///
+/// A short string is read as UTF-16 and narrowed here: V8 copies a
+/// string's code units out faster than it encodes them as UTF-8, and
+/// attribute values are mostly ASCII, whose narrowing is a byte copy.
+fn append_string(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Result<bool, Error> {
+    let mut units = [std::mem::MaybeUninit::<u16>::uninit(); SHORT_STRING];
+    let mut len = 0;
+    match unsafe { sys::napi_get_value_string_utf16(env, v, units.as_mut_ptr().cast(), SHORT_STRING, &mut len) } {
+        sys::Status::napi_ok => {}
+        sys::Status::napi_string_expected => return Ok(false),
+        _ => return Err(internal("cannot read the attributes")),
+    }
+    if len + 1 >= SHORT_STRING {
+        // Maybe cut short (Node leaves room for a NUL).
+        return append_utf8(env, v, out);
+    }
+    // SAFETY: Node wrote `len` code units (and a NUL) at the start of `units`.
+    let units = unsafe { std::slice::from_raw_parts(units.as_ptr().cast::<u16>(), len) };
+    // Narrowed as if ASCII (one pass the compiler vectorises), kept if it was.
+    out.reserve(len);
+    let start = out.len();
+    let mut seen = 0u16;
+    for (to, &u) in out.spare_capacity_mut().iter_mut().zip(units) {
+        to.write(u as u8);
+        seen |= u;
+    }
+    if seen < 0x80 {
+        // SAFETY: the loop wrote `len` bytes from `start` (room was reserved).
+        unsafe { out.set_len(start + len) };
+    } else {
+        let mut at = [0u8; 4];
+        for c in char::decode_utf16(units.iter().copied()) {
+            let c = c.unwrap_or(char::REPLACEMENT_CHARACTER);
+            out.extend_from_slice(c.encode_utf8(&mut at).as_bytes());
+        }
+    }
+    Ok(true)
+}
+
+/// [`append_string`] for a long string: Node's UTF-8 read, checked.
 fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Result<bool, Error> {
     let start = out.len();
     if out.capacity() - start < 32 {
@@ -303,6 +349,11 @@ fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Res
             return Err(internal("cannot read the attributes"));
         }
     }
+    // SAFETY: `len` bytes written from `start` (Node checks for nothing
+    // more than its own output, which is checked next).
+    if std::str::from_utf8(unsafe { std::slice::from_raw_parts(out.as_ptr().add(start), len) }).is_err() {
+        return Err(internal("the attributes are not UTF-8"));
+    }
     // SAFETY: Node wrote `len` bytes (and a NUL) from `start`.
     unsafe { out.set_len(start + len) };
     Ok(true)
@@ -315,26 +366,20 @@ fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Res
 fn split(env: sys::napi_env, strings: &[sys::napi_value]) -> Result<Option<AttributeBuf>, Error> {
     let mut attrs = AttributeBuf::take();
     for pair in strings.chunks_exact(2) {
-        // SAFETY: the bytes appended are checked to be UTF-8 before the
-        // text is used as a string again, and cut off if they are not.
+        // SAFETY: `append_string` appends UTF-8 only, and on an error or a
+        // value that is not a string what it appended is cut off again.
         let bytes = unsafe { attrs.text_mut().as_mut_vec() };
         let start = bytes.len();
-        let read = append_utf8(env, pair[0], bytes).and_then(|name| {
+        let read = append_string(env, pair[0], bytes).and_then(|name| {
             let mid = bytes.len();
-            Ok(name && append_utf8(env, pair[1], bytes)?).map(|both| both.then_some(mid))
+            Ok(name && append_string(env, pair[1], bytes)?).map(|both| both.then_some(mid))
         });
-        // Node writes UTF-8 (unpaired surrogates replaced), whole characters only.
-        let valid = std::str::from_utf8(&bytes[start..]).is_ok();
-        let mid = match (read, valid) {
-            (Ok(Some(mid)), true) => mid,
-            (read, valid) => {
+        let mid = match read {
+            Ok(Some(mid)) => mid,
+            other => {
                 bytes.truncate(start);
                 attrs.recycle();
-                return match read {
-                    Err(e) => Err(e),
-                    Ok(_) if !valid => Err(internal("the attributes are not UTF-8")),
-                    Ok(_) => Ok(None),
-                };
+                return other.map(|_| None);
             }
         };
         attrs.end_attribute(start, mid)?;
