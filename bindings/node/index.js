@@ -26,7 +26,7 @@ const net = require('node:net');
 const native = require('./native.js');
 
 const proto = native.Limiter.prototype;
-const { checkNow, setScratch, enqueue, wireBegin } = native._hotPaths();
+const { checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput } = native._hotPaths();
 const handleOf = proto._handle;
 const flushQueued = proto._flush;
 const resultsOf = proto._results;
@@ -36,8 +36,6 @@ const ruleTableOf = proto._ruleTable;
 const overflowOf = proto._overflow;
 const takeLease = proto._takeLease;
 const wireAddressOf = proto._wireAddress;
-const wireOutput = proto._wireOutput;
-const wireReceived = proto._wireReceived;
 const wireExpire = proto._wireExpire;
 const wireConnectFailed = proto._wireConnectFailed;
 const wireLost = proto._wireLost;
@@ -68,6 +66,9 @@ const SENT = -1;
 const NO_WIRE = -3;
 // Calls whose commands are written at once, without waiting for the tick's end (see `Link.add`).
 const WRITE_EVERY = 16;
+// Calls whose decisions one read can hand over in the scratch buffer (more
+// come as arrays: `Link.settle`).
+const WIRE_CALLS = 64;
 // How long a connection that could not be made waits before its one more try.
 const RECONNECT_DELAY_MS = 10;
 
@@ -230,16 +231,19 @@ class Calls {
     this.names = ruleTableOf.call(limiter);
     // A limiter closed before its first call answers in place too (with the error).
     this.inProcess = backend === 'memory' || backend === 'closed';
-    // Where embedded decisions are written (kept here, so alive, for the limiter's life).
-    this.scratch = new Float64Array(HEAD + PER_RULE * this.names.length);
+    // The limiter's own connection, when the core has a wire for its backend.
+    const address = this.inProcess ? null : wireAddressOf.call(limiter);
+    // Where decisions answered in place are written (kept here, so alive,
+    // for the limiter's life); with a connection, also those of a read that
+    // settles up to WIRE_CALLS calls (`Link.settleWritten`).
+    const record = HEAD + PER_RULE * this.names.length;
+    this.scratch = new Float64Array(address === null ? record : WIRE_CALLS * (1 + record));
     setScratch(this.handle, this.scratch);
     this.resolves = [];
     this.rejects = [];
     // The attributes of each queued call (kept by the decisions holding a lease).
     this.attributes = [];
     this.scheduled = false;
-    // The limiter's own connection, when the core has a wire for its backend.
-    const address = this.inProcess ? null : wireAddressOf.call(limiter);
     this.link = address === null ? null : new Link(limiter, this, address);
   }
 }
@@ -289,7 +293,7 @@ class Link {
     this.unwritten = 0;
     if (this.retrying) return;
     if (this.socket === null) this.connect();
-    const bytes = wireOutput.call(this.limiter);
+    const bytes = wireOutput(this.calls.handle);
     if (bytes !== null) this.socket.write(bytes);
     if (this.waiting.size > 0) {
       this.socket.ref();
@@ -308,7 +312,10 @@ class Link {
       opened = true;
     });
     socket.on('data', (chunk) => {
-      if (this.socket === socket) this.settle(wireReceived.call(this.limiter, chunk));
+      if (this.socket !== socket) return;
+      const out = wireReceived(this.calls.handle, chunk);
+      if (typeof out === 'number') this.settleWritten(out);
+      else if (out !== null) this.settle(out);
     });
     socket.on('error', (err) => {
       failure = err;
@@ -366,6 +373,23 @@ class Link {
         call[0](new Decision(this.limiter, records, offset, this.calls, lease, call[2]));
         offset += HEAD + PER_RULE * n;
       }
+    }
+    if (this.waiting.size === 0 && this.socket !== null) this.socket.unref();
+  }
+
+  /**
+   * Settle the `n` calls whose decisions a read wrote to the scratch
+   * buffer, `[id, record...]` each (none failed or holds a lease).
+   */
+  settleWritten(n) {
+    const records = this.calls.scratch;
+    let offset = 0;
+    for (let i = 0; i < n; i++) {
+      const id = records[offset];
+      const call = this.waiting.get(id);
+      this.waiting.delete(id);
+      call[0](new Decision(this.limiter, records, offset + 1, this.calls, null, call[2]));
+      offset += 1 + HEAD + PER_RULE * records[offset + 1];
     }
     if (this.waiting.size === 0 && this.socket !== null) this.socket.unref();
   }

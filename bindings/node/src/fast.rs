@@ -620,6 +620,90 @@ fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::nap
     Ok(out)
 }
 
+/// `wireReceived(handle, bytes)`: bytes read from the limiter's own
+/// connection, handed to its wire (`Hot::wire`). When what they settle is
+/// only decisions holding no lease, the connection stays, nothing is to be
+/// written back, and it all fits the scratch buffer, the number of calls
+/// settled, their `[id, record...]` one after the other at the start of the
+/// scratch buffer: no array, typed array or buffer made per reply.
+/// Otherwise everything as `_wireReceived` returns it (`WireOut`); `null`
+/// without a wire.
+fn wire_received(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let (_, argv) = call_args::<2>(env, info)?;
+    let hot = hot_of(env, argv[0])?;
+    let mut data = ptr::null_mut();
+    let mut len = 0;
+    check!(
+        sys::napi_get_buffer_info(env, argv[1], &mut data, &mut len),
+        "cannot read the bytes received"
+    );
+    let bytes: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the Buffer's own `len` bytes, alive for this call.
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
+    };
+    let mut slot = hot.wire.borrow_mut();
+    let Some(wire) = slot.as_mut() else {
+        let mut out = ptr::null_mut();
+        check!(sys::napi_get_null(env, &mut out), "cannot return");
+        return Ok(out);
+    };
+    let mut done = Vec::new();
+    let keep = wire.received(bytes, &mut done);
+    let output = wire.take_output();
+    if keep && output.is_empty() {
+        if let Some(n) = write_settled(&hot, &mut done) {
+            return status_value(env, n as i32);
+        }
+    }
+    let out = crate::WireOut::from_parts(keep, done, wire, output, &hot.names);
+    drop(slot);
+    unsafe { <crate::WireOut as napi::bindgen_prelude::ToNapiValue>::to_napi_value(env, out) }
+        .map_err(|_| internal("cannot return the calls settled"))
+}
+
+/// Write the calls settled in `done` to the scratch buffer as `[id,
+/// record...]` each, and return how many; `None` (nothing written) when
+/// one failed, holds a lease, or they do not all fit.
+fn write_settled(hot: &Hot, done: &mut throttlegate::WireOutcomes) -> Option<usize> {
+    let mut total = 0;
+    for (_, outcome) in done.iter() {
+        let d = outcome.as_ref().ok()?;
+        if d.lease_id().is_some() && d.allowed {
+            return None;
+        }
+        total += 1 + record::len(d);
+    }
+    let scratch = hot.scratch.get();
+    if total > scratch.len || scratch.data.is_null() {
+        return None;
+    }
+    // SAFETY: a live Float64Array of `scratch.len` numbers (see `Scratch`),
+    // not read by JavaScript while this runs.
+    let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, total) };
+    let mut at = 0;
+    for (id, outcome) in done.iter_mut() {
+        let d = outcome.as_mut().ok()?;
+        hot.names.renumber(d);
+        let len = record::len(d);
+        out[at] = f64::from(*id);
+        record::write(&mut out[at + 1..at + 1 + len], d);
+        at += 1 + len;
+    }
+    Some(done.len())
+}
+
+/// `wireOutput(handle)`: the bytes to write on the limiter's own
+/// connection now, as a Buffer of their own; `null` when there are none.
+fn wire_output(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let (_, argv) = call_args::<1>(env, info)?;
+    let hot = hot_of(env, argv[0])?;
+    let bytes = hot.wire.borrow_mut().as_mut().map(|w| w.take_output()).unwrap_or_default();
+    unsafe { <crate::Bytes as napi::bindgen_prelude::ToNapiValue>::to_napi_value(env, crate::Bytes(bytes)) }
+        .map_err(|_| internal("cannot return the bytes to write"))
+}
+
 /// Run `f` as a Node-API callback: its errors and panics are thrown as
 /// JavaScript errors with `code`.
 unsafe fn callback(
@@ -658,6 +742,20 @@ unsafe extern "C" fn wire_begin_cb(
     unsafe { callback(env, info, wire_begin) }
 }
 
+unsafe extern "C" fn wire_received_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { callback(env, info, wire_received) }
+}
+
+unsafe extern "C" fn wire_output_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { callback(env, info, wire_output) }
+}
+
 unsafe extern "C" fn enqueue_cb(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -665,15 +763,18 @@ unsafe extern "C" fn enqueue_cb(
     unsafe { callback(env, info, enqueue) }
 }
 
-/// `{ checkNow, setScratch, enqueue, wireBegin }`, the fast paths as JavaScript functions.
+/// `{ checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput }`,
+/// the fast paths as JavaScript functions.
 pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
-    let entries: [(&std::ffi::CStr, sys::napi_callback); 4] = [
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 6] = [
         (c"checkNow", Some(check_now_cb)),
         (c"setScratch", Some(set_scratch_cb)),
         (c"enqueue", Some(enqueue_cb)),
         (c"wireBegin", Some(wire_begin_cb)),
+        (c"wireReceived", Some(wire_received_cb)),
+        (c"wireOutput", Some(wire_output_cb)),
     ];
     for (name, cb) in entries {
         let mut f = ptr::null_mut();
