@@ -69,6 +69,9 @@ const WRITE_EVERY = 16;
 // Calls whose decisions one read can hand over in the scratch buffer (more
 // come as arrays: `Link.settle`).
 const WIRE_CALLS = 64;
+// The bytes of one write that go through the connection's own buffer (more
+// come in a Buffer of their own).
+const OUT_BYTES = 16 * 1024;
 // How long a connection that could not be made waits before its one more try.
 const RECONNECT_DELAY_MS = 10;
 
@@ -270,6 +273,17 @@ class Link {
     this.unwritten = 0;
     this.timer = null;
     this.retrying = false;
+    this.fresh();
+  }
+
+  /**
+   * A new buffer for the bytes of the next writes (`wireOutput` copies them
+   * there; a write of the same length reuses the view of the last one).
+   * The old one is left to the writes that still hold it.
+   */
+  fresh() {
+    this.out = Buffer.allocUnsafeSlow(OUT_BYTES);
+    this.view = this.out.subarray(0, 0);
   }
 
   /**
@@ -293,8 +307,16 @@ class Link {
     this.unwritten = 0;
     if (this.retrying) return;
     if (this.socket === null) this.connect();
-    const bytes = wireOutput(this.calls.handle);
-    if (bytes !== null) this.socket.write(bytes);
+    const out = wireOutput(this.calls.handle, this.out);
+    if (typeof out !== 'number') {
+      this.socket.write(out);
+    } else if (out > 0) {
+      if (this.view.length !== out) this.view = this.out.subarray(0, out);
+      this.socket.write(this.view);
+      // Still queued (not yet connected, or the kernel took part of it):
+      // the next commands go to a buffer of their own.
+      if (this.socket.writableLength > 0) this.fresh();
+    }
     if (this.waiting.size > 0) {
       this.socket.ref();
       this.arm(this.address.timeoutMs);

@@ -694,12 +694,27 @@ fn write_settled(hot: &Hot, done: &mut throttlegate::WireOutcomes) -> Option<usi
     Some(done.len())
 }
 
-/// `wireOutput(handle)`: the bytes to write on the limiter's own
-/// connection now, as a Buffer of their own; `null` when there are none.
+/// `wireOutput(handle, buffer)`: the bytes to write on the limiter's own
+/// connection now. When they fit `buffer` (index.js's own, for the
+/// connection's writes), they are copied to its start and their number is
+/// returned (0 when there are none); else they come as a Buffer of their own.
 fn wire_output(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
-    let (_, argv) = call_args::<1>(env, info)?;
+    let (_, argv) = call_args::<2>(env, info)?;
     let hot = hot_of(env, argv[0])?;
     let bytes = hot.wire.borrow_mut().as_mut().map(|w| w.take_output()).unwrap_or_default();
+    let mut data = ptr::null_mut();
+    let mut room = 0;
+    check!(
+        sys::napi_get_buffer_info(env, argv[1], &mut data, &mut room),
+        "cannot read the output buffer"
+    );
+    if bytes.len() <= room {
+        if !bytes.is_empty() {
+            // SAFETY: the Buffer's own `room` bytes, alive for this call.
+            unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), data.cast::<u8>(), bytes.len()) };
+        }
+        return status_value(env, i32::try_from(bytes.len()).map_err(|_| internal("output too long"))?);
+    }
     unsafe { <crate::Bytes as napi::bindgen_prelude::ToNapiValue>::to_napi_value(env, crate::Bytes(bytes)) }
         .map_err(|_| internal("cannot return the bytes to write"))
 }
