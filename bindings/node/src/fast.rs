@@ -43,6 +43,8 @@ pub(crate) struct Hot {
     /// The lease id of the last decision answered in place that holds
     /// concurrency slots, for `Limiter._takeLease()`.
     pub lease: RefCell<Option<String>>,
+    /// Where a call answered at once has its attributes read (see `Attrs`).
+    attrs: RefCell<AttributeBuf>,
 }
 
 impl Hot {
@@ -59,6 +61,7 @@ impl Hot {
             names,
             wire: RefCell::new(None),
             lease: RefCell::new(None),
+            attrs: RefCell::new(AttributeBuf::default()),
         }
     }
 }
@@ -360,11 +363,11 @@ fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Res
 }
 
 /// The attributes given as separate strings (`name, value` for each
-/// pair), read straight into this thread's recycled attribute buffer: no
-/// string is made in JavaScript for them, and none is flattened. `None`
-/// when one of them is not a string after all (then the object is read).
-fn split(env: sys::napi_env, strings: &[sys::napi_value]) -> Result<Option<AttributeBuf>, Error> {
-    let mut attrs = AttributeBuf::take();
+/// pair), read straight into `attrs` (empty): no string is made in
+/// JavaScript for them, and none is flattened. False (and `attrs` left
+/// empty) when one of them is not a string after all (then the object is
+/// read).
+fn split(env: sys::napi_env, strings: &[sys::napi_value], attrs: &mut AttributeBuf) -> Result<bool, Error> {
     for pair in strings.chunks_exact(2) {
         // SAFETY: `append_string` appends UTF-8 only, and on an error or a
         // value that is not a string what it appended is cut off again.
@@ -378,13 +381,48 @@ fn split(env: sys::napi_env, strings: &[sys::napi_value]) -> Result<Option<Attri
             Ok(Some(mid)) => mid,
             other => {
                 bytes.truncate(start);
-                attrs.recycle();
-                return other.map(|_| None);
+                clear(attrs);
+                return other.map(|_| false);
             }
         };
         attrs.end_attribute(start, mid)?;
     }
-    Ok(Some(attrs))
+    Ok(true)
+}
+
+/// Empty `attrs` (no text, no attribute), keeping its room.
+fn clear(attrs: &mut AttributeBuf) {
+    attrs.text_mut().clear();
+    // Reading an empty text forgets every attribute and cannot fail.
+    let _ = attrs.read_packed();
+}
+
+/// A call's attributes: in the limiter's own buffer (`Hot::attrs`), or,
+/// when that one is in use (a getter of the attributes or options called
+/// back into the limiter) or they were read another way, in one of their own.
+enum Attrs<'h> {
+    Kept(std::cell::RefMut<'h, AttributeBuf>),
+    Own(AttributeBuf),
+}
+
+impl std::ops::Deref for Attrs<'_> {
+    type Target = AttributeBuf;
+    fn deref(&self) -> &AttributeBuf {
+        match self {
+            Attrs::Kept(a) => a,
+            Attrs::Own(a) => a,
+        }
+    }
+}
+
+impl Drop for Attrs<'_> {
+    /// Done with them: the limiter's buffer emptied, or one of their own given back for reuse.
+    fn drop(&mut self) {
+        match self {
+            Attrs::Kept(a) => clear(a),
+            Attrs::Own(a) => std::mem::take(a).recycle(),
+        }
+    }
 }
 
 /// The arguments of the fast paths: `(handle, attributes, packed, flags,
@@ -410,12 +448,38 @@ impl Args {
     /// could (see [`split`] and [`packed`]), else read from the object.
     fn attributes(&self) -> Result<AttributeBuf, Error> {
         if self.split {
-            if let Some(attrs) = split(self.env.raw(), &self.argv[FIXED..FIXED + 2 * self.pairs])? {
+            let mut attrs = AttributeBuf::take();
+            if split(self.env.raw(), self.strings(), &mut attrs)? {
                 return Ok(attrs);
             }
+            attrs.recycle();
         } else if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
             return Ok(attrs);
         }
+        self.object()
+    }
+
+    /// [`Args::attributes`], separate strings read into the limiter's own
+    /// buffer when it is free (no buffer taken and given back per call).
+    fn attributes_kept(&self) -> Result<Attrs<'_>, Error> {
+        if self.split {
+            if let Ok(mut kept) = self.hot.attrs.try_borrow_mut() {
+                if split(self.env.raw(), self.strings(), &mut kept)? {
+                    return Ok(Attrs::Kept(kept));
+                }
+                return self.object().map(Attrs::Own);
+            }
+        }
+        self.attributes().map(Attrs::Own)
+    }
+
+    /// The `name, value` arguments.
+    fn strings(&self) -> &[sys::napi_value] {
+        &self.argv[FIXED..FIXED + 2 * self.pairs]
+    }
+
+    /// The attributes read from the object itself.
+    fn object(&self) -> Result<AttributeBuf, Error> {
         let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
         convert::attributes(&self.env, &attrs)
     }
@@ -480,14 +544,14 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
 /// arguments and core errors are thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let attrs = a.attributes()?;
+    let attrs = a.attributes_kept()?;
     let opts = a.options()?;
     let answer = if a.peek {
-        a.hot.limiter.peek_in_process(&attrs, opts.cost)
+        a.hot.limiter.peek_in_process(&*attrs, opts.cost)
     } else {
-        a.hot.limiter.check_in_process(&attrs, &opts)
+        a.hot.limiter.check_in_process(&*attrs, &opts)
     };
-    attrs.recycle();
+    drop(attrs);
     let status = match answer {
         None => -1,
         Some(answer) => write_scratch(&a.hot, answer?),
@@ -543,15 +607,15 @@ const NO_WIRE: i32 = -3;
 fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
     let id = u32_arg(env, a.argv[5], "cannot read the call id")?;
-    let attrs = a.attributes()?;
+    let attrs = a.attributes_kept()?;
     let opts = a.options()?;
     let answer = match &mut *a.hot.wire.borrow_mut() {
         None => return status_value(env, NO_WIRE),
         // A reserved rule's calls take the general path (the limiter's reservations).
-        Some(wire) if wire.reserved(&attrs, &opts, a.peek) => return status_value(env, NO_WIRE),
-        Some(wire) => wire.begin(id, &attrs, &opts, a.peek),
+        Some(wire) if wire.reserved(&*attrs, &opts, a.peek) => return status_value(env, NO_WIRE),
+        Some(wire) => wire.begin(id, &*attrs, &opts, a.peek),
     };
-    attrs.recycle();
+    drop(attrs);
     let status = match answer {
         None => -1,
         Some(answer) => write_scratch(&a.hot, answer?),
