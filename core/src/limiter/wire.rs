@@ -552,7 +552,7 @@ fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, ()> {
     let mut at = 0;
     let mut need = 1usize;
     while need > 0 {
-        let Some(end) = buf.get(at..).and_then(|b| b.windows(2).position(|w| w == b"\r\n")) else { return Ok(None) };
+        let Some(end) = buf.get(at..).and_then(crlf) else { return Ok(None) };
         let (kind, line) = (buf[at], &buf[at + 1..at + end]);
         at += end + 2;
         need -= 1;
@@ -580,6 +580,18 @@ fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, ()> {
     Ok(Some(at))
 }
 
+/// Where the first `\r\n` of `buf` starts.
+fn crlf(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    loop {
+        let at = from + buf.get(from..)?.iter().position(|&b| b == b'\r')?;
+        if buf.get(at + 1) == Some(&b'\n') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+}
+
 /// A whole reply (see [`frame_len`]) made only of simple strings, integers,
 /// bulk strings and arrays (what a check's script returns), read as
 /// `redis::parse_redis_value` reads it, without its general parser (which
@@ -597,7 +609,7 @@ const PLAIN_DEPTH: usize = 16;
 
 fn plain_at(frame: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
     let rest = frame.get(*at..)?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
+    let end = crlf(rest)?;
     let (kind, line) = (*rest.first()?, rest.get(1..end)?);
     *at += end + 2;
     let number = || std::str::from_utf8(line).ok()?.trim().parse::<i64>().ok();
@@ -630,7 +642,16 @@ fn plain_at(frame: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
 
 #[cfg(test)]
 mod tests {
-    use super::{frame_len, plain_value};
+    use super::{crlf, frame_len, plain_value};
+
+    #[test]
+    fn crlf_is_the_first_line_end() {
+        assert_eq!(crlf(b"ab\r\ncd\r\n"), Some(2));
+        assert_eq!(crlf(b"a\rb\r\n"), Some(3));
+        assert_eq!(crlf(b"\r\r\n"), Some(1));
+        assert_eq!(crlf(b"abc\r"), None);
+        assert_eq!(crlf(b""), None);
+    }
 
     #[test]
     fn plain_replies_read_as_the_general_parser_reads_them() {
