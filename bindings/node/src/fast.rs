@@ -3,14 +3,17 @@
 //!
 //! A `#[napi]` method pays for napi-rs's general machinery on every call
 //! (receiver unwrapping and class checks, borrow tracking, argument
-//! conversion): several times the cost of an embedded check. These two
-//! functions take the limiter's state from an external handle that index.js
-//! fetches once per limiter (`Limiter._handle()`), and read the attributes
-//! from one string that index.js packs (`name \0 value \0` for each attribute
-//! with a string value). Whatever the packed form cannot carry (a value that
-//! is not a string, a `\0` inside a name or value, not an object at all) is
+//! conversion): several times the cost of an embedded check. These
+//! functions take the limiter's state from a handle that index.js fetches
+//! once per limiter (`Limiter._handle()`), and read the attributes from the
+//! strings index.js passes: up to four attributes with a string value as
+//! separate `name, value` arguments, more packed into one string (`name \0
+//! value \0` each). Whatever those cannot carry (a value that is not a
+//! string, a `\0` inside a packed name or value, not an object at all) is
 //! read from the attributes object itself, by the same conversion as every
-//! other call, so errors and their messages do not change.
+//! other call, so errors and their messages do not change. The limiter's
+//! own connection to Redis (`wireReceived`, `wireOutput`) moves its bytes
+//! through them too.
 
 use std::cell::{Cell, RefCell};
 use std::ptr;
