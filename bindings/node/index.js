@@ -26,7 +26,7 @@ const net = require('node:net');
 const native = require('./native.js');
 
 const proto = native.Limiter.prototype;
-const { checkNow, setScratch, enqueue, wireBegin } = native._hotPaths();
+const { checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput } = native._hotPaths();
 const handleOf = proto._handle;
 const flushQueued = proto._flush;
 const resultsOf = proto._results;
@@ -36,8 +36,6 @@ const ruleTableOf = proto._ruleTable;
 const overflowOf = proto._overflow;
 const takeLease = proto._takeLease;
 const wireAddressOf = proto._wireAddress;
-const wireOutput = proto._wireOutput;
-const wireReceived = proto._wireReceived;
 const wireExpire = proto._wireExpire;
 const wireConnectFailed = proto._wireConnectFailed;
 const wireLost = proto._wireLost;
@@ -68,6 +66,12 @@ const SENT = -1;
 const NO_WIRE = -3;
 // Calls whose commands are written at once, without waiting for the tick's end (see `Link.add`).
 const WRITE_EVERY = 16;
+// Calls whose decisions one read can hand over in the scratch buffer (more
+// come as arrays: `Link.settle`).
+const WIRE_CALLS = 64;
+// The bytes of one write that go through the connection's own buffer (more
+// come in a Buffer of their own).
+const OUT_BYTES = 16 * 1024;
 // How long a connection that could not be made waits before its one more try.
 const RECONNECT_DELAY_MS = 10;
 
@@ -81,10 +85,8 @@ const RECONNECT_DELAY_MS = 10;
 class Decision {
   #limiter;
   #record;
-  #results;
-  #headers;
-  #problemJson;
-  #leaseAttributes;
+  // What only some decisions need, made when first needed (`Later`).
+  #later;
 
   /**
    * `lease`: the lease id of the slots the decision holds (its record is
@@ -102,7 +104,6 @@ class Decision {
     this.rule = rule < 0 ? null : ruleName(limiter, calls, rule);
     this.degraded = (flags & 2) !== 0;
     this.leaseId = lease;
-    if (lease !== null) this.#leaseAttributes = { ...attributes };
     this.#limiter = limiter;
     // A copy: a decision kept for long holds its own few numbers, not a
     // buffer that others share.
@@ -110,38 +111,48 @@ class Decision {
     const record = new Array(length);
     for (let i = 0; i < length; i++) record[i] = records[offset + i];
     this.#record = record;
+    this.#later = lease === null ? undefined : new Later({ ...attributes });
+  }
+
+  /** The decision's `Later`, made on first need. */
+  #more() {
+    if (this.#later === undefined) this.#later = new Later(undefined);
+    return this.#later;
   }
 
   /** One result per applied rule, in policy order (shadow rules included). */
   get results() {
-    if (this.#results === undefined) this.#results = resultsOf.call(this.#limiter, this.#record);
-    return this.#results;
+    const later = this.#more();
+    if (later.results === undefined) later.results = resultsOf.call(this.#limiter, this.#record);
+    return later.results;
   }
 
   set results(value) {
-    this.#results = value;
+    this.#more().results = value;
   }
 
   /** The HTTP headers for this decision, in order (`RateLimit-*`, `Retry-After` on a denial). */
   get headers() {
-    if (this.#headers === undefined) this.#headers = headersOf.call(this.#limiter, this.#record);
-    return this.#headers;
+    const later = this.#more();
+    if (later.headers === undefined) later.headers = headersOf.call(this.#limiter, this.#record);
+    return later.headers;
   }
 
   set headers(value) {
-    this.#headers = value;
+    this.#more().headers = value;
   }
 
   /** On a denial, an `application/problem+json` body naming the violated rules; `null` when allowed. */
   get problemJson() {
-    if (this.#problemJson === undefined) {
-      this.#problemJson = problemJsonOf.call(this.#limiter, this.#record);
+    const later = this.#more();
+    if (later.problemJson === undefined) {
+      later.problemJson = problemJsonOf.call(this.#limiter, this.#record);
     }
-    return this.#problemJson;
+    return later.problemJson;
   }
 
   set problemJson(value) {
-    this.#problemJson = value;
+    this.#more().problemJson = value;
   }
 
   /** Every field as a plain object, in the documented order. */
@@ -172,7 +183,23 @@ class Decision {
 
   /** The check's attributes of a decision made here holding a lease (`undefined` for anything else). */
   static leaseAttributesOf(d) {
-    return d !== null && typeof d === 'object' && #record in d ? d.#leaseAttributes : undefined;
+    return d !== null && typeof d === 'object' && #record in d && d.#later !== undefined
+      ? d.#later.leaseAttributes
+      : undefined;
+  }
+}
+
+/**
+ * What a `Decision` holds beyond its numbers, only once needed: the check's
+ * attributes (a copy) when it holds a lease, and `results`, `headers` and
+ * `problemJson` once read or set.
+ */
+class Later {
+  constructor(leaseAttributes) {
+    this.leaseAttributes = leaseAttributes;
+    this.results = undefined;
+    this.headers = undefined;
+    this.problemJson = undefined;
   }
 }
 
@@ -207,16 +234,19 @@ class Calls {
     this.names = ruleTableOf.call(limiter);
     // A limiter closed before its first call answers in place too (with the error).
     this.inProcess = backend === 'memory' || backend === 'closed';
-    // Where embedded decisions are written (kept here, so alive, for the limiter's life).
-    this.scratch = new Float64Array(HEAD + PER_RULE * this.names.length);
+    // The limiter's own connection, when the core has a wire for its backend.
+    const address = this.inProcess ? null : wireAddressOf.call(limiter);
+    // Where decisions answered in place are written (kept here, so alive,
+    // for the limiter's life); with a connection, also those of a read that
+    // settles up to WIRE_CALLS calls (`Link.settleWritten`).
+    const record = HEAD + PER_RULE * this.names.length;
+    this.scratch = new Float64Array(address === null ? record : WIRE_CALLS * (1 + record));
     setScratch(this.handle, this.scratch);
     this.resolves = [];
     this.rejects = [];
     // The attributes of each queued call (kept by the decisions holding a lease).
     this.attributes = [];
     this.scheduled = false;
-    // The limiter's own connection, when the core has a wire for its backend.
-    const address = this.inProcess ? null : wireAddressOf.call(limiter);
     this.link = address === null ? null : new Link(limiter, this, address);
   }
 }
@@ -243,6 +273,17 @@ class Link {
     this.unwritten = 0;
     this.timer = null;
     this.retrying = false;
+    this.fresh();
+  }
+
+  /**
+   * A new buffer for the bytes of the next writes (`wireOutput` copies them
+   * there; a write of the same length reuses the view of the last one).
+   * The old one is left to the writes that still hold it.
+   */
+  fresh() {
+    this.out = Buffer.allocUnsafeSlow(OUT_BYTES);
+    this.view = this.out.subarray(0, 0);
   }
 
   /**
@@ -266,8 +307,16 @@ class Link {
     this.unwritten = 0;
     if (this.retrying) return;
     if (this.socket === null) this.connect();
-    const bytes = wireOutput.call(this.limiter);
-    if (bytes !== null) this.socket.write(bytes);
+    const out = wireOutput(this.calls.handle, this.out);
+    if (typeof out !== 'number') {
+      this.socket.write(out);
+    } else if (out > 0) {
+      if (this.view.length !== out) this.view = this.out.subarray(0, out);
+      this.socket.write(this.view);
+      // Still queued (not yet connected, or the kernel took part of it):
+      // the next commands go to a buffer of their own.
+      if (this.socket.writableLength > 0) this.fresh();
+    }
     if (this.waiting.size > 0) {
       this.socket.ref();
       this.arm(this.address.timeoutMs);
@@ -285,7 +334,10 @@ class Link {
       opened = true;
     });
     socket.on('data', (chunk) => {
-      if (this.socket === socket) this.settle(wireReceived.call(this.limiter, chunk));
+      if (this.socket !== socket) return;
+      const out = wireReceived(this.calls.handle, chunk);
+      if (typeof out === 'number') this.settleWritten(out);
+      else if (out !== null) this.settle(out);
     });
     socket.on('error', (err) => {
       failure = err;
@@ -347,6 +399,23 @@ class Link {
     if (this.waiting.size === 0 && this.socket !== null) this.socket.unref();
   }
 
+  /**
+   * Settle the `n` calls whose decisions a read wrote to the scratch
+   * buffer, `[id, record...]` each (none failed or holds a lease).
+   */
+  settleWritten(n) {
+    const records = this.calls.scratch;
+    let offset = 0;
+    for (let i = 0; i < n; i++) {
+      const id = records[offset];
+      const call = this.waiting.get(id);
+      this.waiting.delete(id);
+      call[0](new Decision(this.limiter, records, offset + 1, this.calls, null, call[2]));
+      offset += 1 + HEAD + PER_RULE * records[offset + 1];
+    }
+    if (this.waiting.size === 0 && this.socket !== null) this.socket.unref();
+  }
+
   /** Close the socket without waiting for its events. */
   drop() {
     const socket = this.socket;
@@ -388,10 +457,10 @@ let packedPairs = 0;
 
 /**
  * The attributes as one string, `name \0 value \0` for each string value
- * (`undefined` and `null` values are absent): one string crosses into Rust
- * faster than an object is read from there. `undefined` when the object has
- * anything else, or is not a plain object: the native side then reads the
- * object itself, and reports what is wrong with it.
+ * (`undefined` and `null` values are absent), for more than SPLIT_PAIRS of
+ * them: one string crosses into Rust faster than an object is read from
+ * there. `undefined` when the object has anything else: the native side
+ * then reads the object itself, and reports what is wrong with it.
  */
 function pack(attributes) {
   if (typeof attributes !== 'object' || attributes === null || Array.isArray(attributes)) return undefined;
@@ -412,16 +481,68 @@ function pack(attributes) {
   return text;
 }
 
-/** The `flags` argument of the fast paths: how many attributes `pack` packed, options given, peek. */
-function flagsOf(options, peek) {
-  return packedPairs * 4 + (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
+// Up to SPLIT_PAIRS attributes with a string value cross as separate
+// strings, `name, value` each, after the fast path's fixed arguments: no
+// string is made here for them, and the native side reads each once. More
+// are packed into one string (`pack`).
+const SPLIT_PAIRS = 4;
+// The flag of a call whose attributes come as separate strings.
+const SPLIT = 4;
+// The names and values of the call being made (overwritten by the next).
+const parts = ['', '', '', '', '', '', '', ''];
+
+/**
+ * Call the fast path `fn` (`checkNow`, `enqueue` or `wireBegin`) with its
+ * arguments `(handle, attributes, packed, flags, options, id, ...strings)`:
+ * the attributes as separate strings when they are a plain object of at
+ * most SPLIT_PAIRS string values (`undefined` and `null` values are
+ * absent), packed when there are more, else as the object itself, which
+ * the native side then reads and reports what is wrong with. `flags` is
+ * `8 * pairs + 4 * (split) + 2 * (options given) + (peek)`.
+ */
+function fast(fn, handle, attributes, options, peek, id) {
+  const base = (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
+  if (typeof attributes !== 'object' || attributes === null || Array.isArray(attributes)) {
+    return fn(handle, attributes, undefined, base, options, id);
+  }
+  const names = Object.keys(attributes);
+  let pairs = 0;
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i];
+    const value = attributes[name];
+    if (typeof value === 'string') {
+      if (pairs === SPLIT_PAIRS) {
+        const text = pack(attributes);
+        return fn(handle, attributes, text, base + 8 * packedPairs, options, id);
+      }
+      parts[2 * pairs] = name;
+      parts[2 * pairs + 1] = value;
+      pairs += 1;
+    } else if (value !== undefined && value !== null) {
+      return fn(handle, attributes, undefined, base, options, id);
+    }
+  }
+  const flags = base + SPLIT + 8 * pairs;
+  switch (pairs) {
+    case 0:
+      return fn(handle, attributes, undefined, flags, options, id);
+    case 1:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1]);
+    case 2:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3]);
+    case 3:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+        parts[4], parts[5]);
+    default:
+      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+        parts[4], parts[5], parts[6], parts[7]);
+  }
 }
 
 function answerNow(limiter, calls, attributes, options, peek) {
-  const text = pack(attributes);
   let status;
   try {
-    status = checkNow(calls.handle, attributes, text, flagsOf(options, peek), options);
+    status = fast(checkNow, calls.handle, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -462,7 +583,7 @@ function answerSync(limiter, attributes, options) {
   const calls = callsOf(limiter);
   if (!calls.inProcess) notInProcess.call(limiter);
   if (typeof options === 'number') options = { cost: options };
-  const status = checkNow(calls.handle, attributes, pack(attributes), flagsOf(options, false), options);
+  const status = fast(checkNow, calls.handle, attributes, options, false, 0);
   if (status === NOT_IN_PROCESS) {
     calls.inProcess = false;
     notInProcess.call(limiter);
@@ -481,8 +602,7 @@ function send(limiter, calls, attributes, options, peek) {
   link.nextId = (id + 1) | 0;
   let status;
   try {
-    const text = pack(attributes);
-    status = wireBegin(calls.handle, attributes, text, flagsOf(options, peek), options, id >>> 0);
+    status = fast(wireBegin, calls.handle, attributes, options, peek, id >>> 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -496,8 +616,7 @@ function send(limiter, calls, attributes, options, peek) {
 
 function queue(limiter, calls, attributes, options, peek) {
   try {
-    const text = pack(attributes);
-    enqueue(calls.handle, attributes, text, flagsOf(options, peek), options);
+    fast(enqueue, calls.handle, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }

@@ -3,14 +3,17 @@
 //!
 //! A `#[napi]` method pays for napi-rs's general machinery on every call
 //! (receiver unwrapping and class checks, borrow tracking, argument
-//! conversion): several times the cost of an embedded check. These two
-//! functions take the limiter's state from an external handle that index.js
-//! fetches once per limiter (`Limiter._handle()`), and read the attributes
-//! from one string that index.js packs (`name \0 value \0` for each attribute
-//! with a string value). Whatever the packed form cannot carry (a value that
-//! is not a string, a `\0` inside a name or value, not an object at all) is
+//! conversion): several times the cost of an embedded check. These
+//! functions take the limiter's state from a handle that index.js fetches
+//! once per limiter (`Limiter._handle()`), and read the attributes from the
+//! strings index.js passes: up to four attributes with a string value as
+//! separate `name, value` arguments, more packed into one string (`name \0
+//! value \0` each). Whatever those cannot carry (a value that is not a
+//! string, a `\0` inside a packed name or value, not an object at all) is
 //! read from the attributes object itself, by the same conversion as every
-//! other call, so errors and their messages do not change.
+//! other call, so errors and their messages do not change. The limiter's
+//! own connection to Redis (`wireReceived`, `wireOutput`) moves its bytes
+//! through them too.
 
 use std::cell::{Cell, RefCell};
 use std::ptr;
@@ -43,6 +46,8 @@ pub(crate) struct Hot {
     /// The lease id of the last decision answered in place that holds
     /// concurrency slots, for `Limiter._takeLease()`.
     pub lease: RefCell<Option<String>>,
+    /// Where a call answered at once has its attributes read (see `Attrs`).
+    attrs: RefCell<AttributeBuf>,
 }
 
 impl Hot {
@@ -59,6 +64,7 @@ impl Hot {
             names,
             wire: RefCell::new(None),
             lease: RefCell::new(None),
+            attrs: RefCell::new(AttributeBuf::default()),
         }
     }
 }
@@ -263,25 +269,220 @@ fn packed(
     Ok(Some(attrs))
 }
 
-/// The arguments of both fast paths: `(handle, attributes, packed, flags,
-/// options)`, where `flags` is `4 * pairs + 2 * (options given) + (peek)`:
-/// one number, so one Node-API call, for what would be three arguments.
+/// Attributes with this many string values or fewer come as separate
+/// string arguments (`name, value` each), after the fixed ones.
+const SPLIT_PAIRS: usize = 4;
+/// The fixed arguments of every fast path: `(handle, attributes, packed,
+/// flags, options, id)`.
+const FIXED: usize = 6;
+/// The most arguments a fast path reads.
+const MAX_ARGS: usize = FIXED + 2 * SPLIT_PAIRS;
+
+/// Strings up to this many UTF-16 code units are read as such (see
+/// [`append_string`]); longer ones as UTF-8.
+const SHORT_STRING: usize = 128;
+
+/// Append the UTF-8 of the JavaScript string `v` to `out`; false (and
+/// nothing appended) when `v` is not a string. What is appended is UTF-8,
+/// with unpaired surrogates replaced by U+FFFD, as Node's own UTF-8 read
+/// writes it.
+///
+/// A short string is read as UTF-16 and narrowed here: V8 copies a
+/// string's code units out faster than it encodes them as UTF-8, and
+/// attribute values are mostly ASCII, whose narrowing is a byte copy.
+fn append_string(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Result<bool, Error> {
+    let mut units = [std::mem::MaybeUninit::<u16>::uninit(); SHORT_STRING];
+    let mut len = 0;
+    match unsafe { sys::napi_get_value_string_utf16(env, v, units.as_mut_ptr().cast(), SHORT_STRING, &mut len) } {
+        sys::Status::napi_ok => {}
+        sys::Status::napi_string_expected => return Ok(false),
+        _ => return Err(internal("cannot read the attributes")),
+    }
+    if len + 1 >= SHORT_STRING {
+        // Maybe cut short (Node leaves room for a NUL).
+        return append_utf8(env, v, out);
+    }
+    // SAFETY: Node wrote `len` code units (and a NUL) at the start of `units`.
+    let units = unsafe { std::slice::from_raw_parts(units.as_ptr().cast::<u16>(), len) };
+    // Narrowed as if ASCII (one pass the compiler vectorises), kept if it was.
+    out.reserve(len);
+    let start = out.len();
+    let mut seen = 0u16;
+    for (to, &u) in out.spare_capacity_mut().iter_mut().zip(units) {
+        to.write(u as u8);
+        seen |= u;
+    }
+    if seen < 0x80 {
+        // SAFETY: the loop wrote `len` bytes from `start` (room was reserved).
+        unsafe { out.set_len(start + len) };
+    } else {
+        let mut at = [0u8; 4];
+        for c in char::decode_utf16(units.iter().copied()) {
+            let c = c.unwrap_or(char::REPLACEMENT_CHARACTER);
+            out.extend_from_slice(c.encode_utf8(&mut at).as_bytes());
+        }
+    }
+    Ok(true)
+}
+
+/// [`append_string`] for a long string: Node's UTF-8 read, checked.
+fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Result<bool, Error> {
+    let start = out.len();
+    if out.capacity() - start < 32 {
+        out.reserve(64);
+    }
+    let read = |out: &mut Vec<u8>, len: &mut usize| {
+        let room = out.capacity() - start;
+        // SAFETY: `room` bytes of spare capacity from `start`.
+        let at = unsafe { out.as_mut_ptr().add(start) };
+        unsafe { sys::napi_get_value_string_utf8(env, v, at.cast(), room, len) }
+    };
+    let mut len = 0;
+    match read(out, &mut len) {
+        sys::Status::napi_ok => {}
+        sys::Status::napi_string_expected => return Ok(false),
+        _ => return Err(internal("cannot read the attributes")),
+    }
+    if len + 4 >= out.capacity() - start {
+        // Maybe cut short (by up to 3 bytes more than the NUL: Node writes
+        // whole characters only): make room for all of it.
+        check!(
+            sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len),
+            "cannot read the attributes"
+        );
+        out.reserve(len + 1);
+        if read(out, &mut len) != sys::Status::napi_ok {
+            return Err(internal("cannot read the attributes"));
+        }
+    }
+    // SAFETY: `len` bytes written from `start` (Node checks for nothing
+    // more than its own output, which is checked next).
+    if std::str::from_utf8(unsafe { std::slice::from_raw_parts(out.as_ptr().add(start), len) }).is_err() {
+        return Err(internal("the attributes are not UTF-8"));
+    }
+    // SAFETY: Node wrote `len` bytes (and a NUL) from `start`.
+    unsafe { out.set_len(start + len) };
+    Ok(true)
+}
+
+/// The attributes given as separate strings (`name, value` for each
+/// pair), read straight into `attrs` (empty): no string is made in
+/// JavaScript for them, and none is flattened. False (and `attrs` left
+/// empty) when one of them is not a string after all (then the object is
+/// read).
+fn split(env: sys::napi_env, strings: &[sys::napi_value], attrs: &mut AttributeBuf) -> Result<bool, Error> {
+    for pair in strings.chunks_exact(2) {
+        // SAFETY: `append_string` appends UTF-8 only, and on an error or a
+        // value that is not a string what it appended is cut off again.
+        let bytes = unsafe { attrs.text_mut().as_mut_vec() };
+        let start = bytes.len();
+        let read = append_string(env, pair[0], bytes).and_then(|name| {
+            let mid = bytes.len();
+            Ok(name && append_string(env, pair[1], bytes)?).map(|both| both.then_some(mid))
+        });
+        let mid = match read {
+            Ok(Some(mid)) => mid,
+            other => {
+                bytes.truncate(start);
+                clear(attrs);
+                return other.map(|_| false);
+            }
+        };
+        attrs.end_attribute(start, mid)?;
+    }
+    Ok(true)
+}
+
+/// Empty `attrs` (no text, no attribute), keeping its room.
+fn clear(attrs: &mut AttributeBuf) {
+    attrs.text_mut().clear();
+    // Reading an empty text forgets every attribute and cannot fail.
+    let _ = attrs.read_packed();
+}
+
+/// A call's attributes: in the limiter's own buffer (`Hot::attrs`), or,
+/// when that one is in use (a getter of the attributes or options called
+/// back into the limiter) or they were read another way, in one of their own.
+enum Attrs<'h> {
+    Kept(std::cell::RefMut<'h, AttributeBuf>),
+    Own(AttributeBuf),
+}
+
+impl std::ops::Deref for Attrs<'_> {
+    type Target = AttributeBuf;
+    fn deref(&self) -> &AttributeBuf {
+        match self {
+            Attrs::Kept(a) => a,
+            Attrs::Own(a) => a,
+        }
+    }
+}
+
+impl Drop for Attrs<'_> {
+    /// Done with them: the limiter's buffer emptied, or one of their own given back for reuse.
+    fn drop(&mut self) {
+        match self {
+            Attrs::Kept(a) => clear(a),
+            Attrs::Own(a) => std::mem::take(a).recycle(),
+        }
+    }
+}
+
+/// The arguments of the fast paths: `(handle, attributes, packed, flags,
+/// options, id, name, value, ...)`, where `flags` is `8 * pairs + 4 *
+/// (split) + 2 * (options given) + (peek)`: one number, so one Node-API
+/// call, for what would be four arguments. With `split`, the `pairs`
+/// attributes with a string value (at most `SPLIT_PAIRS`) come as `name,
+/// value` arguments after the fixed ones; else `packed` holds them when
+/// index.js could pack them; else they are read from `attributes`. `id`
+/// is `wireBegin`'s alone.
 struct Args {
     hot: Rc<Hot>,
     env: Env,
-    argv: [sys::napi_value; 5],
+    argv: [sys::napi_value; MAX_ARGS],
     peek: bool,
     has_options: bool,
+    split: bool,
     pairs: usize,
 }
 
 impl Args {
-    /// The attributes: packed by index.js if it could (see [`packed`]),
-    /// else read from the object.
+    /// The attributes: as separate strings or packed by index.js if it
+    /// could (see [`split`] and [`packed`]), else read from the object.
     fn attributes(&self) -> Result<AttributeBuf, Error> {
-        if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
+        if self.split {
+            let mut attrs = AttributeBuf::take();
+            if split(self.env.raw(), self.strings(), &mut attrs)? {
+                return Ok(attrs);
+            }
+            attrs.recycle();
+        } else if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
             return Ok(attrs);
         }
+        self.object()
+    }
+
+    /// [`Args::attributes`], separate strings read into the limiter's own
+    /// buffer when it is free (no buffer taken and given back per call).
+    fn attributes_kept(&self) -> Result<Attrs<'_>, Error> {
+        if self.split {
+            if let Ok(mut kept) = self.hot.attrs.try_borrow_mut() {
+                if split(self.env.raw(), self.strings(), &mut kept)? {
+                    return Ok(Attrs::Kept(kept));
+                }
+                return self.object().map(Attrs::Own);
+            }
+        }
+        self.attributes().map(Attrs::Own)
+    }
+
+    /// The `name, value` arguments.
+    fn strings(&self) -> &[sys::napi_value] {
+        &self.argv[FIXED..FIXED + 2 * self.pairs]
+    }
+
+    /// The attributes read from the object itself.
+    fn object(&self) -> Result<AttributeBuf, Error> {
         let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
         convert::attributes(&self.env, &attrs)
     }
@@ -318,36 +519,42 @@ fn call_args<const N: usize>(
 }
 
 unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
-    let (argc, argv) = call_args::<5>(env, info)?;
+    let (argc, argv) = call_args::<MAX_ARGS>(env, info)?;
     if argc < 4 {
         return Err(internal("too few arguments"));
     }
     let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
+    let split = flags & 4 != 0;
+    let pairs = (flags >> 3) as usize;
+    if split && (pairs > SPLIT_PAIRS || argc < FIXED + 2 * pairs) {
+        return Err(internal("too few arguments"));
+    }
     Ok(Args {
         hot: hot_of(env, argv[0])?,
         env: Env::from_raw(env),
         argv,
         peek: flags & 1 != 0,
         has_options: flags & 2 != 0,
-        pairs: (flags >> 2) as usize,
+        split,
+        pairs,
     })
 }
 
-/// `checkNow(handle, attributes, packed, flags, options)`: answer a check
+/// `checkNow(handle, attributes, packed, flags, options, _, ...strings)`: answer a check
 /// (or a peek) of the embedded backend in place, write its decision record
 /// at the start of the scratch buffer (see `setScratch`) and return 0; -1
 /// when the backend is not in process (queue the call instead). Bad
 /// arguments and core errors are thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let attrs = a.attributes()?;
+    let attrs = a.attributes_kept()?;
     let opts = a.options()?;
     let answer = if a.peek {
-        a.hot.limiter.peek_in_process(&attrs, opts.cost)
+        a.hot.limiter.peek_in_process(&*attrs, opts.cost)
     } else {
-        a.hot.limiter.check_in_process(&attrs, &opts)
+        a.hot.limiter.check_in_process(&*attrs, &opts)
     };
-    attrs.recycle();
+    drop(attrs);
     let status = match answer {
         None => -1,
         Some(answer) => write_scratch(&a.hot, answer?),
@@ -393,7 +600,7 @@ pub(crate) fn mark_lease(out: &mut [f64], d: &throttlegate::Decision) -> Option<
 /// What `wireBegin` returns when the limiter has no wire (use `enqueue`).
 const NO_WIRE: i32 = -3;
 
-/// `wireBegin(handle, attributes, packed, flags, options, id)`: start a
+/// `wireBegin(handle, attributes, packed, flags, options, id, ...strings)`: start a
 /// check (or a peek) on the limiter's own connection (`Hot::wire`): -1 when
 /// its command is queued for `_wireOutput` and its answer will come under
 /// `id`; 0 (or `OVERFLOW`) when it was answered at once, as `checkNow`
@@ -401,29 +608,17 @@ const NO_WIRE: i32 = -3;
 /// rule (then index.js queues it for `_flush`). Bad arguments are thrown,
 /// with `code`.
 fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
-    let (argc, argv) = call_args::<6>(env, info)?;
-    if argc < 6 {
-        return Err(internal("too few arguments"));
-    }
-    let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
-    let id = u32_arg(env, argv[5], "cannot read the call id")?;
-    let a = Args {
-        hot: hot_of(env, argv[0])?,
-        env: Env::from_raw(env),
-        argv: [argv[0], argv[1], argv[2], argv[3], argv[4]],
-        peek: flags & 1 != 0,
-        has_options: flags & 2 != 0,
-        pairs: (flags >> 2) as usize,
-    };
-    let attrs = a.attributes()?;
+    let a = unsafe { args(env, info) }?;
+    let id = u32_arg(env, a.argv[5], "cannot read the call id")?;
+    let attrs = a.attributes_kept()?;
     let opts = a.options()?;
     let answer = match &mut *a.hot.wire.borrow_mut() {
         None => return status_value(env, NO_WIRE),
         // A reserved rule's calls take the general path (the limiter's reservations).
-        Some(wire) if wire.reserved(&attrs, &opts, a.peek) => return status_value(env, NO_WIRE),
-        Some(wire) => wire.begin(id, &attrs, &opts, a.peek),
+        Some(wire) if wire.reserved(&*attrs, &opts, a.peek) => return status_value(env, NO_WIRE),
+        Some(wire) => wire.begin(id, &*attrs, &opts, a.peek),
     };
-    attrs.recycle();
+    drop(attrs);
     let status = match answer {
         None => -1,
         Some(answer) => write_scratch(&a.hot, answer?),
@@ -475,7 +670,7 @@ fn set_scratch(
     Ok(out)
 }
 
-/// `enqueue(handle, attributes, packed, flags, options)`: queue a check
+/// `enqueue(handle, attributes, packed, flags, options, _, ...strings)`: queue a check
 /// (or a peek) for the next `_flush`. Bad arguments are thrown at once, with
 /// `code`, and queue nothing.
 fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
@@ -490,6 +685,105 @@ fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::nap
     let mut out = ptr::null_mut();
     check!(sys::napi_get_undefined(env, &mut out), "cannot return");
     Ok(out)
+}
+
+/// `wireReceived(handle, bytes)`: bytes read from the limiter's own
+/// connection, handed to its wire (`Hot::wire`). When what they settle is
+/// only decisions holding no lease, the connection stays, nothing is to be
+/// written back, and it all fits the scratch buffer, the number of calls
+/// settled, their `[id, record...]` one after the other at the start of the
+/// scratch buffer: no array, typed array or buffer made per reply.
+/// Otherwise everything as `_wireReceived` returns it (`WireOut`); `null`
+/// without a wire.
+fn wire_received(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let (_, argv) = call_args::<2>(env, info)?;
+    let hot = hot_of(env, argv[0])?;
+    let mut data = ptr::null_mut();
+    let mut len = 0;
+    check!(
+        sys::napi_get_buffer_info(env, argv[1], &mut data, &mut len),
+        "cannot read the bytes received"
+    );
+    let bytes: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the Buffer's own `len` bytes, alive for this call.
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) }
+    };
+    let mut slot = hot.wire.borrow_mut();
+    let Some(wire) = slot.as_mut() else {
+        let mut out = ptr::null_mut();
+        check!(sys::napi_get_null(env, &mut out), "cannot return");
+        return Ok(out);
+    };
+    let mut done = Vec::new();
+    let keep = wire.received(bytes, &mut done);
+    let output = wire.take_output();
+    if keep && output.is_empty() {
+        if let Some(n) = write_settled(&hot, &mut done) {
+            return status_value(env, n as i32);
+        }
+    }
+    let out = crate::WireOut::from_parts(keep, done, wire, output, &hot.names);
+    drop(slot);
+    unsafe { <crate::WireOut as napi::bindgen_prelude::ToNapiValue>::to_napi_value(env, out) }
+        .map_err(|_| internal("cannot return the calls settled"))
+}
+
+/// Write the calls settled in `done` to the scratch buffer as `[id,
+/// record...]` each, and return how many; `None` (nothing written) when
+/// one failed, holds a lease, or they do not all fit.
+fn write_settled(hot: &Hot, done: &mut throttlegate::WireOutcomes) -> Option<usize> {
+    let mut total = 0;
+    for (_, outcome) in done.iter() {
+        let d = outcome.as_ref().ok()?;
+        if d.lease_id().is_some() && d.allowed {
+            return None;
+        }
+        total += 1 + record::len(d);
+    }
+    let scratch = hot.scratch.get();
+    if total > scratch.len || scratch.data.is_null() {
+        return None;
+    }
+    // SAFETY: a live Float64Array of `scratch.len` numbers (see `Scratch`),
+    // not read by JavaScript while this runs.
+    let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, total) };
+    let mut at = 0;
+    for (id, outcome) in done.iter_mut() {
+        let d = outcome.as_mut().ok()?;
+        hot.names.renumber(d);
+        let len = record::len(d);
+        out[at] = f64::from(*id);
+        record::write(&mut out[at + 1..at + 1 + len], d);
+        at += 1 + len;
+    }
+    Some(done.len())
+}
+
+/// `wireOutput(handle, buffer)`: the bytes to write on the limiter's own
+/// connection now. When they fit `buffer` (index.js's own, for the
+/// connection's writes), they are copied to its start and their number is
+/// returned (0 when there are none); else they come as a Buffer of their own.
+fn wire_output(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let (_, argv) = call_args::<2>(env, info)?;
+    let hot = hot_of(env, argv[0])?;
+    let bytes = hot.wire.borrow_mut().as_mut().map(|w| w.take_output()).unwrap_or_default();
+    let mut data = ptr::null_mut();
+    let mut room = 0;
+    check!(
+        sys::napi_get_buffer_info(env, argv[1], &mut data, &mut room),
+        "cannot read the output buffer"
+    );
+    if bytes.len() <= room {
+        if !bytes.is_empty() {
+            // SAFETY: the Buffer's own `room` bytes, alive for this call.
+            unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), data.cast::<u8>(), bytes.len()) };
+        }
+        return status_value(env, i32::try_from(bytes.len()).map_err(|_| internal("output too long"))?);
+    }
+    unsafe { <crate::Bytes as napi::bindgen_prelude::ToNapiValue>::to_napi_value(env, crate::Bytes(bytes)) }
+        .map_err(|_| internal("cannot return the bytes to write"))
 }
 
 /// Run `f` as a Node-API callback: its errors and panics are thrown as
@@ -530,6 +824,20 @@ unsafe extern "C" fn wire_begin_cb(
     unsafe { callback(env, info, wire_begin) }
 }
 
+unsafe extern "C" fn wire_received_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { callback(env, info, wire_received) }
+}
+
+unsafe extern "C" fn wire_output_cb(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    unsafe { callback(env, info, wire_output) }
+}
+
 unsafe extern "C" fn enqueue_cb(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -537,15 +845,18 @@ unsafe extern "C" fn enqueue_cb(
     unsafe { callback(env, info, enqueue) }
 }
 
-/// `{ checkNow, setScratch, enqueue, wireBegin }`, the fast paths as JavaScript functions.
+/// `{ checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput }`,
+/// the fast paths as JavaScript functions.
 pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
-    let entries: [(&std::ffi::CStr, sys::napi_callback); 4] = [
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 6] = [
         (c"checkNow", Some(check_now_cb)),
         (c"setScratch", Some(set_scratch_cb)),
         (c"enqueue", Some(enqueue_cb)),
         (c"wireBegin", Some(wire_begin_cb)),
+        (c"wireReceived", Some(wire_received_cb)),
+        (c"wireOutput", Some(wire_output_cb)),
     ];
     for (name, cb) in entries {
         let mut f = ptr::null_mut();

@@ -728,9 +728,21 @@ pub struct WireOut {
 
 impl WireOut {
     fn new(keep: bool, done: throttlegate::WireOutcomes, wire: &mut throttlegate::Wire, names: &fast::NameTable) -> WireOut {
+        let output = wire.take_output();
+        WireOut::from_parts(keep, done, wire, output, names)
+    }
+
+    /// As `new`, with the wire's output taken already.
+    pub(crate) fn from_parts(
+        keep: bool,
+        done: throttlegate::WireOutcomes,
+        wire: &throttlegate::Wire,
+        output: Vec<u8>,
+        names: &fast::NameTable,
+    ) -> WireOut {
         let (ids, outcomes): (Vec<u32>, Vec<_>) = done.into_iter().unzip();
         let next_ms = wire.next_deadline().map_or(-1.0, |d| d.as_secs_f64() * 1000.0);
-        WireOut { keep, ids, batch: encode(outcomes, names), next_ms, output: wire.take_output() }
+        WireOut { keep, ids, batch: encode(outcomes, names), next_ms, output }
     }
 }
 
@@ -1102,12 +1114,6 @@ impl Limiter {
         })
     }
 
-    /// The bytes to write on the connection now (`null` when none).
-    #[napi(js_name = "_wireOutput", skip_typescript, enumerable = false)]
-    pub fn wire_output(&self) -> Bytes {
-        Bytes(self.hot.wire.borrow_mut().as_mut().map(|w| w.take_output()).unwrap_or_default())
-    }
-
     /// Run `f` on the wire, and return what it settled.
     fn on_wire(&self, f: impl FnOnce(&mut throttlegate::Wire, &mut throttlegate::WireOutcomes) -> bool) -> Option<WireOut> {
         let mut slot = self.hot.wire.borrow_mut();
@@ -1115,12 +1121,6 @@ impl Limiter {
         let mut done = Vec::new();
         let keep = f(wire, &mut done);
         Some(WireOut::new(keep, done, wire, &self.names))
-    }
-
-    /// Bytes read from the connection: the calls they answer (`WireOut`).
-    #[napi(js_name = "_wireReceived", skip_typescript, enumerable = false)]
-    pub fn wire_received(&self, bytes: BufferSlice<'_>) -> Option<WireOut> {
-        self.on_wire(|w, done| w.received(&bytes, done))
     }
 
     /// The calls past their deadline, settled with the timeout error (`WireOut`).

@@ -62,6 +62,23 @@ describe('checkSync', () => {
     l.close();
   });
 
+  it('keeps each call its own attributes when an options getter checks again', async () => {
+    const l = new Limiter(POLICY, { clock: new ManualClock(START) });
+    const inner = [];
+    const options = {
+      get cost() {
+        inner.push(l.checkSync({ ip: 'inner', route: 'r' }).remaining);
+        return 1;
+      },
+    };
+    assert.equal(l.checkSync({ ip: 'outer', route: 'r' }, options).remaining, 2);
+    assert.equal((await l.check({ ip: 'outer' }, options)).remaining, 1);
+    assert.deepEqual(inner, [2, 1]);
+    assert.equal(l.checkSync({ ip: 'inner' }).remaining, 0);
+    assert.equal(l.checkSync({ ip: 'outer' }).remaining, 0);
+    await l.close();
+  });
+
   it('throws bad arguments, with code, instead of rejecting', async () => {
     const l = new Limiter(POLICY, { clock: new ManualClock(START) });
     assert.throws(() => l.checkSync({ ip: 'a' }, { cost: -1 }), (err) => err.code === ErrorCode.InvalidArgument);

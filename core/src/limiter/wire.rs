@@ -318,7 +318,8 @@ impl Wire {
                     return false;
                 }
             };
-            let value = match redis::parse_redis_value(&self.input[at..at + len]) {
+            let frame = &self.input[at..at + len];
+            let value = match plain_value(frame).map(Ok).unwrap_or_else(|| redis::parse_redis_value(frame)) {
                 Ok(v) => v,
                 Err(e) => {
                     let e = Error::from(e);
@@ -551,7 +552,7 @@ fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, ()> {
     let mut at = 0;
     let mut need = 1usize;
     while need > 0 {
-        let Some(end) = buf.get(at..).and_then(|b| b.windows(2).position(|w| w == b"\r\n")) else { return Ok(None) };
+        let Some(end) = buf.get(at..).and_then(crlf) else { return Ok(None) };
         let (kind, line) = (buf[at], &buf[at + 1..at + end]);
         at += end + 2;
         need -= 1;
@@ -579,9 +580,112 @@ fn frame_len(buf: &[u8]) -> std::result::Result<Option<usize>, ()> {
     Ok(Some(at))
 }
 
+/// Where the first `\r\n` of `buf` starts.
+fn crlf(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    loop {
+        let at = from + buf.get(from..)?.iter().position(|&b| b == b'\r')?;
+        if buf.get(at + 1) == Some(&b'\n') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+}
+
+/// A whole reply (see [`frame_len`]) made only of simple strings, integers,
+/// bulk strings and arrays (what a check's script returns), read as
+/// `redis::parse_redis_value` reads it, without its general parser (which
+/// allocates and clears 8 KiB per reply). `None` for anything else (an
+/// error reply, another type, text that is not UTF-8 where a string is
+/// expected, a bad number, deep nesting): the general parser reads those.
+fn plain_value(frame: &[u8]) -> Option<Value> {
+    let mut at = 0;
+    let value = plain_at(frame, &mut at, 0)?;
+    (at == frame.len()).then_some(value)
+}
+
+/// How deep [`plain_value`] follows nested arrays before it leaves the reply to the general parser.
+const PLAIN_DEPTH: usize = 16;
+
+fn plain_at(frame: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
+    let rest = frame.get(*at..)?;
+    let end = crlf(rest)?;
+    let (kind, line) = (*rest.first()?, rest.get(1..end)?);
+    *at += end + 2;
+    let number = || std::str::from_utf8(line).ok()?.trim().parse::<i64>().ok();
+    Some(match kind {
+        b'+' => match std::str::from_utf8(line).ok()? {
+            "OK" => Value::Okay,
+            text => Value::SimpleString(text.to_string()),
+        },
+        b':' => Value::Int(number()?),
+        b'$' => {
+            let Ok(len) = usize::try_from(number()?) else { return Some(Value::Nil) };
+            let bytes = frame.get(*at..at.checked_add(len)?)?;
+            if frame.get(*at + len..*at + len + 2)? != b"\r\n" {
+                return None;
+            }
+            *at += len + 2;
+            Value::BulkString(bytes.to_vec())
+        }
+        b'*' if depth < PLAIN_DEPTH => {
+            let Ok(len) = usize::try_from(number()?) else { return Some(Value::Nil) };
+            let mut items = Vec::with_capacity(len.min(frame.len()));
+            for _ in 0..len {
+                items.push(plain_at(frame, at, depth + 1)?);
+            }
+            Value::Array(items)
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::frame_len;
+    use super::{crlf, frame_len, plain_value};
+
+    #[test]
+    fn crlf_is_the_first_line_end() {
+        assert_eq!(crlf(b"ab\r\ncd\r\n"), Some(2));
+        assert_eq!(crlf(b"a\rb\r\n"), Some(3));
+        assert_eq!(crlf(b"\r\r\n"), Some(1));
+        assert_eq!(crlf(b"abc\r"), None);
+        assert_eq!(crlf(b""), None);
+    }
+
+    #[test]
+    fn plain_replies_read_as_the_general_parser_reads_them() {
+        let replies: &[&[u8]] = &[
+            b"*6\r\n:1796280503104959\r\n:0\r\n:1\r\n:999\r\n:-5\r\n$3\r\nabc\r\n",
+            b"*3\r\n:1\r\n$3\r\nabc\r\n*2\r\n+OK\r\n$-1\r\n",
+            b"+OK\r\n",
+            b"+PONG\r\n",
+            b"$0\r\n\r\n",
+            b"$4\r\na\r\nb\r\n",
+            b"*0\r\n",
+            b"*-1\r\n",
+            b":  42 \r\n",
+            b"*2\r\n*1\r\n*1\r\n:3\r\n$2\r\n\xc3\xa9\r\n",
+        ];
+        for reply in replies {
+            let general = redis::parse_redis_value(reply).unwrap();
+            assert_eq!(plain_value(reply), Some(general), "{}", String::from_utf8_lossy(reply));
+        }
+        // left to the general parser
+        for reply in [
+            &b"-NOSCRIPT No matching script\r\n"[..],
+            b"*2\r\n:1\r\n-ERR x\r\n",
+            b":x\r\n",
+            b"+\xff\r\n",
+            b"%1\r\n+a\r\n:1\r\n",
+            b"$3\r\nabcd\r\n",
+            b"*2\r\n:1\r\n",
+        ] {
+            assert_eq!(plain_value(reply), None, "{}", String::from_utf8_lossy(reply));
+        }
+        let deep = format!("{}:1\r\n", "*1\r\n".repeat(40));
+        assert_eq!(plain_value(deep.as_bytes()), None);
+    }
 
     #[test]
     fn frames_are_whole_replies() {
