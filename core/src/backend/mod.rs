@@ -163,12 +163,16 @@ impl Remote {
 
     /// Decide `plan` (a random call id is made when the caller gave none).
     async fn eval(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>) -> Result<Outcomes> {
-        let mut random = None;
-        let call_id = call_id(plan, &mut random);
         match self {
-            Remote::Redis(r) => r.eval(plan, call_id, mode, now).await,
-            Remote::Sentinel(s) => Box::pin(s.on_primary(|r| async move { r.eval(plan, call_id, mode, now).await })).await,
-            Remote::Cluster(c) => c.eval(plan, call_id, mode, now).await,
+            Remote::Redis(r) => r.eval(plan, node_call_id(plan), mode, now).await,
+            Remote::Sentinel(s) => {
+                let call_id = node_call_id(plan);
+                Box::pin(s.on_primary(|r| async move { r.eval(plan, call_id, mode, now).await })).await
+            }
+            Remote::Cluster(c) => {
+                let mut random = None;
+                c.eval(plan, call_id(plan, &mut random), mode, now).await
+            }
         }
     }
 
@@ -176,10 +180,7 @@ impl Remote {
     /// connection; a cluster's calls still run on the runtime.
     fn eval_blocking(&self, plan: &Plan<'_, String>, mode: Mode, now: Option<i64>, timeout: Duration) -> Result<Outcomes> {
         match self {
-            Remote::Redis(r) => {
-                let mut random = None;
-                r.eval_blocking(plan, call_id(plan, &mut random), mode, now)
-            }
+            Remote::Redis(r) => r.eval_blocking(plan, node_call_id(plan), mode, now),
             Remote::Sentinel(_) | Remote::Cluster(_) => block_on(bounded(timeout, self.eval(plan, mode, now)))?,
         }
     }
@@ -419,6 +420,19 @@ fn call_id<'a>(plan: &'a Plan<'_, String>, random: &'a mut Option<String>) -> &'
         (Some(id), _) => id,
         (None, Some(lease)) => lease,
         (None, None) => random.insert(random_call_id()).as_str(),
+    }
+}
+
+/// The call id a check sends to one Redis node: the caller's, or the plan's
+/// lease id, else none (""): on one node a check without either is sent in
+/// mode `c`, whose script records no call id, so a random one would only
+/// cost its making and its bytes. (Redis Cluster makes one: it gives a
+/// check back by its id when another slot denies.)
+pub(crate) fn node_call_id<'a>(plan: &'a Plan<'_, String>) -> &'a str {
+    match (plan.call_id, &plan.lease) {
+        (Some(id), _) => id,
+        (None, Some(lease)) => lease,
+        (None, None) => "",
     }
 }
 

@@ -32,7 +32,6 @@ use crate::decision::Decision;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::Attributes;
 use crate::plan::{Mode, Plan, PlanExt};
-use crate::runtime::random_call_id;
 use crate::CheckOptions;
 
 /// How long past its timeout the oldest unanswered request of a connection
@@ -243,10 +242,11 @@ impl Wire {
             Ok((_, sent)) => sent,
             Err(answer) => return Some(answer),
         };
-        // A check of a concurrency rule sends its lease id as its call id.
+        // A check of a concurrency rule sends its lease id as its call id; a
+        // check without a call id sends none (`backend::node_call_id`).
         let sent_id = match (&plan.lease, call_id) {
             (Some(lease), _) => lease.clone(),
-            (None, id) => id.map_or_else(random_call_id, str::to_string),
+            (None, id) => id.unwrap_or_default().to_string(),
         };
         let mut request = Vec::new();
         let header = self.node.header(&plan, mode, &sent_id, sent.now);
