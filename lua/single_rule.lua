@@ -303,10 +303,16 @@ if ARGV[1] == 'n' then
   end
   if not general then
     local stamp = string.format('%d', now)
+    -- (Stacked rules often share a window: its expiry is formatted once.)
+    local window, ms
     for i = 1, rules do
       local key = KEYS[i]
       redis.call('RPUSH', key, stamp)
-      redis.call('PEXPIRE', key, string.format('%d', math.ceil(ARGV[2 * i + 3] / 1000)))
+      if ARGV[2 * i + 3] ~= window then
+        window = ARGV[2 * i + 3]
+        ms = string.format('%d', math.ceil(window / 1000))
+      end
+      redis.call('PEXPIRE', key, ms)
     end
     return packed
   end
