@@ -14,7 +14,7 @@ previous version, to compare in one run).
 
 Cases: `min-fresh`, `min-warm` (minimal.lua), `s-fresh`, `s-warm` (one sliding-window
 log rule, the short form the library sends; `t-fresh`, `t-warm` its terse form), `c4-fresh`, `c4-warm` (4 stacked log rules,
-the general form; `cN-...` for N rules; `nN-...` the same in their short form, mode "n"), `s-denied` (one rule at its limit), `f-fresh`,
+the general form; `cN-...` for N rules; `nN-...` the same in their short form, mode "n"; `mN-...` mode "n" with each rule's own limit and window), `s-denied` (one rule at its limit), `f-fresh`,
 `f-warm` (one fixed window, mode "f"; `i-...` its terse form), `rlf-fresh`, `rlf-warm` (rate-limiter-flexible's
 RateLimiterRedis script, read from `node_modules`), `floorN-...` (`floor_log.lua`: only the
 commands of N log checks, no logic). "fresh": every call on a new key;
@@ -149,6 +149,10 @@ def main() -> int:
                 keys = [f"{chr(97 + r)}:{key_i}" for r in range(rules)]
                 if kind.startswith("n"):
                     return ["EVALSHA", sha_tg, rules, *keys, "n", f"id{i}", "", *([1000, 60_000_000] * rules)]
+                if kind.startswith("m"):
+                    # Mode "n" with a limit and a window of each rule's own.
+                    spec = [v for r in range(rules) for v in (1000 + r, 60_000_000 + r * 1_000_000)]
+                    return ["EVALSHA", sha_tg, rules, *keys, "n", f"id{i}", "", *spec]
                 return ["EVALSHA", sha_tg, rules, *keys, "c", "", f"id{i}", 1, *(["w", 1000, 60_000_000] * rules)]
 
             def make(m: int):
