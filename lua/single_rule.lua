@@ -23,7 +23,8 @@
 -- an older version or of another kind, an entry newer than `now`, more
 -- expired entries than it read, a denial that needs more than the oldest
 -- unit) it hands, before writing anything, to the general path, by rewriting
--- ARGV into the general form of the same check and not returning. Defines
+-- ARGV into mode "n"'s form of the same check marked "N" (which the block
+-- after mode "n" rewrites into the general form) and not returning. Defines
 -- nothing: any other mode falls through to args.lua with no local left behind
 -- (both short forms keep their locals inside their `if` blocks).
 if ARGV[1] == 's' or ARGV[1] == 't' then
@@ -149,19 +150,17 @@ if ARGV[1] == 's' or ARGV[1] == 't' then
       return { now, 0, 0, 0, t + window - now, newest + window - now }
     end
   end
-  -- The general form of the same check (args.lua), for check.lua to answer.
-  local call_id = ARGV[2]
-  ARGV[1] = 'c'
+  -- Mode "n"'s arguments for the same check, marked "N": the block after
+  -- mode "n" rewrites them into the general form.
+  local limit_s, window_s = ARGV[3], ARGV[4]
+  ARGV[1] = 'N'
   if clock then
-    ARGV[2] = ''
+    ARGV[3] = ''
   else
-    ARGV[2] = ARGV[5]
+    ARGV[3] = ARGV[5]
   end
-  ARGV[3] = call_id
-  ARGV[4] = '1'
-  ARGV[5] = 'w'
-  ARGV[6] = string.format('%d', limit)
-  ARGV[7] = string.format('%d', window)
+  ARGV[4] = limit_s
+  ARGV[5] = window_s
 end
 
 -- Mode "n": stacked sliding-window log rules (two or more), none in shadow
@@ -184,8 +183,8 @@ end
 -- reset_after }, recording nothing, as check.lua would for logs of one-unit
 -- entries. Anything else (a key with a header or of another kind, an entry
 -- newer than `now`, more expired entries than it read) it hands to the
--- general path, by rewriting
--- ARGV into the general form of the same check, having written nothing but
+-- general path, by marking its ARGV "N" (below: rewritten into the general
+-- form of the same check), having written nothing but
 -- the dropping of expired entries (which no reader can tell from their
 -- being dropped by the general path). Defines nothing: its locals stay in
 -- its `if` block.
@@ -316,7 +315,14 @@ if ARGV[1] == 'n' then
     end
     return packed
   end
-  -- The general form of the same check (args.lua), for check.lua to answer.
+  ARGV[1] = 'N'
+end
+
+-- "N": mode "n"'s arguments of a check that modes "s", "t" and "n" hand to
+-- the general path (never sent by the core), rewritten into the general form
+-- of the same check (args.lua) for check.lua to answer.
+if ARGV[1] == 'N' then
+  local rules = #KEYS
   local spec = {}
   for i = 1, rules do
     spec[2 * i - 1] = ARGV[2 * i + 2]
@@ -324,11 +330,7 @@ if ARGV[1] == 'n' then
   end
   local call_id = ARGV[2]
   ARGV[1] = 'c'
-  if clock then
-    ARGV[2] = ''
-  else
-    ARGV[2] = ARGV[3]
-  end
+  ARGV[2] = ARGV[3]
   ARGV[3] = call_id
   ARGV[4] = '1'
   for i = 1, rules do

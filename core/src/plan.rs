@@ -170,16 +170,15 @@ fn compile_rule(policy: &Policy, index: usize, rule: &Rule, algorithm: Algorithm
             period_us: b.period.as_micros() as i64,
         }),
     });
+    let lead = format!("{}{}:{}", policy.prefix, rule.name, template.lead());
+    let mut lead_digest = KeyDigest::new();
+    lead_digest.write(lead.as_bytes());
     CompiledRule {
         index,
         name: RuleName::new(&rule.name),
         head: format!("{}{}:", policy.prefix, rule.name),
-        lead: format!("{}{}:{}", policy.prefix, rule.name, template.lead()),
-        lead_digest: {
-            let mut d = KeyDigest::new();
-            d.write(format!("{}{}:{}", policy.prefix, rule.name, template.lead()).as_bytes());
-            d
-        },
+        lead,
+        lead_digest,
         template: template.clone(),
         matches: rule.matches.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         exempt: crate::exempt::Exempt::compile(&rule.exempt),
@@ -392,13 +391,7 @@ impl Rules {
 
     /// The rule's key, when its `match` fits, whatever its tiers.
     fn render_any(&self, rule: &CompiledRule, attrs: &dyn Attributes, key: &mut String) -> bool {
-        for (attr, values) in &rule.matches {
-            match attrs.get_attr(attr) {
-                Some(v) if values.iter().any(|x| x == v) => {}
-                _ => return false,
-            }
-        }
-        if !rule.exempt.is_empty() && rule.exempt.covers(attrs) {
+        if !Self::selects(rule, attrs) {
             return false;
         }
         key.clear();
@@ -410,6 +403,21 @@ impl Rules {
             *key = finish_key(&rule.head, &key[rule.head.len()..]);
         }
         true
+    }
+
+    /// Whether `rule`'s `match` and `exempt` tables let these attributes
+    /// through (its key may still lack an attribute).
+    fn selects(rule: &CompiledRule, attrs: &dyn Attributes) -> bool {
+        if rule.plain {
+            return true;
+        }
+        for (attr, values) in &rule.matches {
+            match attrs.get_attr(attr) {
+                Some(v) if values.iter().any(|x| x == v) => {}
+                _ => return false,
+            }
+        }
+        !(!rule.exempt.is_empty() && rule.exempt.covers(attrs))
     }
 
     /// The rule (or its tier) when it applies to these attributes, its key
@@ -458,24 +466,18 @@ impl Rules {
     /// is short enough to be kept as it is and no secret hashes the values;
     /// rendered and digested otherwise. The same answer and errors.
     pub fn lone_digest(&self, rule: &CompiledRule, attrs: &dyn Attributes, cost: u64) -> Result<Option<Digest>> {
-        if cost == 0 || self.secret.is_some() || rule.tiers.is_some() {
+        // Anything but the plain case (a cost to refuse, a secret, tiers) is
+        // lone_key's, which also gives the errors.
+        if cost == 0 || cost > rule.limit || self.secret.is_some() || rule.tiers.is_some() {
             return self.lone_key(rule, attrs, cost, KeyDigest::of);
         }
-        if !rule.plain {
-            for (attr, values) in &rule.matches {
-                match attrs.get_attr(attr) {
-                    Some(v) if values.iter().any(|x| x == v) => {}
-                    _ => return Ok(None),
-                }
-            }
-            if !rule.exempt.is_empty() && rule.exempt.covers(attrs) {
-                return Ok(None);
-            }
+        if !Self::selects(rule, attrs) {
+            return Ok(None);
         }
         if let Some((attr, tail)) = &rule.single {
             // One attribute: its value straight after the lead.
             let Some(v) = attrs.get_attr(attr) else { return Ok(None) };
-            if !crate::key::all_kept(v.as_bytes()) || rule.lead.len() + v.len() + tail.len() > MAX_KEY_LEN || cost > rule.limit {
+            if !crate::key::all_kept(v.as_bytes()) || rule.lead.len() + v.len() + tail.len() > MAX_KEY_LEN {
                 return self.lone_key(rule, attrs, cost, KeyDigest::of);
             }
             let mut d = rule.lead_digest;
@@ -488,12 +490,7 @@ impl Rules {
         match rule.template.digest_after_lead(attrs, rule.lead_digest, rule.lead.len()) {
             Direct::Missing => Ok(None),
             Direct::Render => self.lone_key(rule, attrs, cost, KeyDigest::of),
-            Direct::Digest(d) => {
-                if cost > rule.limit && !rule.ext.is_some_and(|e| e.overrides) {
-                    return self.lone_key(rule, attrs, cost, KeyDigest::of);
-                }
-                Ok(Some(d))
-            }
+            Direct::Digest(d) => Ok(Some(d)),
         }
     }
 

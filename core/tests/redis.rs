@@ -1156,6 +1156,22 @@ async fn a_check_is_one_entry_whatever_its_cost() {
     assert_eq!(d.retry_after, ms(59_998));
 }
 
+/// The same rules on Redis (keys under `prefix`) and on the embedded
+/// backend, both reading one manual clock: the differential tests below.
+fn on_redis_and_in_memory(server: &RedisServer, rules: Vec<Rule>, prefix: &str) -> (Limiter, Limiter, ManualClock) {
+    let clock = ManualClock::new(T0);
+    let redis = Limiter::builder(Policy::new(rules.clone()).unwrap())
+        .url(server.url())
+        .prefix(prefix)
+        .timeout(ms(2000))
+        .on_backend_error(FailureMode::Error)
+        .clock(Clock::Manual(clock.clone()))
+        .build()
+        .unwrap();
+    let memory = Limiter::builder(Policy::new(rules).unwrap()).clock(Clock::Manual(clock.clone())).build().unwrap();
+    (redis, memory, clock)
+}
+
 /// A tiny deterministic generator for the differential test below.
 struct Lcg(u64);
 
@@ -1177,24 +1193,14 @@ async fn the_log_on_redis_agrees_with_the_embedded_log_step_for_step() {
         if stacked {
             rules.push(Rule::sliding_window_log("v", "v:{ip}", 9, ms(700)));
         }
-        let (rc, mc) = (ManualClock::new(T0), ManualClock::new(T0));
-        let redis = Limiter::builder(Policy::new(rules.clone()).unwrap())
-            .url(server.url())
-            .prefix(format!("diff{seed}:"))
-            .timeout(ms(2000))
-            .on_backend_error(FailureMode::Error)
-            .clock(Clock::Manual(rc.clone()))
-            .build()
-            .unwrap();
-        let memory = Limiter::builder(Policy::new(rules).unwrap()).clock(Clock::Manual(mc.clone())).build().unwrap();
+        let (redis, memory, clock) = on_redis_and_in_memory(&server, rules, &format!("diff{seed}:"));
         let mut rng = Lcg(seed);
         let mut now = T0;
         let mut made: Vec<(String, u64)> = Vec::new();
         let a = ip("6.6.6.6");
         for step in 0..600 {
             now += rng.next(300) as i64 * 1000 - 100_000;
-            rc.set_us(now);
-            mc.set_us(now);
+            clock.set_us(now);
             let what = rng.next(10);
             if what < 7 {
                 let cost = 1 + rng.next(4);
@@ -1239,16 +1245,7 @@ async fn stacked_logs_in_their_short_form_agree_with_the_embedded_log_step_for_s
         if seed % 2 == 1 {
             rules.push(Rule::sliding_window_log("u", "u:{ip}", 30, ms(5000)));
         }
-        let (rc, mc) = (ManualClock::new(T0), ManualClock::new(T0));
-        let redis = Limiter::builder(Policy::new(rules.clone()).unwrap())
-            .url(server.url())
-            .prefix(format!("short{seed}:"))
-            .timeout(ms(2000))
-            .on_backend_error(FailureMode::Error)
-            .clock(Clock::Manual(rc.clone()))
-            .build()
-            .unwrap();
-        let memory = Limiter::builder(Policy::new(rules).unwrap()).clock(Clock::Manual(mc.clone())).build().unwrap();
+        let (redis, memory, clock) = on_redis_and_in_memory(&server, rules, &format!("short{seed}:"));
         let mut rng = Lcg(seed * 31);
         let mut now = T0;
         let a = ip("6.6.6.7");
@@ -1260,8 +1257,7 @@ async fn stacked_logs_in_their_short_form_agree_with_the_embedded_log_step_for_s
                 1 => -150_000,
                 _ => rng.next(120) as i64 * 1000,
             };
-            rc.set_us(now);
-            mc.set_us(now);
+            clock.set_us(now);
             let cost = if rng.next(25) == 0 { 2 } else { 1 };
             let (x, y) = (redis.check(&a, cost).await.unwrap(), memory.check(&a, cost).await.unwrap());
             let all = |d: &throttlegate::Decision| {

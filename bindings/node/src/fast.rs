@@ -803,46 +803,14 @@ unsafe fn callback(
     ptr::null_mut()
 }
 
-unsafe extern "C" fn check_now_cb(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    unsafe { callback(env, info, check_now) }
-}
-
-unsafe extern "C" fn set_scratch_cb(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    unsafe { callback(env, info, set_scratch) }
-}
-
-unsafe extern "C" fn wire_begin_cb(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    unsafe { callback(env, info, wire_begin) }
-}
-
-unsafe extern "C" fn wire_received_cb(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    unsafe { callback(env, info, wire_received) }
-}
-
-unsafe extern "C" fn wire_output_cb(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    unsafe { callback(env, info, wire_output) }
-}
-
-unsafe extern "C" fn enqueue_cb(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    unsafe { callback(env, info, enqueue) }
+/// `f` as a Node-API callback (through [`callback`]).
+macro_rules! node_callback {
+    ($f:ident) => {{
+        unsafe extern "C" fn cb(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+            unsafe { callback(env, info, $f) }
+        }
+        Some(cb)
+    }};
 }
 
 /// `{ checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput }`,
@@ -851,12 +819,12 @@ pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_val
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
     let entries: [(&std::ffi::CStr, sys::napi_callback); 6] = [
-        (c"checkNow", Some(check_now_cb)),
-        (c"setScratch", Some(set_scratch_cb)),
-        (c"enqueue", Some(enqueue_cb)),
-        (c"wireBegin", Some(wire_begin_cb)),
-        (c"wireReceived", Some(wire_received_cb)),
-        (c"wireOutput", Some(wire_output_cb)),
+        (c"checkNow", node_callback!(check_now)),
+        (c"setScratch", node_callback!(set_scratch)),
+        (c"enqueue", node_callback!(enqueue)),
+        (c"wireBegin", node_callback!(wire_begin)),
+        (c"wireReceived", node_callback!(wire_received)),
+        (c"wireOutput", node_callback!(wire_output)),
     ];
     for (name, cb) in entries {
         let mut f = ptr::null_mut();
