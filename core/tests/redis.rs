@@ -204,6 +204,53 @@ async fn concurrent_tasks_admit_exactly_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_tasks_on_stacked_logs_admit_exactly_the_tighter_limit() {
+    // Two limiters (each its own connections), 64 tasks, two stacked logs on
+    // the server's clock: once the server's time is known, the checks take
+    // the stacked short form (mode "n"); never more than the tighter limit,
+    // and a denied check records nothing on the looser log.
+    let server = RedisServer::start();
+    for rep in 0..10 {
+        let build = || {
+            Limiter::builder(
+                Policy::new(vec![
+                    Rule::sliding_window_log("hot", "k:{k}", 100, ms(60_000)),
+                    Rule::sliding_window_log("wide", "w:{k}", 150, ms(30_000)),
+                ])
+                .unwrap(),
+            )
+            .url(server.url())
+            .prefix(format!("stack{rep}:"))
+            .timeout(ms(5000))
+            .on_backend_error(FailureMode::Error)
+            .build()
+            .unwrap()
+        };
+        let limiters = [build(), build()];
+        let mut tasks = Vec::new();
+        for t in 0..64 {
+            let l = limiters[t % 2].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u32;
+                for _ in 0..4 {
+                    if l.check(&[("k", "one")], 1).await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        assert_eq!(total, 100, "repetition {rep}: {total} admitted out of 256");
+        let keys = limiters[0].keys(&[("k", "one")]);
+        assert_eq!((log_units(&server, &keys[0]), log_units(&server, &keys[1])), (100, 100), "repetition {rep}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_evalsha_per_check_whatever_the_rule_count() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
