@@ -17,7 +17,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::collector::Collector;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::stats::{stripe_index, STRIPES};
+use super::stats::{stripe, StripeRef, STRIPES};
 use crate::decision::{RuleName, RuleResult};
 
 /// The content type of [`Metrics::to_text`], for a `/metrics` response.
@@ -492,7 +492,8 @@ impl RuleCounters {
     pub fn reserve_count(&self, rule: RuleName, what: super::reserve::ReserveCount, n: u64) {
         use super::reserve::ReserveCount;
         let Some(i) = self.names.iter().position(|r| *r == rule) else { return };
-        let c = &self.cells[i][stripe_index()];
+        let s = stripe();
+        let c = &self.cells[i][s.index];
         let cell = match what {
             ReserveCount::Trips => &c.reserve_trips,
             ReserveCount::Local => &c.reserve_local,
@@ -500,36 +501,38 @@ impl RuleCounters {
             ReserveCount::Returned => &c.reserve_returned,
             ReserveCount::Dropped => &c.reserve_dropped,
         };
-        cell.fetch_add(n, Ordering::Relaxed);
+        s.add(cell, n);
     }
 
-    fn cells(&self, index: usize) -> Option<&RuleCells> {
-        self.cells.get(index).map(|c| &c[stripe_index()])
+    fn cells(&self, index: usize, s: StripeRef) -> Option<&RuleCells> {
+        self.cells.get(index).map(|c| &c[s.index])
     }
 
-    /// Count each rule's result of a decision (`degraded`: from the failure policy).
-    pub fn count(&self, results: &[RuleResult], degraded: bool) {
+    /// Count each rule's result of a decision (`degraded`: from the failure
+    /// policy) in this thread's stripe `s`.
+    pub fn count(&self, s: StripeRef, results: &[RuleResult], degraded: bool) {
         for r in results {
-            let Some(c) = self.cells(r.index) else { continue };
-            add(match (degraded, r.allowed, r.shadow) {
+            let Some(c) = self.cells(r.index, s) else { continue };
+            s.add(match (degraded, r.allowed, r.shadow) {
                 (true, true, _) => &c.degraded_allowed,
                 (true, false, _) => &c.degraded_denied,
                 (false, true, _) => &c.allowed,
                 (false, false, false) => &c.denied,
                 (false, false, true) => &c.shadow_denied,
-            });
+            }, 1);
         }
     }
 
     /// Count a backend failure returned as an error, or a timeout, for the rules of a call.
     pub fn failed(&self, rules: impl Iterator<Item = usize>, timeout: bool, returned: bool) {
+        let s = stripe();
         for index in rules {
-            let Some(c) = self.cells(index) else { continue };
+            let Some(c) = self.cells(index, s) else { continue };
             if returned {
-                add(&c.backend_errors);
+                s.add(&c.backend_errors, 1);
             }
             if timeout {
-                add(&c.timeouts);
+                s.add(&c.timeouts, 1);
             }
         }
     }
@@ -537,10 +540,11 @@ impl RuleCounters {
     /// Count a settle that corrected the rule at `index`: `refunded` units
     /// given back, `debited` taken beyond the check's cost.
     pub fn settled(&self, index: usize, refunded: u64, debited: u64) {
-        let Some(c) = self.cells(index) else { return };
-        add(&c.settles);
-        c.settle_refunded.fetch_add(refunded, Ordering::Relaxed);
-        c.settle_debited.fetch_add(debited, Ordering::Relaxed);
+        let s = stripe();
+        let Some(c) = self.cells(index, s) else { return };
+        s.add(&c.settles, 1);
+        s.add(&c.settle_refunded, refunded);
+        s.add(&c.settle_debited, debited);
     }
 
     /// Time one backend call.
@@ -643,9 +647,9 @@ mod tests {
     #[test]
     fn outcomes_per_rule_and_the_text_exposition() {
         let c = RuleCounters::new(vec![RuleName::from("a"), RuleName::from("b")]);
-        c.count(&[result(0, true, false), result(1, false, true)], false);
-        c.count(&[result(0, false, false)], false);
-        c.count(&[result(0, true, false)], true);
+        c.count(stripe(), &[result(0, true, false), result(1, false, true)], false);
+        c.count(stripe(), &[result(0, false, false)], false);
+        c.count(stripe(), &[result(0, true, false)], true);
         c.failed([0, 1].into_iter(), true, true);
         c.observe(Duration::from_micros(700));
         c.settled(1, 3, 0);

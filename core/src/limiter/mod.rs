@@ -443,9 +443,10 @@ impl Limiter {
     /// Count a decision in the totals and, when on, per rule (in the
     /// counters of the policy that decided it).
     fn count(&self, g: &Generation, d: &Decision, degraded: bool) {
-        self.inner.counters.count(d);
+        let s = stats::stripe();
+        self.inner.counters.count(s, d);
         if let Some(m) = &g.metrics {
-            m.count(&d.results, degraded);
+            m.count(s, &d.results, degraded);
         }
     }
 
@@ -651,7 +652,7 @@ impl Limiter {
     fn before_send<'a>(&'a self, g: &'a Generation, plan: &Plan<'_, String>) -> std::result::Result<(&'a Connection, Sent<'a>), Result<Decision>> {
         let Some(remote) = &self.inner.remote else { return Err(Err(Error::closed())) };
         if plan.keys.is_empty() {
-            self.inner.counters.count(&Decision::unlimited());
+            self.inner.counters.count(stats::stripe(), &Decision::unlimited());
             return Err(Ok(Decision::unlimited()));
         }
         // Remembered denials (opt-in): read the clock before anything is
