@@ -5,7 +5,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 
 use super::metrics::RuleCounters;
 use super::reload::{self, Overrides, ReloadCounters};
@@ -260,7 +259,7 @@ impl LimiterBuilder {
         let metrics = o.metrics.then(|| RuleCounters::new(rules.names()).with_reserved(rules.reserved()));
         let limiter = Limiter {
             inner: Arc::new(Inner {
-                current: ArcSwap::from_pointee(Generation { policy, rules, metrics, deny_cache }),
+                current: super::current::Current::new(Generation { policy, rules, metrics, deny_cache }),
                 memory,
                 remote,
                 overrides: Overrides {

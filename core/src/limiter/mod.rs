@@ -7,6 +7,7 @@
 //! shells around that path.
 
 mod builder;
+mod current;
 mod lease;
 mod http;
 mod metrics;
@@ -34,7 +35,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
@@ -122,7 +122,7 @@ struct Generation {
 
 struct Inner {
     /// The policy in force.
-    current: ArcSwap<Generation>,
+    current: current::Current<Generation>,
     /// The embedded backend's store (emptied by `close`); `None` for a network backend.
     memory: Option<MemoryBackend>,
     /// The network backend; `None` for the embedded one.
@@ -527,8 +527,7 @@ impl Limiter {
         let memory = self.inner.memory.as_ref()?;
         // The decision is written in place: a large value is moved once less.
         let mut answer = None;
-        let g = self.inner.current.load();
-        self.embedded(memory, &g, attrs, cost, call_id, mode, &mut answer);
+        self.inner.current.with(|g| self.embedded(memory, g, attrs, cost, call_id, mode, &mut answer));
         answer
     }
 

@@ -75,6 +75,12 @@ pub(super) struct StripeRef {
 }
 
 impl StripeRef {
+    /// Whether this thread holds the stripe alone.
+    #[inline]
+    pub fn held(self) -> bool {
+        self.owned
+    }
+
     /// Add `n` to `counter` of this stripe. A held stripe has one writer,
     /// so a load and a store are exact there (and spare the locked
     /// instruction that was a tenth of an embedded check); readers may see
