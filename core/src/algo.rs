@@ -285,7 +285,7 @@ impl Bucket {
             tokens = b.tokens;
             if now > b.last {
                 let refill = floor_f64((now - b.last) as f64 * rate);
-                if refill >= (full as i64 - tokens as i64) as f64 {
+                if refill >= (full - tokens) as f64 {
                     tokens = full;
                 } else {
                     tokens += refill as i64;

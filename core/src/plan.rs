@@ -417,7 +417,7 @@ impl Rules {
                 _ => return false,
             }
         }
-        !(!rule.exempt.is_empty() && rule.exempt.covers(attrs))
+        rule.exempt.is_empty() || !rule.exempt.covers(attrs)
     }
 
     /// The rule (or its tier) when it applies to these attributes, its key

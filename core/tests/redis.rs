@@ -679,7 +679,7 @@ async fn deny_cache_and_problem_body_for_the_bounded_memory_algorithms() {
         assert_eq!(evalsha_calls(&server), calls, "{name}: the cache answered");
         let truth = plain.peek(&a, 1).await.unwrap();
         assert!(!d.allowed && !truth.allowed, "{name}");
-        assert_eq!((d.retry_after, d.remaining, d.rule.clone()), (truth.retry_after, truth.remaining, truth.rule.clone()), "{name}");
+        assert_eq!((d.retry_after, d.remaining, d.rule), (truth.retry_after, truth.remaining, truth.rule), "{name}");
         assert_eq!(d.problem_json(), truth.problem_json(), "{name}");
         // After the wait, Redis is asked again and admits.
         clock.advance(truth.retry_after);
@@ -842,7 +842,8 @@ async fn tiers_overrides_and_blocks_under_64_tasks() {
             .unwrap()
     };
     // (user, plan, tenant, tenant override, ip) -> exactly admitted.
-    let cases: [(&str, &str, &str, Option<u64>, &str, u32); 4] = [
+    type Case<'a> = (&'a str, &'a str, &'a str, Option<u64>, &'a str, u32);
+    let cases: [Case; 4] = [
         ("u1", "pro", "t1", Some(30), "i1", 20), // the blocking rule is the tightest
         ("u2", "free", "t2", Some(30), "i2", 10), // the tier
         ("u3", "pro", "t3", Some(3), "i3", 3),    // the override

@@ -324,7 +324,7 @@ mod tests {
                     ("s3".into(), 26379)
                 ],
                 service: "mymaster".into(),
-                db: 0 + 2,
+                db: 2,
             }
         );
         let u = SentinelUrl::parse("rediss+sentinel://:secret@h:1/svc").unwrap();

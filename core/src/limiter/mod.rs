@@ -647,7 +647,9 @@ impl Limiter {
 
     /// What comes before a plan is sent: the answer when nothing needs
     /// sending (no rule applies, or a remembered denial), else the backend
-    /// and the times of the call.
+    /// and the times of the call. (The large `Err` is that answer, returned
+    /// at once; boxing it would allocate on every remembered denial.)
+    #[allow(clippy::result_large_err)]
     fn before_send<'a>(&'a self, g: &'a Generation, plan: &Plan<'_, String>) -> std::result::Result<(&'a Connection, Sent<'a>), Result<Decision>> {
         let Some(remote) = &self.inner.remote else { return Err(Err(Error::closed())) };
         if plan.keys.is_empty() {
