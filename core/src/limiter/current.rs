@@ -25,8 +25,8 @@ pub(super) struct Current<T> {
 }
 
 /// One held stripe's copy: only the thread holding stripe `i` touches
-/// slot `i` (a stripe changes hands under a mutex, which orders the last
-/// use of the thread that gave it back before the first of the next).
+/// slot `i` (a stripe given back and taken again orders the last use of the
+/// thread that gave it back before the first of the next; see `stats`).
 #[repr(align(64))]
 struct Slot<T>(UnsafeCell<Option<(u64, Arc<T>)>>);
 

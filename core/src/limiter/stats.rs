@@ -1,6 +1,6 @@
 //! The limiter's counters for operators.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::decision::Decision;
 
@@ -63,6 +63,7 @@ struct Stripe {
 /// adds to them with a plain load and store; the rest are shared by the
 /// threads beyond those, which add with an atomic read-modify-write.
 pub(super) const OWNED: usize = 16;
+const _: () = assert!(OWNED <= 32, "FREE has a bit per held stripe");
 /// Every stripe, owned and shared.
 pub(super) const STRIPES: usize = OWNED + 4;
 
@@ -95,25 +96,24 @@ impl StripeRef {
     }
 }
 
-/// A thread's claim on a stripe, given back when the thread ends (the
-/// mutex orders the last writes of the thread that held it before the
-/// first of the next).
+/// A thread's claim on a stripe, given back when the thread ends.
 struct Claim(StripeRef);
 
-/// Held stripes given back by threads that ended.
-static FREE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+/// The held stripes free to take, a bit each. Taken with a
+/// compare-and-swap (acquire) and given back with an `or` (release), so the
+/// last writes of the thread that gave a stripe back come before the first
+/// of the next; no lock, so a `fork()` in the middle leaves nothing held.
+static FREE: AtomicU32 = AtomicU32::new(u32::MAX >> (32 - OWNED));
 
 impl Claim {
     fn new() -> Claim {
-        static NEXT_OWNED: AtomicUsize = AtomicUsize::new(0);
         static NEXT_SHARED: AtomicUsize = AtomicUsize::new(0);
-        let freed = FREE.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let owned = freed.or_else(|| {
-            NEXT_OWNED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < OWNED).then_some(n + 1)).ok()
+        let taken = FREE.fetch_update(Ordering::Acquire, Ordering::Relaxed, |free| {
+            (free != 0).then(|| free & (free - 1))
         });
-        Claim(match owned {
-            Some(index) => StripeRef { index, owned: true },
-            None => shared(NEXT_SHARED.fetch_add(1, Ordering::Relaxed)),
+        Claim(match taken {
+            Ok(free) => StripeRef { index: free.trailing_zeros() as usize, owned: true },
+            Err(_) => shared(NEXT_SHARED.fetch_add(1, Ordering::Relaxed)),
         })
     }
 }
@@ -121,7 +121,7 @@ impl Claim {
 impl Drop for Claim {
     fn drop(&mut self) {
         if self.0.owned {
-            FREE.lock().unwrap_or_else(|p| p.into_inner()).push(self.0.index);
+            FREE.fetch_or(1 << self.0.index, Ordering::Release);
         }
     }
 }
