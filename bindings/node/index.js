@@ -52,6 +52,8 @@ const [HEAD, PER_RULE] = native._recordLayout();
 const CHUNKS = 4;
 const MIN_CHUNK = 8;
 const MAX_CHUNK = 64;
+// `checkNow` and `wireBegin` return `undefined` when the decision is in the
+// scratch buffer.
 // What `checkNow` returns when the backend is not in process.
 const NOT_IN_PROCESS = -1;
 // What `checkNow` returns when the decision did not fit the scratch buffer
@@ -242,6 +244,10 @@ class Calls {
     const record = HEAD + PER_RULE * this.names.length;
     this.scratch = new Float64Array(address === null ? record : WIRE_CALLS * (1 + record));
     setScratch(this.handle, this.scratch);
+    // The attribute names of the last call that passed them as separate
+    // strings (see `fast`), and how many.
+    this.keys = ['', '', '', ''];
+    this.keyCount = -1;
     this.resolves = [];
     this.rejects = [];
     // The attributes of each queued call (kept by the decisions holding a lease).
@@ -488,19 +494,26 @@ function pack(attributes) {
 const SPLIT_PAIRS = 4;
 // The flag of a call whose attributes come as separate strings.
 const SPLIT = 4;
+// The flag of a split call whose names are those the limiter's last split
+// call passed (`Calls.keys`): only the values cross, the native side has
+// the names' bytes kept.
+const SAME = 8;
 // The names and values of the call being made (overwritten by the next).
 const parts = ['', '', '', '', '', '', '', ''];
 
 /**
- * Call the fast path `fn` (`checkNow`, `enqueue` or `wireBegin`) with its
- * arguments `(handle, attributes, packed, flags, options, id, ...strings)`:
- * the attributes as separate strings when they are a plain object of at
- * most SPLIT_PAIRS string values (`undefined` and `null` values are
- * absent), packed when there are more, else as the object itself, which
- * the native side then reads and reports what is wrong with. `flags` is
- * `8 * pairs + 4 * (split) + 2 * (options given) + (peek)`.
+ * Call the fast path `fn` (`checkNow`, `enqueue` or `wireBegin`) of the
+ * limiter whose `Calls` are `calls` with its arguments `(handle,
+ * attributes, packed, flags, options, id, ...strings)`: the attributes as
+ * separate strings when they are a plain object of at most SPLIT_PAIRS
+ * string values (`undefined` and `null` values are absent), only the
+ * values when the names are the ones the limiter's last such call passed,
+ * packed when there are more, else as the object itself, which the native
+ * side then reads and reports what is wrong with. `flags` is `16 * pairs
+ * + 8 * (same names) + 4 * (split) + 2 * (options given) + (peek)`.
  */
-function fast(fn, handle, attributes, options, peek, id) {
+function fast(fn, calls, attributes, options, peek, id) {
+  const handle = calls.handle;
   const base = (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
   if (typeof attributes !== 'object' || attributes === null || Array.isArray(attributes)) {
     return fn(handle, attributes, undefined, base, options, id);
@@ -513,7 +526,7 @@ function fast(fn, handle, attributes, options, peek, id) {
     if (typeof value === 'string') {
       if (pairs === SPLIT_PAIRS) {
         const text = pack(attributes);
-        return fn(handle, attributes, text, base + 8 * packedPairs, options, id);
+        return fn(handle, attributes, text, base + 16 * packedPairs, options, id);
       }
       parts[2 * pairs] = name;
       parts[2 * pairs + 1] = value;
@@ -522,7 +535,30 @@ function fast(fn, handle, attributes, options, peek, id) {
       return fn(handle, attributes, undefined, base, options, id);
     }
   }
-  const flags = base + SPLIT + 8 * pairs;
+  // The same names as the last split call (the native side keeps those):
+  // compared before the call, and taken as the kept ones before it, as the
+  // native side keeps them before anything that can call back here.
+  const keys = calls.keys;
+  let same = pairs === calls.keyCount;
+  for (let i = 0; same && i < pairs; i++) same = keys[i] === parts[2 * i];
+  if (same) {
+    const flags = base + SPLIT + SAME + 16 * pairs;
+    switch (pairs) {
+      case 0:
+        return fn(handle, attributes, undefined, flags, options, id);
+      case 1:
+        return fn(handle, attributes, undefined, flags, options, id, parts[1]);
+      case 2:
+        return fn(handle, attributes, undefined, flags, options, id, parts[1], parts[3]);
+      case 3:
+        return fn(handle, attributes, undefined, flags, options, id, parts[1], parts[3], parts[5]);
+      default:
+        return fn(handle, attributes, undefined, flags, options, id, parts[1], parts[3], parts[5], parts[7]);
+    }
+  }
+  for (let i = 0; i < pairs; i++) keys[i] = parts[2 * i];
+  calls.keyCount = pairs;
+  const flags = base + SPLIT + 16 * pairs;
   switch (pairs) {
     case 0:
       return fn(handle, attributes, undefined, flags, options, id);
@@ -542,7 +578,7 @@ function fast(fn, handle, attributes, options, peek, id) {
 function answerNow(limiter, calls, attributes, options, peek) {
   let status;
   try {
-    status = fast(checkNow, calls.handle, attributes, options, peek, 0);
+    status = fast(checkNow, calls, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -583,7 +619,7 @@ function answerSync(limiter, attributes, options) {
   const calls = callsOf(limiter);
   if (!calls.inProcess) notInProcess.call(limiter);
   if (typeof options === 'number') options = { cost: options };
-  const status = fast(checkNow, calls.handle, attributes, options, false, 0);
+  const status = fast(checkNow, calls, attributes, options, false, 0);
   if (status === NOT_IN_PROCESS) {
     calls.inProcess = false;
     notInProcess.call(limiter);
@@ -602,7 +638,7 @@ function send(limiter, calls, attributes, options, peek) {
   link.nextId = (id + 1) | 0;
   let status;
   try {
-    status = fast(wireBegin, calls.handle, attributes, options, peek, id >>> 0);
+    status = fast(wireBegin, calls, attributes, options, peek, id >>> 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -616,7 +652,7 @@ function send(limiter, calls, attributes, options, peek) {
 
 function queue(limiter, calls, attributes, options, peek) {
   try {
-    fast(enqueue, calls.handle, attributes, options, peek, 0);
+    fast(enqueue, calls, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }

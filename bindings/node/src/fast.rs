@@ -48,6 +48,11 @@ pub(crate) struct Hot {
     pub lease: RefCell<Option<String>>,
     /// Where a call answered at once has its attributes read (see `Attrs`).
     attrs: RefCell<AttributeBuf>,
+    /// The UTF-8 of the attribute names the last call that passed its
+    /// names as separate strings had, in order (see [`split`]): a call
+    /// whose names are the same ones (index.js compares them) passes only
+    /// its values. Only ever a prefix of those names (a read cut short).
+    keys: RefCell<Vec<Vec<u8>>>,
 }
 
 impl Hot {
@@ -65,6 +70,7 @@ impl Hot {
             wire: RefCell::new(None),
             lease: RefCell::new(None),
             attrs: RefCell::new(AttributeBuf::default()),
+            keys: RefCell::new(Vec::new()),
         }
     }
 }
@@ -277,6 +283,9 @@ const SPLIT_PAIRS: usize = 4;
 const FIXED: usize = 6;
 /// The most arguments a fast path reads.
 const MAX_ARGS: usize = FIXED + 2 * SPLIT_PAIRS;
+/// The arguments read at first (enough for one attribute with its name,
+/// or two without).
+const FEW_ARGS: usize = FIXED + 2;
 
 /// Strings up to this many UTF-16 code units are read as such (see
 /// [`append_string`]); longer ones as UTF-8.
@@ -365,20 +374,42 @@ fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Res
     Ok(true)
 }
 
-/// The attributes given as separate strings (`name, value` for each
-/// pair), read straight into `attrs` (empty): no string is made in
-/// JavaScript for them, and none is flattened. False (and `attrs` left
-/// empty) when one of them is not a string after all (then the object is
-/// read).
-fn split(env: sys::napi_env, strings: &[sys::napi_value], attrs: &mut AttributeBuf) -> Result<bool, Error> {
-    for pair in strings.chunks_exact(2) {
-        // SAFETY: `append_string` appends UTF-8 only, and on an error or a
-        // value that is not a string what it appended is cut off again.
+/// The attributes given as separate strings, read straight into `attrs`
+/// (empty): no string is made in JavaScript for them, and none is
+/// flattened. `strings` holds `name, value` for each pair, and the names
+/// are kept in `keys`; or, with `same`, only the values, whose names are
+/// the ones kept. False (and `attrs` left empty) when one of them is not a
+/// string after all, or `keys` holds fewer names than values (then the
+/// object is read).
+fn split(
+    env: sys::napi_env,
+    strings: &[sys::napi_value],
+    same: bool,
+    keys: &RefCell<Vec<Vec<u8>>>,
+    attrs: &mut AttributeBuf,
+) -> Result<bool, Error> {
+    let mut keys = keys.borrow_mut();
+    let per = if same { 1 } else { 2 };
+    if same && keys.len() < strings.len() {
+        return Ok(false);
+    }
+    for (i, pair) in strings.chunks_exact(per).enumerate() {
+        // SAFETY: `append_string` appends UTF-8 only (as do the names kept,
+        // which it appended before), and on an error or a value that is not
+        // a string what it appended is cut off again.
         let bytes = unsafe { attrs.text_mut().as_mut_vec() };
         let start = bytes.len();
-        let read = append_string(env, pair[0], bytes).and_then(|name| {
+        let name = if same {
+            bytes.extend_from_slice(&keys[i]);
+            Ok(true)
+        } else {
+            // Kept names stay a prefix of the call's names, whatever happens next.
+            keys.truncate(i);
+            append_string(env, pair[0], bytes)
+        };
+        let read = name.and_then(|name| {
             let mid = bytes.len();
-            Ok(name && append_string(env, pair[1], bytes)?).map(|both| both.then_some(mid))
+            Ok(name && append_string(env, pair[per - 1], bytes)?).map(|both| both.then_some(mid))
         });
         let mid = match read {
             Ok(Some(mid)) => mid,
@@ -388,6 +419,9 @@ fn split(env: sys::napi_env, strings: &[sys::napi_value], attrs: &mut AttributeB
                 return other.map(|_| false);
             }
         };
+        if !same {
+            keys.push(bytes[start..mid].to_vec());
+        }
         attrs.end_attribute(start, mid)?;
     }
     Ok(true)
@@ -429,13 +463,14 @@ impl Drop for Attrs<'_> {
 }
 
 /// The arguments of the fast paths: `(handle, attributes, packed, flags,
-/// options, id, name, value, ...)`, where `flags` is `8 * pairs + 4 *
-/// (split) + 2 * (options given) + (peek)`: one number, so one Node-API
-/// call, for what would be four arguments. With `split`, the `pairs`
-/// attributes with a string value (at most `SPLIT_PAIRS`) come as `name,
-/// value` arguments after the fixed ones; else `packed` holds them when
-/// index.js could pack them; else they are read from `attributes`. `id`
-/// is `wireBegin`'s alone.
+/// options, id, name, value, ...)`, where `flags` is `16 * pairs + 8 *
+/// (same) + 4 * (split) + 2 * (options given) + (peek)`: one number, so one
+/// Node-API call, for what would be five arguments. With `split`, the
+/// `pairs` attributes with a string value (at most `SPLIT_PAIRS`) come as
+/// `name, value` arguments after the fixed ones, or with `same` (their
+/// names are those of the last call that passed names: `Hot::keys`) as
+/// their values alone; else `packed` holds them when index.js could pack
+/// them; else they are read from `attributes`. `id` is `wireBegin`'s alone.
 struct Args {
     hot: Rc<Hot>,
     env: Env,
@@ -443,7 +478,10 @@ struct Args {
     peek: bool,
     has_options: bool,
     split: bool,
+    same: bool,
     pairs: usize,
+    /// How many of the arguments after the fixed ones are the attributes' strings.
+    strings: usize,
 }
 
 impl Args {
@@ -452,7 +490,7 @@ impl Args {
     fn attributes(&self) -> Result<AttributeBuf, Error> {
         if self.split {
             let mut attrs = AttributeBuf::take();
-            if split(self.env.raw(), self.strings(), &mut attrs)? {
+            if split(self.env.raw(), self.strings(), self.same, &self.hot.keys, &mut attrs)? {
                 return Ok(attrs);
             }
             attrs.recycle();
@@ -467,7 +505,7 @@ impl Args {
     fn attributes_kept(&self) -> Result<Attrs<'_>, Error> {
         if self.split {
             if let Ok(mut kept) = self.hot.attrs.try_borrow_mut() {
-                if split(self.env.raw(), self.strings(), &mut kept)? {
+                if split(self.env.raw(), self.strings(), self.same, &self.hot.keys, &mut kept)? {
                     return Ok(Attrs::Kept(kept));
                 }
                 return self.object().map(Attrs::Own);
@@ -476,9 +514,9 @@ impl Args {
         self.attributes().map(Attrs::Own)
     }
 
-    /// The `name, value` arguments.
+    /// The `name, value` arguments (with `same`, the values alone).
     fn strings(&self) -> &[sys::napi_value] {
-        &self.argv[FIXED..FIXED + 2 * self.pairs]
+        &self.argv[FIXED..FIXED + self.strings]
     }
 
     /// The attributes read from the object itself.
@@ -519,14 +557,24 @@ fn call_args<const N: usize>(
 }
 
 unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
-    let (argc, argv) = call_args::<MAX_ARGS>(env, info)?;
+    // Most calls have few arguments: those are read in one call, with fewer
+    // slots for Node to fill; the others are read again, all of them.
+    let (argc, first) = call_args::<FEW_ARGS>(env, info)?;
+    let mut argv = [ptr::null_mut(); MAX_ARGS];
+    if argc <= FEW_ARGS {
+        argv[..FEW_ARGS].copy_from_slice(&first);
+    } else {
+        argv = call_args::<MAX_ARGS>(env, info)?.1;
+    }
     if argc < 4 {
         return Err(internal("too few arguments"));
     }
     let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
     let split = flags & 4 != 0;
-    let pairs = (flags >> 3) as usize;
-    if split && (pairs > SPLIT_PAIRS || argc < FIXED + 2 * pairs) {
+    let same = flags & 8 != 0;
+    let pairs = (flags >> 4) as usize;
+    let strings = if same { pairs } else { 2 * pairs };
+    if split && (pairs > SPLIT_PAIRS || argc < FIXED + strings) {
         return Err(internal("too few arguments"));
     }
     Ok(Args {
@@ -536,15 +584,18 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
         peek: flags & 1 != 0,
         has_options: flags & 2 != 0,
         split,
+        same,
         pairs,
+        strings,
     })
 }
 
 /// `checkNow(handle, attributes, packed, flags, options, _, ...strings)`: answer a check
 /// (or a peek) of the embedded backend in place, write its decision record
-/// at the start of the scratch buffer (see `setScratch`) and return 0; -1
-/// when the backend is not in process (queue the call instead). Bad
-/// arguments and core errors are thrown, with `code`.
+/// at the start of the scratch buffer (see `setScratch`) and return
+/// `undefined` (see [`answer_value`]); -1 when the backend is not in
+/// process (queue the call instead). Bad arguments and core errors are
+/// thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
     let attrs = a.attributes_kept()?;
@@ -559,7 +610,7 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
         None => -1,
         Some(answer) => write_scratch(&a.hot, answer?),
     };
-    status_value(env, status)
+    answer_value(env, status)
 }
 
 /// Write a decision answered in place to the scratch buffer: 0, or
@@ -603,7 +654,7 @@ const NO_WIRE: i32 = -3;
 /// `wireBegin(handle, attributes, packed, flags, options, id, ...strings)`: start a
 /// check (or a peek) on the limiter's own connection (`Hot::wire`): -1 when
 /// its command is queued for `_wireOutput` and its answer will come under
-/// `id`; 0 (or `OVERFLOW`) when it was answered at once, as `checkNow`
+/// `id`; `undefined` (or `OVERFLOW`) when it was answered at once, as `checkNow`
 /// answers; `NO_WIRE` when the limiter has none, or the call has a reserved
 /// rule (then index.js queues it for `_flush`). Bad arguments are thrown,
 /// with `code`.
@@ -623,11 +674,22 @@ fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::
         None => -1,
         Some(answer) => write_scratch(&a.hot, answer?),
     };
-    status_value(env, status)
+    answer_value(env, status)
 }
 
 /// What `checkNow` returns when the record is in `Hot::overflow`.
 const OVERFLOW: i32 = -2;
+
+/// What `checkNow` and `wireBegin` return for `status`: `undefined` for 0
+/// (the decision is in the scratch buffer, the common case: no number is
+/// made), else the number.
+fn answer_value(env: sys::napi_env, status: i32) -> Result<sys::napi_value, Error> {
+    if status == 0 {
+        // A callback's null result is `undefined` in JavaScript.
+        return Ok(ptr::null_mut());
+    }
+    status_value(env, status)
+}
 
 fn status_value(env: sys::napi_env, status: i32) -> Result<sys::napi_value, Error> {
     let mut out = ptr::null_mut();
