@@ -109,10 +109,7 @@ class Decision {
     this.#limiter = limiter;
     // A copy: a decision kept for long holds its own few numbers, not a
     // buffer that others share.
-    const length = HEAD + PER_RULE * records[offset];
-    const record = new Array(length);
-    for (let i = 0; i < length; i++) record[i] = records[offset + i];
-    this.#record = record;
+    this.#record = records[offset] === ONE_RULE ? copyOne(records, offset) : copy(records, offset);
     this.#later = lease === null ? undefined : new Later({ ...attributes });
   }
 
@@ -190,6 +187,25 @@ class Decision {
       : undefined;
   }
 }
+
+/** The record at `offset` of `records`, as an array. */
+function copy(records, offset) {
+  const length = HEAD + PER_RULE * records[offset];
+  const record = new Array(length);
+  for (let i = 0; i < length; i++) record[i] = records[offset + i];
+  return record;
+}
+
+/**
+ * `copy` of a record of one rule result (HEAD + PER_RULE = 16 numbers): an
+ * array literal, made in place by the compiled code.
+ */
+function copyOne(r, o) {
+  return [r[o], r[o + 1], r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7], r[o + 8],
+    r[o + 9], r[o + 10], r[o + 11], r[o + 12], r[o + 13], r[o + 14], r[o + 15]];
+}
+// Whether `copyOne` fits the addon's record layout (else every record is `copy`'d).
+const ONE_RULE = HEAD + PER_RULE === 16 ? 1 : -1;
 
 /**
  * What a `Decision` holds beyond its numbers, only once needed: the check's
