@@ -26,7 +26,7 @@ const net = require('node:net');
 const native = require('./native.js');
 
 const proto = native.Limiter.prototype;
-const { checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput } = native._hotPaths();
+const { bind, setScratch, wireReceived, wireOutput } = native._hotPaths();
 const handleOf = proto._handle;
 const flushQueued = proto._flush;
 const resultsOf = proto._results;
@@ -249,6 +249,11 @@ class Calls {
   constructor(limiter) {
     const backend = limiter.backend;
     this.handle = handleOf.call(limiter);
+    // The limiter's own `checkNow`, `enqueue` and `wireBegin` (see `fast`).
+    const paths = bind(this.handle);
+    this.checkNow = paths.checkNow;
+    this.enqueue = paths.enqueue;
+    this.wireBegin = paths.wireBegin;
     this.names = ruleTableOf.call(limiter);
     // A limiter closed before its first call answers in place too (with the error).
     this.inProcess = backend === 'memory' || backend === 'closed';
@@ -519,8 +524,8 @@ const parts = ['', '', '', '', '', '', '', ''];
 
 /**
  * Call the fast path `fn` (`checkNow`, `enqueue` or `wireBegin`) of the
- * limiter whose `Calls` are `calls` with its arguments `(handle,
- * attributes, packed, flags, options, id, ...strings)`: the attributes as
+ * limiter whose `Calls` are `calls` with its arguments `(attributes,
+ * packed, flags, options, id, ...strings)`: the attributes as
  * separate strings when they are a plain object of at most SPLIT_PAIRS
  * string values (`undefined` and `null` values are absent), only the
  * values when the names are the ones the limiter's last such call passed,
@@ -529,10 +534,9 @@ const parts = ['', '', '', '', '', '', '', ''];
  * + 8 * (same names) + 4 * (split) + 2 * (options given) + (peek)`.
  */
 function fast(fn, calls, attributes, options, peek, id) {
-  const handle = calls.handle;
   const base = (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
   if (typeof attributes !== 'object' || attributes === null || Array.isArray(attributes)) {
-    return fn(handle, attributes, undefined, base, options, id);
+    return fn(attributes, undefined, base, options, id);
   }
   const names = Object.keys(attributes);
   let pairs = 0;
@@ -542,13 +546,13 @@ function fast(fn, calls, attributes, options, peek, id) {
     if (typeof value === 'string') {
       if (pairs === SPLIT_PAIRS) {
         const text = pack(attributes);
-        return fn(handle, attributes, text, base + 16 * packedPairs, options, id);
+        return fn(attributes, text, base + 16 * packedPairs, options, id);
       }
       parts[2 * pairs] = name;
       parts[2 * pairs + 1] = value;
       pairs += 1;
     } else if (value !== undefined && value !== null) {
-      return fn(handle, attributes, undefined, base, options, id);
+      return fn(attributes, undefined, base, options, id);
     }
   }
   // The same names as the last split call (the native side keeps those):
@@ -561,15 +565,15 @@ function fast(fn, calls, attributes, options, peek, id) {
     const flags = base + SPLIT + SAME + 16 * pairs;
     switch (pairs) {
       case 0:
-        return fn(handle, attributes, undefined, flags, options, id);
+        return fn(attributes, undefined, flags, options, id);
       case 1:
-        return fn(handle, attributes, undefined, flags, options, id, parts[1]);
+        return fn(attributes, undefined, flags, options, id, parts[1]);
       case 2:
-        return fn(handle, attributes, undefined, flags, options, id, parts[1], parts[3]);
+        return fn(attributes, undefined, flags, options, id, parts[1], parts[3]);
       case 3:
-        return fn(handle, attributes, undefined, flags, options, id, parts[1], parts[3], parts[5]);
+        return fn(attributes, undefined, flags, options, id, parts[1], parts[3], parts[5]);
       default:
-        return fn(handle, attributes, undefined, flags, options, id, parts[1], parts[3], parts[5], parts[7]);
+        return fn(attributes, undefined, flags, options, id, parts[1], parts[3], parts[5], parts[7]);
     }
   }
   for (let i = 0; i < pairs; i++) keys[i] = parts[2 * i];
@@ -577,16 +581,16 @@ function fast(fn, calls, attributes, options, peek, id) {
   const flags = base + SPLIT + 16 * pairs;
   switch (pairs) {
     case 0:
-      return fn(handle, attributes, undefined, flags, options, id);
+      return fn(attributes, undefined, flags, options, id);
     case 1:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1]);
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1]);
     case 2:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3]);
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3]);
     case 3:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
         parts[4], parts[5]);
     default:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
         parts[4], parts[5], parts[6], parts[7]);
   }
 }
@@ -594,7 +598,7 @@ function fast(fn, calls, attributes, options, peek, id) {
 function answerNow(limiter, calls, attributes, options, peek) {
   let status;
   try {
-    status = fast(checkNow, calls, attributes, options, peek, 0);
+    status = fast(calls.checkNow, calls, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -635,7 +639,7 @@ function answerSync(limiter, attributes, options) {
   const calls = callsOf(limiter);
   if (!calls.inProcess) notInProcess.call(limiter);
   if (typeof options === 'number') options = { cost: options };
-  const status = fast(checkNow, calls, attributes, options, false, 0);
+  const status = fast(calls.checkNow, calls, attributes, options, false, 0);
   if (status === NOT_IN_PROCESS) {
     calls.inProcess = false;
     notInProcess.call(limiter);
@@ -654,7 +658,7 @@ function send(limiter, calls, attributes, options, peek) {
   link.nextId = (id + 1) | 0;
   let status;
   try {
-    status = fast(wireBegin, calls, attributes, options, peek, id >>> 0);
+    status = fast(calls.wireBegin, calls, attributes, options, peek, id >>> 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -668,7 +672,7 @@ function send(limiter, calls, attributes, options, peek) {
 
 function queue(limiter, calls, attributes, options, peek) {
   try {
-    fast(enqueue, calls, attributes, options, peek, 0);
+    fast(calls.enqueue, calls, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }

@@ -5,8 +5,9 @@
 //! (receiver unwrapping and class checks, borrow tracking, argument
 //! conversion): several times the cost of an embedded check. These
 //! functions take the limiter's state from a handle that index.js fetches
-//! once per limiter (`Limiter._handle()`), and read the attributes from the
-//! strings index.js passes: up to four attributes with a string value as
+//! once per limiter (`Limiter._handle()`), or for `checkNow`, `enqueue` and
+//! `wireBegin`, made once per limiter by `bind`, from the function itself;
+//! and they read the attributes from the strings index.js passes: up to four attributes with a string value as
 //! separate `name, value` arguments, more packed into one string (`name \0
 //! value \0` each). Whatever those cannot carry (a value that is not a
 //! string, a `\0` inside a packed name or value, not an object at all) is
@@ -17,7 +18,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::ptr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -278,9 +279,9 @@ fn packed(
 /// Attributes with this many string values or fewer come as separate
 /// string arguments (`name, value` each), after the fixed ones.
 const SPLIT_PAIRS: usize = 4;
-/// The fixed arguments of every fast path: `(handle, attributes, packed,
-/// flags, options, id)`.
-const FIXED: usize = 6;
+/// The fixed arguments of every fast path: `(attributes, packed, flags,
+/// options, id)`.
+const FIXED: usize = 5;
 /// The most arguments a fast path reads.
 const MAX_ARGS: usize = FIXED + 2 * SPLIT_PAIRS;
 /// The arguments read at first (enough for one attribute with its name,
@@ -462,8 +463,8 @@ impl Drop for Attrs<'_> {
     }
 }
 
-/// The arguments of the fast paths: `(handle, attributes, packed, flags,
-/// options, id, name, value, ...)`, where `flags` is `16 * pairs + 8 *
+/// The arguments of the fast paths: `(attributes, packed, flags, options,
+/// id, name, value, ...)`, where `flags` is `16 * pairs + 8 *
 /// (same) + 4 * (split) + 2 * (options given) + (peek)`: one number, so one
 /// Node-API call, for what would be five arguments. With `split`, the
 /// `pairs` attributes with a string value (at most `SPLIT_PAIRS`) come as
@@ -494,7 +495,7 @@ impl Args {
                 return Ok(attrs);
             }
             attrs.recycle();
-        } else if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
+        } else if let Some(attrs) = packed(self.env.raw(), self.argv[1], self.pairs)? {
             return Ok(attrs);
         }
         self.object()
@@ -521,7 +522,7 @@ impl Args {
 
     /// The attributes read from the object itself.
     fn object(&self) -> Result<AttributeBuf, Error> {
-        let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
+        let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[0]) };
         convert::attributes(&self.env, &attrs)
     }
 
@@ -529,7 +530,7 @@ impl Args {
         if !self.has_options {
             return Ok(CheckOptions::default());
         }
-        let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[4]) };
+        let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[3]) };
         convert::check_options(&self.env, &options, !self.peek)
     }
 }
@@ -540,17 +541,19 @@ fn call_args<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> Result<(usize, [sys::napi_value; N]), Error> {
+    call_args_data(env, info, ptr::null_mut())
+}
+
+/// [`call_args`], and the function's data to `data` (unless null).
+fn call_args_data<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    data: *mut *mut std::ffi::c_void,
+) -> Result<(usize, [sys::napi_value; N]), Error> {
     let mut argc = N;
     let mut argv = [ptr::null_mut(); N];
     check!(
-        sys::napi_get_cb_info(
-            env,
-            info,
-            &mut argc,
-            argv.as_mut_ptr(),
-            ptr::null_mut(),
-            ptr::null_mut()
-        ),
+        sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), data),
         "cannot read the arguments"
     );
     Ok((argc, argv))
@@ -559,17 +562,22 @@ fn call_args<const N: usize>(
 unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
     // Most calls have few arguments: those are read in one call, with fewer
     // slots for Node to fill; the others are read again, all of them.
-    let (argc, first) = call_args::<FEW_ARGS>(env, info)?;
+    let mut data = ptr::null_mut();
+    let (argc, first) = call_args_data::<FEW_ARGS>(env, info, &mut data)?;
     let mut argv = [ptr::null_mut(); MAX_ARGS];
     if argc <= FEW_ARGS {
         argv[..FEW_ARGS].copy_from_slice(&first);
     } else {
         argv = call_args::<MAX_ARGS>(env, info)?.1;
     }
-    if argc < 4 {
+    if argc < 3 {
         return Err(internal("too few arguments"));
     }
-    let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
+    // SAFETY: the data of a function made by `bind`, which lives as long as it.
+    let hot = unsafe { data.cast::<Weak<Hot>>().as_ref() }
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| internal("not a limiter's fast path"))?;
+    let flags = u32_arg(env, argv[2], "cannot read the call flags")?;
     let split = flags & 4 != 0;
     let same = flags & 8 != 0;
     let pairs = (flags >> 4) as usize;
@@ -578,7 +586,7 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
         return Err(internal("too few arguments"));
     }
     Ok(Args {
-        hot: hot_of(env, argv[0])?,
+        hot,
         env: Env::from_raw(env),
         argv,
         peek: flags & 1 != 0,
@@ -590,7 +598,7 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
     })
 }
 
-/// `checkNow(handle, attributes, packed, flags, options, _, ...strings)`: answer a check
+/// `checkNow(attributes, packed, flags, options, _, ...strings)`: answer a check
 /// (or a peek) of the embedded backend in place, write its decision record
 /// at the start of the scratch buffer (see `setScratch`) and return
 /// `undefined` (see [`answer_value`]); -1 when the backend is not in
@@ -651,7 +659,7 @@ pub(crate) fn mark_lease(out: &mut [f64], d: &throttlegate::Decision) -> Option<
 /// What `wireBegin` returns when the limiter has no wire (use `enqueue`).
 const NO_WIRE: i32 = -3;
 
-/// `wireBegin(handle, attributes, packed, flags, options, id, ...strings)`: start a
+/// `wireBegin(attributes, packed, flags, options, id, ...strings)`: start a
 /// check (or a peek) on the limiter's own connection (`Hot::wire`): -1 when
 /// its command is queued for `_wireOutput` and its answer will come under
 /// `id`; `undefined` (or `OVERFLOW`) when it was answered at once, as `checkNow`
@@ -660,7 +668,7 @@ const NO_WIRE: i32 = -3;
 /// with `code`.
 fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let id = u32_arg(env, a.argv[5], "cannot read the call id")?;
+    let id = u32_arg(env, a.argv[4], "cannot read the call id")?;
     let attrs = a.attributes_kept()?;
     let opts = a.options()?;
     let answer = match &mut *a.hot.wire.borrow_mut() {
@@ -732,7 +740,7 @@ fn set_scratch(
     Ok(out)
 }
 
-/// `enqueue(handle, attributes, packed, flags, options, _, ...strings)`: queue a check
+/// `enqueue(attributes, packed, flags, options, _, ...strings)`: queue a check
 /// (or a peek) for the next `_flush`. Bad arguments are thrown at once, with
 /// `code`, and queue nothing.
 fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
@@ -875,16 +883,57 @@ macro_rules! node_callback {
     }};
 }
 
-/// `{ checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput }`,
-/// the fast paths as JavaScript functions.
+/// `bind(handle)`: `{ checkNow, enqueue, wireBegin }` for the limiter
+/// behind `handle`, each holding it (weakly: a call after the limiter is
+/// gone fails) as its data, so a call names no limiter and none is looked
+/// up. index.js makes them once per limiter.
+fn bind(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let (_, argv) = call_args::<1>(env, info)?;
+    let hot = hot_of(env, argv[0])?;
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 3] = [
+        (c"checkNow", node_callback!(check_now)),
+        (c"enqueue", node_callback!(enqueue)),
+        (c"wireBegin", node_callback!(wire_begin)),
+    ];
+    let mut out = ptr::null_mut();
+    check!(sys::napi_create_object(env, &mut out), "cannot make the fast paths");
+    for (name, cb) in entries {
+        let data = Box::into_raw(Box::new(Rc::downgrade(&hot))).cast::<std::ffi::c_void>();
+        let mut f = ptr::null_mut();
+        let made = unsafe {
+            sys::napi_create_function(env, name.as_ptr(), name.to_bytes().len() as isize, cb, data, &mut f)
+        };
+        if made != sys::Status::napi_ok
+            || unsafe { sys::napi_add_finalizer(env, f, data, Some(drop_bound), ptr::null_mut(), ptr::null_mut()) }
+                != sys::Status::napi_ok
+        {
+            // SAFETY: made by `Box::into_raw` above, and no finalizer holds it.
+            drop(unsafe { Box::from_raw(data.cast::<Weak<Hot>>()) });
+            return Err(internal("cannot make the fast paths"));
+        }
+        check!(
+            sys::napi_set_named_property(env, out, name.as_ptr(), f),
+            "cannot make the fast paths"
+        );
+    }
+    Ok(out)
+}
+
+/// The finalizer of a function made by `bind`: its data let go.
+unsafe extern "C" fn drop_bound(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
+    // SAFETY: `bind` made `data` by `Box::into_raw` and gave it to this finalizer alone.
+    drop(unsafe { Box::from_raw(data.cast::<Weak<Hot>>()) });
+}
+
+/// `{ bind, setScratch, wireReceived, wireOutput }`, the fast paths as
+/// JavaScript functions (`checkNow`, `enqueue` and `wireBegin` come from
+/// `bind`, per limiter).
 pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
-    let entries: [(&std::ffi::CStr, sys::napi_callback); 6] = [
-        (c"checkNow", node_callback!(check_now)),
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 4] = [
+        (c"bind", node_callback!(bind)),
         (c"setScratch", node_callback!(set_scratch)),
-        (c"enqueue", node_callback!(enqueue)),
-        (c"wireBegin", node_callback!(wire_begin)),
         (c"wireReceived", node_callback!(wire_received)),
         (c"wireOutput", node_callback!(wire_output)),
     ];
