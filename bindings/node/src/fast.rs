@@ -608,38 +608,40 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
     let a = unsafe { args(env, info) }?;
     let attrs = a.attributes_kept()?;
     let opts = a.options()?;
-    let answer = if a.peek {
+    let mut answer = if a.peek {
         a.hot.limiter.peek_in_process(&*attrs, opts.cost)
     } else {
         a.hot.limiter.check_in_process(&*attrs, &opts)
     };
     drop(attrs);
+    // Matched in place: a decision is written from where the core put it, not moved.
     let status = match answer {
         None => -1,
-        Some(answer) => write_scratch(&a.hot, answer?),
+        Some(Err(e)) => return Err(e),
+        Some(Ok(ref mut d)) => write_scratch(&a.hot, d),
     };
     answer_value(env, status)
 }
 
 /// Write a decision answered in place to the scratch buffer: 0, or
 /// `OVERFLOW` when it went to `Hot::overflow` instead.
-fn write_scratch(hot: &Hot, mut d: throttlegate::Decision) -> i32 {
-    hot.names.renumber(&mut d);
+fn write_scratch(hot: &Hot, d: &mut throttlegate::Decision) -> i32 {
+    hot.names.renumber(d);
     let scratch = hot.scratch.get();
-    let len = record::len(&d);
+    let len = record::len(d);
     if len > scratch.len {
         let mut overflow = hot.overflow.borrow_mut();
         overflow.clear();
         overflow.resize(len, 0.0);
-        record::write(&mut overflow, &d);
-        *hot.lease.borrow_mut() = mark_lease(&mut overflow, &d);
+        record::write(&mut overflow, d);
+        *hot.lease.borrow_mut() = mark_lease(&mut overflow, d);
         return OVERFLOW;
     }
     // SAFETY: a live Float64Array of `scratch.len` numbers (see
     // `Scratch`), not read by JavaScript while this runs.
     let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, len) };
-    record::write(out, &d);
-    *hot.lease.borrow_mut() = mark_lease(out, &d);
+    record::write(out, d);
+    *hot.lease.borrow_mut() = mark_lease(out, d);
     0
 }
 
@@ -671,16 +673,18 @@ fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::
     let id = u32_arg(env, a.argv[4], "cannot read the call id")?;
     let attrs = a.attributes_kept()?;
     let opts = a.options()?;
-    let answer = match &mut *a.hot.wire.borrow_mut() {
+    let mut answer = match &mut *a.hot.wire.borrow_mut() {
         None => return status_value(env, NO_WIRE),
         // A reserved rule's calls take the general path (the limiter's reservations).
         Some(wire) if wire.reserved(&*attrs, &opts, a.peek) => return status_value(env, NO_WIRE),
         Some(wire) => wire.begin(id, &*attrs, &opts, a.peek),
     };
     drop(attrs);
+    // Matched in place: a decision is written from where the core put it, not moved.
     let status = match answer {
         None => -1,
-        Some(answer) => write_scratch(&a.hot, answer?),
+        Some(Err(e)) => return Err(e),
+        Some(Ok(ref mut d)) => write_scratch(&a.hot, d),
     };
     answer_value(env, status)
 }
