@@ -109,8 +109,8 @@ class Decision {
     this.#limiter = limiter;
     // A copy: a decision kept for long holds its own few numbers, not a
     // buffer that others share.
-    this.#record = records[offset] === ONE_RULE ? copyOne(records, offset) : copy(records, offset);
-    this.#later = lease === null ? undefined : new Later({ ...attributes });
+    this.#record = offset === 0 && records[0] === ONE_RULE ? copyOne(records) : copy(records, offset);
+    this.#later = lease === null ? undefined : leaseLater(attributes);
   }
 
   /** The decision's `Later`, made on first need. */
@@ -197,12 +197,18 @@ function copy(records, offset) {
 }
 
 /**
- * `copy` of a record of one rule result (HEAD + PER_RULE = 16 numbers): an
- * array literal, made in place by the compiled code.
+ * `copy` of a record of one rule result (HEAD + PER_RULE = 16 numbers) at
+ * the start of `r`: an array literal, made in place by the compiled code.
+ * (Small, as is all that `checkSync` calls per check, so that the compiler
+ * inlines all of it, the `Decision`'s allocation included.)
  */
-function copyOne(r, o) {
-  return [r[o], r[o + 1], r[o + 2], r[o + 3], r[o + 4], r[o + 5], r[o + 6], r[o + 7], r[o + 8],
-    r[o + 9], r[o + 10], r[o + 11], r[o + 12], r[o + 13], r[o + 14], r[o + 15]];
+function copyOne(r) {
+  return [r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]];
+}
+
+/** The `Later` of a decision holding a lease: the check's attributes, a copy. */
+function leaseLater(attributes) {
+  return new Later({ ...attributes });
 }
 // Whether `copyOne` fits the addon's record layout (else every record is `copy`'d).
 const ONE_RULE = HEAD + PER_RULE === 16 ? 1 : -1;
@@ -617,8 +623,20 @@ function answered(limiter, calls, status, attributes) {
   return Promise.resolve(decisionWritten(limiter, calls, status, attributes));
 }
 
-/** `answered`'s decision itself (with the lease id it holds, if any). */
+/**
+ * `answered`'s decision itself (with the lease id it holds, if any). Small
+ * (see `copyOne`): anything but a decision in the scratch buffer holding
+ * no lease is `decisionElsewhere`'s.
+ */
 function decisionWritten(limiter, calls, status, attributes) {
+  if (status !== undefined || (calls.scratch[1] & LEASED) !== 0) {
+    return decisionElsewhere(limiter, calls, status, attributes);
+  }
+  return new Decision(limiter, calls.scratch, 0, calls, null, attributes);
+}
+
+/** `decisionWritten` of a decision too long for the scratch buffer, or holding a lease. */
+function decisionElsewhere(limiter, calls, status, attributes) {
   if (status === OVERFLOW) {
     const record = overflowOf.call(limiter);
     calls.scratch = new Float64Array(record.length);
@@ -645,9 +663,12 @@ function answerSync(limiter, attributes, options) {
     notInProcess.call(limiter);
   }
   const decision = decisionWritten(limiter, calls, status, attributes);
-  if (options !== undefined && options !== null && options.callId != null) {
-    return settleable(attributes, options)(decision);
-  }
+  return options === undefined ? decision : settleableSync(decision, attributes, options);
+}
+
+/** `answerSync`'s decision, made settleable when the check had a call id. */
+function settleableSync(decision, attributes, options) {
+  if (options !== null && options.callId != null) return settleable(attributes, options)(decision);
   return decision;
 }
 
