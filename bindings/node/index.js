@@ -651,9 +651,10 @@ function decisionElsewhere(limiter, calls, status, attributes) {
 /**
  * `check` answered synchronously, for the embedded backend: no Promise, the
  * decision returned (or the error thrown) at once. A number for `options`
- * is the cost.
+ * is the cost. `Limiter.prototype.checkSync` itself (no call more).
  */
-function answerSync(limiter, attributes, options) {
+function checkSync(attributes, options) {
+  const limiter = this;
   const calls = callsOf(limiter);
   if (!calls.inProcess) notInProcess.call(limiter);
   if (typeof options === 'number') options = { cost: options };
@@ -666,7 +667,7 @@ function answerSync(limiter, attributes, options) {
   return options === undefined ? decision : settleableSync(decision, attributes, options);
 }
 
-/** `answerSync`'s decision, made settleable when the check had a call id. */
+/** `checkSync`'s decision, made settleable when the check had a call id. */
 function settleableSync(decision, attributes, options) {
   if (options !== null && options.callId != null) return settleable(attributes, options)(decision);
   return decision;
@@ -777,9 +778,7 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
     return answer;
   };
 
-  proto.checkSync = function checkSync(attributes, options) {
-    return answerSync(this, attributes, options);
-  };
+  proto.checkSync = checkSync;
 
   // A decision of a check with a call id settles by that id (`settleCall`);
   // any other is given to the core as recorded, which says why it cannot.
