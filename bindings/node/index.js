@@ -255,9 +255,10 @@ class Calls {
   constructor(limiter) {
     const backend = limiter.backend;
     this.handle = handleOf.call(limiter);
-    // The limiter's own `checkNow`, `enqueue` and `wireBegin` (see `fast`).
+    // The limiter's own `checkNow`, `checkValues`, `enqueue` and `wireBegin` (see `fast`).
     const paths = bind(this.handle);
     this.checkNow = paths.checkNow;
+    this.checkValues = paths.checkValues;
     this.enqueue = paths.enqueue;
     this.wireBegin = paths.wireBegin;
     this.names = ruleTableOf.call(limiter);
@@ -567,6 +568,22 @@ function fast(fn, calls, attributes, options, peek, id) {
   const keys = calls.keys;
   let same = pairs === calls.keyCount;
   for (let i = 0; same && i < pairs; i++) same = keys[i] === parts[2 * i];
+  if (same && base === 0 && fn === calls.checkNow) {
+    // A check without options: `checkValues`, the object and the values alone.
+    const values = calls.checkValues;
+    switch (pairs) {
+      case 0:
+        return values(attributes);
+      case 1:
+        return values(attributes, parts[1]);
+      case 2:
+        return values(attributes, parts[1], parts[3]);
+      case 3:
+        return values(attributes, parts[1], parts[3], parts[5]);
+      default:
+        return values(attributes, parts[1], parts[3], parts[5], parts[7]);
+    }
+  }
   if (same) {
     const flags = base + SPLIT + SAME + 16 * pairs;
     switch (pairs) {

@@ -573,10 +573,7 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
     if argc < 3 {
         return Err(internal("too few arguments"));
     }
-    // SAFETY: the data of a function made by `bind`, which lives as long as it.
-    let hot = unsafe { data.cast::<Weak<Hot>>().as_ref() }
-        .and_then(Weak::upgrade)
-        .ok_or_else(|| internal("not a limiter's fast path"))?;
+    let hot = unsafe { bound_hot(data) }?;
     let flags = u32_arg(env, argv[2], "cannot read the call flags")?;
     let split = flags & 4 != 0;
     let same = flags & 8 != 0;
@@ -605,7 +602,52 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
 /// process (queue the call instead). Bad arguments and core errors are
 /// thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
-    let a = unsafe { args(env, info) }?;
+    answer_now(env, unsafe { args(env, info) }?)
+}
+
+/// `checkValues(attributes, ...values)`: `checkNow` of a check (not a
+/// peek) without options whose attributes are strings under the names the
+/// limiter keeps (`same`, see [`Args`]), passing the object and the values
+/// alone: no flags to read, and fewer arguments.
+fn check_values(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    answer_now(env, unsafe { values_args(env, info) }?)
+}
+
+/// `checkValues`'s arguments, as [`args`] gives those of `checkNow`.
+unsafe fn values_args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
+    let mut data = ptr::null_mut();
+    let (argc, first) = call_args_data::<{ 1 + SPLIT_PAIRS }>(env, info, &mut data)?;
+    if argc < 1 || argc > 1 + SPLIT_PAIRS {
+        return Err(internal("too few arguments"));
+    }
+    let pairs = argc - 1;
+    // Laid out as `checkNow`'s: the object first, the values after the fixed arguments.
+    let mut argv = [ptr::null_mut(); MAX_ARGS];
+    argv[0] = first[0];
+    argv[FIXED..FIXED + pairs].copy_from_slice(&first[1..argc]);
+    Ok(Args {
+        hot: unsafe { bound_hot(data) }?,
+        env: Env::from_raw(env),
+        argv,
+        peek: false,
+        has_options: false,
+        split: true,
+        same: true,
+        pairs,
+        strings: pairs,
+    })
+}
+
+/// The limiter a function made by `bind` holds (its `data`).
+unsafe fn bound_hot(data: *mut std::ffi::c_void) -> Result<Rc<Hot>, Error> {
+    // SAFETY: the data of a function made by `bind`, which lives as long as it.
+    unsafe { data.cast::<Weak<Hot>>().as_ref() }
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| internal("not a limiter's fast path"))
+}
+
+/// Answer the call of `a` in place (`checkNow`).
+fn answer_now(env: sys::napi_env, a: Args) -> Result<sys::napi_value, Error> {
     let attrs = a.attributes_kept()?;
     let opts = a.options()?;
     let mut answer = if a.peek {
@@ -887,15 +929,16 @@ macro_rules! node_callback {
     }};
 }
 
-/// `bind(handle)`: `{ checkNow, enqueue, wireBegin }` for the limiter
+/// `bind(handle)`: `{ checkNow, checkValues, enqueue, wireBegin }` for the limiter
 /// behind `handle`, each holding it (weakly: a call after the limiter is
 /// gone fails) as its data, so a call names no limiter and none is looked
 /// up. index.js makes them once per limiter.
 fn bind(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let (_, argv) = call_args::<1>(env, info)?;
     let hot = hot_of(env, argv[0])?;
-    let entries: [(&std::ffi::CStr, sys::napi_callback); 3] = [
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 4] = [
         (c"checkNow", node_callback!(check_now)),
+        (c"checkValues", node_callback!(check_values)),
         (c"enqueue", node_callback!(enqueue)),
         (c"wireBegin", node_callback!(wire_begin)),
     ];
@@ -930,8 +973,8 @@ unsafe extern "C" fn drop_bound(_env: sys::napi_env, data: *mut std::ffi::c_void
 }
 
 /// `{ bind, setScratch, wireReceived, wireOutput }`, the fast paths as
-/// JavaScript functions (`checkNow`, `enqueue` and `wireBegin` come from
-/// `bind`, per limiter).
+/// JavaScript functions (`checkNow`, `checkValues`, `enqueue` and
+/// `wireBegin` come from `bind`, per limiter).
 pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
