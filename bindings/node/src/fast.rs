@@ -617,7 +617,7 @@ fn check_values(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys
 unsafe fn values_args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
     let mut data = ptr::null_mut();
     let (argc, first) = call_args_data::<{ 1 + SPLIT_PAIRS }>(env, info, &mut data)?;
-    if argc < 1 || argc > 1 + SPLIT_PAIRS {
+    if !(1..=1 + SPLIT_PAIRS).contains(&argc) {
         return Err(internal("too few arguments"));
     }
     let pairs = argc - 1;
