@@ -559,6 +559,7 @@ fn call_args_data<const N: usize>(
     Ok((argc, argv))
 }
 
+#[inline(always)]
 unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
     // Most calls have few arguments: those are read in one call, with fewer
     // slots for Node to fill; the others are read again, all of them.
@@ -602,7 +603,7 @@ unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args
 /// process (queue the call instead). Bad arguments and core errors are
 /// thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
-    answer_now(env, unsafe { args(env, info) }?)
+    answer_now(env, &unsafe { args(env, info) }?)
 }
 
 /// `checkValues(attributes, ...values)`: `checkNow` of a check (not a
@@ -610,10 +611,12 @@ fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::n
 /// limiter keeps (`same`, see [`Args`]), passing the object and the values
 /// alone: no flags to read, and fewer arguments.
 fn check_values(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
-    answer_now(env, unsafe { values_args(env, info) }?)
+    answer_now(env, &unsafe { values_args(env, info) }?)
 }
 
 /// `checkValues`'s arguments, as [`args`] gives those of `checkNow`.
+/// (Inlined, as is [`args`]: built where they are used, not moved there.)
+#[inline(always)]
 unsafe fn values_args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
     let mut data = ptr::null_mut();
     let (argc, first) = call_args_data::<{ 1 + SPLIT_PAIRS }>(env, info, &mut data)?;
@@ -647,7 +650,7 @@ unsafe fn bound_hot(data: *mut std::ffi::c_void) -> Result<Rc<Hot>, Error> {
 }
 
 /// Answer the call of `a` in place (`checkNow`).
-fn answer_now(env: sys::napi_env, a: Args) -> Result<sys::napi_value, Error> {
+fn answer_now(env: sys::napi_env, a: &Args) -> Result<sys::napi_value, Error> {
     let attrs = a.attributes_kept()?;
     let opts = a.options()?;
     let mut answer = if a.peek {
