@@ -26,7 +26,7 @@ const net = require('node:net');
 const native = require('./native.js');
 
 const proto = native.Limiter.prototype;
-const { checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput } = native._hotPaths();
+const { bind, setScratch, wireReceived, wireOutput } = native._hotPaths();
 const handleOf = proto._handle;
 const flushQueued = proto._flush;
 const resultsOf = proto._results;
@@ -52,6 +52,8 @@ const [HEAD, PER_RULE] = native._recordLayout();
 const CHUNKS = 4;
 const MIN_CHUNK = 8;
 const MAX_CHUNK = 64;
+// `checkNow` and `wireBegin` return `undefined` when the decision is in the
+// scratch buffer.
 // What `checkNow` returns when the backend is not in process.
 const NOT_IN_PROCESS = -1;
 // What `checkNow` returns when the decision did not fit the scratch buffer
@@ -107,11 +109,8 @@ class Decision {
     this.#limiter = limiter;
     // A copy: a decision kept for long holds its own few numbers, not a
     // buffer that others share.
-    const length = HEAD + PER_RULE * records[offset];
-    const record = new Array(length);
-    for (let i = 0; i < length; i++) record[i] = records[offset + i];
-    this.#record = record;
-    this.#later = lease === null ? undefined : new Later({ ...attributes });
+    this.#record = offset === 0 && records[0] === ONE_RULE ? copyOne(records) : copy(records, offset);
+    this.#later = lease === null ? undefined : leaseLater(attributes);
   }
 
   /** The decision's `Later`, made on first need. */
@@ -189,6 +188,31 @@ class Decision {
   }
 }
 
+/** The record at `offset` of `records`, as an array. */
+function copy(records, offset) {
+  const length = HEAD + PER_RULE * records[offset];
+  const record = new Array(length);
+  for (let i = 0; i < length; i++) record[i] = records[offset + i];
+  return record;
+}
+
+/**
+ * `copy` of a record of one rule result (HEAD + PER_RULE = 16 numbers) at
+ * the start of `r`: an array literal, made in place by the compiled code.
+ * (Small, as is all that `checkSync` calls per check, so that the compiler
+ * inlines all of it, the `Decision`'s allocation included.)
+ */
+function copyOne(r) {
+  return [r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]];
+}
+
+/** The `Later` of a decision holding a lease: the check's attributes, a copy. */
+function leaseLater(attributes) {
+  return new Later({ ...attributes });
+}
+// Whether `copyOne` fits the addon's record layout (else every record is `copy`'d).
+const ONE_RULE = HEAD + PER_RULE === 16 ? 1 : -1;
+
 /**
  * What a `Decision` holds beyond its numbers, only once needed: the check's
  * attributes (a copy) when it holds a lease, and `results`, `headers` and
@@ -231,6 +255,12 @@ class Calls {
   constructor(limiter) {
     const backend = limiter.backend;
     this.handle = handleOf.call(limiter);
+    // The limiter's own `checkNow`, `checkValues`, `enqueue` and `wireBegin` (see `fast`).
+    const paths = bind(this.handle);
+    this.checkNow = paths.checkNow;
+    this.checkValues = paths.checkValues;
+    this.enqueue = paths.enqueue;
+    this.wireBegin = paths.wireBegin;
     this.names = ruleTableOf.call(limiter);
     // A limiter closed before its first call answers in place too (with the error).
     this.inProcess = backend === 'memory' || backend === 'closed';
@@ -242,6 +272,10 @@ class Calls {
     const record = HEAD + PER_RULE * this.names.length;
     this.scratch = new Float64Array(address === null ? record : WIRE_CALLS * (1 + record));
     setScratch(this.handle, this.scratch);
+    // The attribute names of the last call that passed them as separate
+    // strings (see `fast`), and how many.
+    this.keys = ['', '', '', ''];
+    this.keyCount = -1;
     this.resolves = [];
     this.rejects = [];
     // The attributes of each queued call (kept by the decisions holding a lease).
@@ -488,22 +522,28 @@ function pack(attributes) {
 const SPLIT_PAIRS = 4;
 // The flag of a call whose attributes come as separate strings.
 const SPLIT = 4;
+// The flag of a split call whose names are those the limiter's last split
+// call passed (`Calls.keys`): only the values cross, the native side has
+// the names' bytes kept.
+const SAME = 8;
 // The names and values of the call being made (overwritten by the next).
 const parts = ['', '', '', '', '', '', '', ''];
 
 /**
- * Call the fast path `fn` (`checkNow`, `enqueue` or `wireBegin`) with its
- * arguments `(handle, attributes, packed, flags, options, id, ...strings)`:
- * the attributes as separate strings when they are a plain object of at
- * most SPLIT_PAIRS string values (`undefined` and `null` values are
- * absent), packed when there are more, else as the object itself, which
- * the native side then reads and reports what is wrong with. `flags` is
- * `8 * pairs + 4 * (split) + 2 * (options given) + (peek)`.
+ * Call the fast path `fn` (`checkNow`, `enqueue` or `wireBegin`) of the
+ * limiter whose `Calls` are `calls` with its arguments `(attributes,
+ * packed, flags, options, id, ...strings)`: the attributes as
+ * separate strings when they are a plain object of at most SPLIT_PAIRS
+ * string values (`undefined` and `null` values are absent), only the
+ * values when the names are the ones the limiter's last such call passed,
+ * packed when there are more, else as the object itself, which the native
+ * side then reads and reports what is wrong with. `flags` is `16 * pairs
+ * + 8 * (same names) + 4 * (split) + 2 * (options given) + (peek)`.
  */
-function fast(fn, handle, attributes, options, peek, id) {
+function fast(fn, calls, attributes, options, peek, id) {
   const base = (options === undefined || options === null ? 0 : 2) + (peek ? 1 : 0);
   if (typeof attributes !== 'object' || attributes === null || Array.isArray(attributes)) {
-    return fn(handle, attributes, undefined, base, options, id);
+    return fn(attributes, undefined, base, options, id);
   }
   const names = Object.keys(attributes);
   let pairs = 0;
@@ -513,28 +553,67 @@ function fast(fn, handle, attributes, options, peek, id) {
     if (typeof value === 'string') {
       if (pairs === SPLIT_PAIRS) {
         const text = pack(attributes);
-        return fn(handle, attributes, text, base + 8 * packedPairs, options, id);
+        return fn(attributes, text, base + 16 * packedPairs, options, id);
       }
       parts[2 * pairs] = name;
       parts[2 * pairs + 1] = value;
       pairs += 1;
     } else if (value !== undefined && value !== null) {
-      return fn(handle, attributes, undefined, base, options, id);
+      return fn(attributes, undefined, base, options, id);
     }
   }
-  const flags = base + SPLIT + 8 * pairs;
+  // The same names as the last split call (the native side keeps those):
+  // compared before the call, and taken as the kept ones before it, as the
+  // native side keeps them before anything that can call back here.
+  const keys = calls.keys;
+  let same = pairs === calls.keyCount;
+  for (let i = 0; same && i < pairs; i++) same = keys[i] === parts[2 * i];
+  if (same && base === 0 && fn === calls.checkNow) {
+    // A check without options: `checkValues`, the object and the values alone.
+    const values = calls.checkValues;
+    switch (pairs) {
+      case 0:
+        return values(attributes);
+      case 1:
+        return values(attributes, parts[1]);
+      case 2:
+        return values(attributes, parts[1], parts[3]);
+      case 3:
+        return values(attributes, parts[1], parts[3], parts[5]);
+      default:
+        return values(attributes, parts[1], parts[3], parts[5], parts[7]);
+    }
+  }
+  if (same) {
+    const flags = base + SPLIT + SAME + 16 * pairs;
+    switch (pairs) {
+      case 0:
+        return fn(attributes, undefined, flags, options, id);
+      case 1:
+        return fn(attributes, undefined, flags, options, id, parts[1]);
+      case 2:
+        return fn(attributes, undefined, flags, options, id, parts[1], parts[3]);
+      case 3:
+        return fn(attributes, undefined, flags, options, id, parts[1], parts[3], parts[5]);
+      default:
+        return fn(attributes, undefined, flags, options, id, parts[1], parts[3], parts[5], parts[7]);
+    }
+  }
+  for (let i = 0; i < pairs; i++) keys[i] = parts[2 * i];
+  calls.keyCount = pairs;
+  const flags = base + SPLIT + 16 * pairs;
   switch (pairs) {
     case 0:
-      return fn(handle, attributes, undefined, flags, options, id);
+      return fn(attributes, undefined, flags, options, id);
     case 1:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1]);
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1]);
     case 2:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3]);
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3]);
     case 3:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
         parts[4], parts[5]);
     default:
-      return fn(handle, attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
+      return fn(attributes, undefined, flags, options, id, parts[0], parts[1], parts[2], parts[3],
         parts[4], parts[5], parts[6], parts[7]);
   }
 }
@@ -542,7 +621,7 @@ function fast(fn, handle, attributes, options, peek, id) {
 function answerNow(limiter, calls, attributes, options, peek) {
   let status;
   try {
-    status = fast(checkNow, calls.handle, attributes, options, peek, 0);
+    status = fast(calls.checkNow, calls, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -561,8 +640,20 @@ function answered(limiter, calls, status, attributes) {
   return Promise.resolve(decisionWritten(limiter, calls, status, attributes));
 }
 
-/** `answered`'s decision itself (with the lease id it holds, if any). */
+/**
+ * `answered`'s decision itself (with the lease id it holds, if any). Small
+ * (see `copyOne`): anything but a decision in the scratch buffer holding
+ * no lease is `decisionElsewhere`'s.
+ */
 function decisionWritten(limiter, calls, status, attributes) {
+  if (status !== undefined || (calls.scratch[1] & LEASED) !== 0) {
+    return decisionElsewhere(limiter, calls, status, attributes);
+  }
+  return new Decision(limiter, calls.scratch, 0, calls, null, attributes);
+}
+
+/** `decisionWritten` of a decision too long for the scratch buffer, or holding a lease. */
+function decisionElsewhere(limiter, calls, status, attributes) {
   if (status === OVERFLOW) {
     const record = overflowOf.call(limiter);
     calls.scratch = new Float64Array(record.length);
@@ -577,21 +668,25 @@ function decisionWritten(limiter, calls, status, attributes) {
 /**
  * `check` answered synchronously, for the embedded backend: no Promise, the
  * decision returned (or the error thrown) at once. A number for `options`
- * is the cost.
+ * is the cost. `Limiter.prototype.checkSync` itself (no call more).
  */
-function answerSync(limiter, attributes, options) {
+function checkSync(attributes, options) {
+  const limiter = this;
   const calls = callsOf(limiter);
   if (!calls.inProcess) notInProcess.call(limiter);
   if (typeof options === 'number') options = { cost: options };
-  const status = fast(checkNow, calls.handle, attributes, options, false, 0);
+  const status = fast(calls.checkNow, calls, attributes, options, false, 0);
   if (status === NOT_IN_PROCESS) {
     calls.inProcess = false;
     notInProcess.call(limiter);
   }
   const decision = decisionWritten(limiter, calls, status, attributes);
-  if (options !== undefined && options !== null && options.callId != null) {
-    return settleable(attributes, options)(decision);
-  }
+  return options === undefined ? decision : settleableSync(decision, attributes, options);
+}
+
+/** `checkSync`'s decision, made settleable when the check had a call id. */
+function settleableSync(decision, attributes, options) {
+  if (options !== null && options.callId != null) return settleable(attributes, options)(decision);
   return decision;
 }
 
@@ -602,7 +697,7 @@ function send(limiter, calls, attributes, options, peek) {
   link.nextId = (id + 1) | 0;
   let status;
   try {
-    status = fast(wireBegin, calls.handle, attributes, options, peek, id >>> 0);
+    status = fast(calls.wireBegin, calls, attributes, options, peek, id >>> 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -616,7 +711,7 @@ function send(limiter, calls, attributes, options, peek) {
 
 function queue(limiter, calls, attributes, options, peek) {
   try {
-    fast(enqueue, calls.handle, attributes, options, peek, 0);
+    fast(calls.enqueue, calls, attributes, options, peek, 0);
   } catch (err) {
     return Promise.reject(err);
   }
@@ -700,9 +795,7 @@ if (!Object.prototype.hasOwnProperty.call(proto, kFast)) {
     return answer;
   };
 
-  proto.checkSync = function checkSync(attributes, options) {
-    return answerSync(this, attributes, options);
-  };
+  proto.checkSync = checkSync;
 
   // A decision of a check with a call id settles by that id (`settleCall`);
   // any other is given to the core as recorded, which says why it cannot.

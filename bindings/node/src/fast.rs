@@ -5,8 +5,9 @@
 //! (receiver unwrapping and class checks, borrow tracking, argument
 //! conversion): several times the cost of an embedded check. These
 //! functions take the limiter's state from a handle that index.js fetches
-//! once per limiter (`Limiter._handle()`), and read the attributes from the
-//! strings index.js passes: up to four attributes with a string value as
+//! once per limiter (`Limiter._handle()`), or for `checkNow`, `enqueue` and
+//! `wireBegin`, made once per limiter by `bind`, from the function itself;
+//! and they read the attributes from the strings index.js passes: up to four attributes with a string value as
 //! separate `name, value` arguments, more packed into one string (`name \0
 //! value \0` each). Whatever those cannot carry (a value that is not a
 //! string, a `\0` inside a packed name or value, not an object at all) is
@@ -17,7 +18,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::ptr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +49,11 @@ pub(crate) struct Hot {
     pub lease: RefCell<Option<String>>,
     /// Where a call answered at once has its attributes read (see `Attrs`).
     attrs: RefCell<AttributeBuf>,
+    /// The UTF-8 of the attribute names the last call that passed its
+    /// names as separate strings had, in order (see [`split`]): a call
+    /// whose names are the same ones (index.js compares them) passes only
+    /// its values. Only ever a prefix of those names (a read cut short).
+    keys: RefCell<Vec<Vec<u8>>>,
 }
 
 impl Hot {
@@ -65,6 +71,7 @@ impl Hot {
             wire: RefCell::new(None),
             lease: RefCell::new(None),
             attrs: RefCell::new(AttributeBuf::default()),
+            keys: RefCell::new(Vec::new()),
         }
     }
 }
@@ -272,11 +279,14 @@ fn packed(
 /// Attributes with this many string values or fewer come as separate
 /// string arguments (`name, value` each), after the fixed ones.
 const SPLIT_PAIRS: usize = 4;
-/// The fixed arguments of every fast path: `(handle, attributes, packed,
-/// flags, options, id)`.
-const FIXED: usize = 6;
+/// The fixed arguments of every fast path: `(attributes, packed, flags,
+/// options, id)`.
+const FIXED: usize = 5;
 /// The most arguments a fast path reads.
 const MAX_ARGS: usize = FIXED + 2 * SPLIT_PAIRS;
+/// The arguments read at first (enough for one attribute with its name,
+/// or two without).
+const FEW_ARGS: usize = FIXED + 2;
 
 /// Strings up to this many UTF-16 code units are read as such (see
 /// [`append_string`]); longer ones as UTF-8.
@@ -365,20 +375,42 @@ fn append_utf8(env: sys::napi_env, v: sys::napi_value, out: &mut Vec<u8>) -> Res
     Ok(true)
 }
 
-/// The attributes given as separate strings (`name, value` for each
-/// pair), read straight into `attrs` (empty): no string is made in
-/// JavaScript for them, and none is flattened. False (and `attrs` left
-/// empty) when one of them is not a string after all (then the object is
-/// read).
-fn split(env: sys::napi_env, strings: &[sys::napi_value], attrs: &mut AttributeBuf) -> Result<bool, Error> {
-    for pair in strings.chunks_exact(2) {
-        // SAFETY: `append_string` appends UTF-8 only, and on an error or a
-        // value that is not a string what it appended is cut off again.
+/// The attributes given as separate strings, read straight into `attrs`
+/// (empty): no string is made in JavaScript for them, and none is
+/// flattened. `strings` holds `name, value` for each pair, and the names
+/// are kept in `keys`; or, with `same`, only the values, whose names are
+/// the ones kept. False (and `attrs` left empty) when one of them is not a
+/// string after all, or `keys` holds fewer names than values (then the
+/// object is read).
+fn split(
+    env: sys::napi_env,
+    strings: &[sys::napi_value],
+    same: bool,
+    keys: &RefCell<Vec<Vec<u8>>>,
+    attrs: &mut AttributeBuf,
+) -> Result<bool, Error> {
+    let mut keys = keys.borrow_mut();
+    let per = if same { 1 } else { 2 };
+    if same && keys.len() < strings.len() {
+        return Ok(false);
+    }
+    for (i, pair) in strings.chunks_exact(per).enumerate() {
+        // SAFETY: `append_string` appends UTF-8 only (as do the names kept,
+        // which it appended before), and on an error or a value that is not
+        // a string what it appended is cut off again.
         let bytes = unsafe { attrs.text_mut().as_mut_vec() };
         let start = bytes.len();
-        let read = append_string(env, pair[0], bytes).and_then(|name| {
+        let name = if same {
+            bytes.extend_from_slice(&keys[i]);
+            Ok(true)
+        } else {
+            // Kept names stay a prefix of the call's names, whatever happens next.
+            keys.truncate(i);
+            append_string(env, pair[0], bytes)
+        };
+        let read = name.and_then(|name| {
             let mid = bytes.len();
-            Ok(name && append_string(env, pair[1], bytes)?).map(|both| both.then_some(mid))
+            Ok(name && append_string(env, pair[per - 1], bytes)?).map(|both| both.then_some(mid))
         });
         let mid = match read {
             Ok(Some(mid)) => mid,
@@ -388,6 +420,9 @@ fn split(env: sys::napi_env, strings: &[sys::napi_value], attrs: &mut AttributeB
                 return other.map(|_| false);
             }
         };
+        if !same {
+            keys.push(bytes[start..mid].to_vec());
+        }
         attrs.end_attribute(start, mid)?;
     }
     Ok(true)
@@ -428,14 +463,15 @@ impl Drop for Attrs<'_> {
     }
 }
 
-/// The arguments of the fast paths: `(handle, attributes, packed, flags,
-/// options, id, name, value, ...)`, where `flags` is `8 * pairs + 4 *
-/// (split) + 2 * (options given) + (peek)`: one number, so one Node-API
-/// call, for what would be four arguments. With `split`, the `pairs`
-/// attributes with a string value (at most `SPLIT_PAIRS`) come as `name,
-/// value` arguments after the fixed ones; else `packed` holds them when
-/// index.js could pack them; else they are read from `attributes`. `id`
-/// is `wireBegin`'s alone.
+/// The arguments of the fast paths: `(attributes, packed, flags, options,
+/// id, name, value, ...)`, where `flags` is `16 * pairs + 8 *
+/// (same) + 4 * (split) + 2 * (options given) + (peek)`: one number, so one
+/// Node-API call, for what would be five arguments. With `split`, the
+/// `pairs` attributes with a string value (at most `SPLIT_PAIRS`) come as
+/// `name, value` arguments after the fixed ones, or with `same` (their
+/// names are those of the last call that passed names: `Hot::keys`) as
+/// their values alone; else `packed` holds them when index.js could pack
+/// them; else they are read from `attributes`. `id` is `wireBegin`'s alone.
 struct Args {
     hot: Rc<Hot>,
     env: Env,
@@ -443,7 +479,10 @@ struct Args {
     peek: bool,
     has_options: bool,
     split: bool,
+    same: bool,
     pairs: usize,
+    /// How many of the arguments after the fixed ones are the attributes' strings.
+    strings: usize,
 }
 
 impl Args {
@@ -452,11 +491,11 @@ impl Args {
     fn attributes(&self) -> Result<AttributeBuf, Error> {
         if self.split {
             let mut attrs = AttributeBuf::take();
-            if split(self.env.raw(), self.strings(), &mut attrs)? {
+            if split(self.env.raw(), self.strings(), self.same, &self.hot.keys, &mut attrs)? {
                 return Ok(attrs);
             }
             attrs.recycle();
-        } else if let Some(attrs) = packed(self.env.raw(), self.argv[2], self.pairs)? {
+        } else if let Some(attrs) = packed(self.env.raw(), self.argv[1], self.pairs)? {
             return Ok(attrs);
         }
         self.object()
@@ -467,7 +506,7 @@ impl Args {
     fn attributes_kept(&self) -> Result<Attrs<'_>, Error> {
         if self.split {
             if let Ok(mut kept) = self.hot.attrs.try_borrow_mut() {
-                if split(self.env.raw(), self.strings(), &mut kept)? {
+                if split(self.env.raw(), self.strings(), self.same, &self.hot.keys, &mut kept)? {
                     return Ok(Attrs::Kept(kept));
                 }
                 return self.object().map(Attrs::Own);
@@ -476,14 +515,14 @@ impl Args {
         self.attributes().map(Attrs::Own)
     }
 
-    /// The `name, value` arguments.
+    /// The `name, value` arguments (with `same`, the values alone).
     fn strings(&self) -> &[sys::napi_value] {
-        &self.argv[FIXED..FIXED + 2 * self.pairs]
+        &self.argv[FIXED..FIXED + self.strings]
     }
 
     /// The attributes read from the object itself.
     fn object(&self) -> Result<AttributeBuf, Error> {
-        let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[1]) };
+        let attrs = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[0]) };
         convert::attributes(&self.env, &attrs)
     }
 
@@ -491,7 +530,7 @@ impl Args {
         if !self.has_options {
             return Ok(CheckOptions::default());
         }
-        let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[4]) };
+        let options = unsafe { Unknown::from_raw_unchecked(self.env.raw(), self.argv[3]) };
         convert::check_options(&self.env, &options, !self.peek)
     }
 }
@@ -502,85 +541,152 @@ fn call_args<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> Result<(usize, [sys::napi_value; N]), Error> {
+    call_args_data(env, info, ptr::null_mut())
+}
+
+/// [`call_args`], and the function's data to `data` (unless null).
+fn call_args_data<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    data: *mut *mut std::ffi::c_void,
+) -> Result<(usize, [sys::napi_value; N]), Error> {
     let mut argc = N;
     let mut argv = [ptr::null_mut(); N];
     check!(
-        sys::napi_get_cb_info(
-            env,
-            info,
-            &mut argc,
-            argv.as_mut_ptr(),
-            ptr::null_mut(),
-            ptr::null_mut()
-        ),
+        sys::napi_get_cb_info(env, info, &mut argc, argv.as_mut_ptr(), ptr::null_mut(), data),
         "cannot read the arguments"
     );
     Ok((argc, argv))
 }
 
+#[inline(always)]
 unsafe fn args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
-    let (argc, argv) = call_args::<MAX_ARGS>(env, info)?;
-    if argc < 4 {
+    // Most calls have few arguments: those are read in one call, with fewer
+    // slots for Node to fill; the others are read again, all of them.
+    let mut data = ptr::null_mut();
+    let (argc, first) = call_args_data::<FEW_ARGS>(env, info, &mut data)?;
+    let mut argv = [ptr::null_mut(); MAX_ARGS];
+    if argc <= FEW_ARGS {
+        argv[..FEW_ARGS].copy_from_slice(&first);
+    } else {
+        argv = call_args::<MAX_ARGS>(env, info)?.1;
+    }
+    if argc < 3 {
         return Err(internal("too few arguments"));
     }
-    let flags = u32_arg(env, argv[3], "cannot read the call flags")?;
+    let hot = unsafe { bound_hot(data) }?;
+    let flags = u32_arg(env, argv[2], "cannot read the call flags")?;
     let split = flags & 4 != 0;
-    let pairs = (flags >> 3) as usize;
-    if split && (pairs > SPLIT_PAIRS || argc < FIXED + 2 * pairs) {
+    let same = flags & 8 != 0;
+    let pairs = (flags >> 4) as usize;
+    let strings = if same { pairs } else { 2 * pairs };
+    if split && (pairs > SPLIT_PAIRS || argc < FIXED + strings) {
         return Err(internal("too few arguments"));
     }
     Ok(Args {
-        hot: hot_of(env, argv[0])?,
+        hot,
         env: Env::from_raw(env),
         argv,
         peek: flags & 1 != 0,
         has_options: flags & 2 != 0,
         split,
+        same,
         pairs,
+        strings,
     })
 }
 
-/// `checkNow(handle, attributes, packed, flags, options, _, ...strings)`: answer a check
+/// `checkNow(attributes, packed, flags, options, _, ...strings)`: answer a check
 /// (or a peek) of the embedded backend in place, write its decision record
-/// at the start of the scratch buffer (see `setScratch`) and return 0; -1
-/// when the backend is not in process (queue the call instead). Bad
-/// arguments and core errors are thrown, with `code`.
+/// at the start of the scratch buffer (see `setScratch`) and return
+/// `undefined` (see [`answer_value`]); -1 when the backend is not in
+/// process (queue the call instead). Bad arguments and core errors are
+/// thrown, with `code`.
 fn check_now(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
-    let a = unsafe { args(env, info) }?;
+    answer_now(env, &unsafe { args(env, info) }?)
+}
+
+/// `checkValues(attributes, ...values)`: `checkNow` of a check (not a
+/// peek) without options whose attributes are strings under the names the
+/// limiter keeps (`same`, see [`Args`]), passing the object and the values
+/// alone: no flags to read, and fewer arguments.
+fn check_values(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    answer_now(env, &unsafe { values_args(env, info) }?)
+}
+
+/// `checkValues`'s arguments, as [`args`] gives those of `checkNow`.
+/// (Inlined, as is [`args`]: built where they are used, not moved there.)
+#[inline(always)]
+unsafe fn values_args(env: sys::napi_env, info: sys::napi_callback_info) -> Result<Args, Error> {
+    let mut data = ptr::null_mut();
+    let (argc, first) = call_args_data::<{ 1 + SPLIT_PAIRS }>(env, info, &mut data)?;
+    if !(1..=1 + SPLIT_PAIRS).contains(&argc) {
+        return Err(internal("too few arguments"));
+    }
+    let pairs = argc - 1;
+    // Laid out as `checkNow`'s: the object first, the values after the fixed arguments.
+    let mut argv = [ptr::null_mut(); MAX_ARGS];
+    argv[0] = first[0];
+    argv[FIXED..FIXED + pairs].copy_from_slice(&first[1..argc]);
+    Ok(Args {
+        hot: unsafe { bound_hot(data) }?,
+        env: Env::from_raw(env),
+        argv,
+        peek: false,
+        has_options: false,
+        split: true,
+        same: true,
+        pairs,
+        strings: pairs,
+    })
+}
+
+/// The limiter a function made by `bind` holds (its `data`).
+unsafe fn bound_hot(data: *mut std::ffi::c_void) -> Result<Rc<Hot>, Error> {
+    // SAFETY: the data of a function made by `bind`, which lives as long as it.
+    unsafe { data.cast::<Weak<Hot>>().as_ref() }
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| internal("not a limiter's fast path"))
+}
+
+/// Answer the call of `a` in place (`checkNow`).
+fn answer_now(env: sys::napi_env, a: &Args) -> Result<sys::napi_value, Error> {
     let attrs = a.attributes_kept()?;
     let opts = a.options()?;
-    let answer = if a.peek {
+    let mut answer = if a.peek {
         a.hot.limiter.peek_in_process(&*attrs, opts.cost)
     } else {
         a.hot.limiter.check_in_process(&*attrs, &opts)
     };
     drop(attrs);
+    // Matched in place: a decision is written from where the core put it, not moved.
     let status = match answer {
         None => -1,
-        Some(answer) => write_scratch(&a.hot, answer?),
+        Some(Err(e)) => return Err(e),
+        Some(Ok(ref mut d)) => write_scratch(&a.hot, d),
     };
-    status_value(env, status)
+    answer_value(env, status)
 }
 
 /// Write a decision answered in place to the scratch buffer: 0, or
 /// `OVERFLOW` when it went to `Hot::overflow` instead.
-fn write_scratch(hot: &Hot, mut d: throttlegate::Decision) -> i32 {
-    hot.names.renumber(&mut d);
+fn write_scratch(hot: &Hot, d: &mut throttlegate::Decision) -> i32 {
+    hot.names.renumber(d);
     let scratch = hot.scratch.get();
-    let len = record::len(&d);
+    let len = record::len(d);
     if len > scratch.len {
         let mut overflow = hot.overflow.borrow_mut();
         overflow.clear();
         overflow.resize(len, 0.0);
-        record::write(&mut overflow, &d);
-        *hot.lease.borrow_mut() = mark_lease(&mut overflow, &d);
+        record::write(&mut overflow, d);
+        *hot.lease.borrow_mut() = mark_lease(&mut overflow, d);
         return OVERFLOW;
     }
     // SAFETY: a live Float64Array of `scratch.len` numbers (see
     // `Scratch`), not read by JavaScript while this runs.
     let out = unsafe { std::slice::from_raw_parts_mut(scratch.data, len) };
-    record::write(out, &d);
-    *hot.lease.borrow_mut() = mark_lease(out, &d);
+    record::write(out, d);
+    *hot.lease.borrow_mut() = mark_lease(out, d);
     0
 }
 
@@ -600,34 +706,47 @@ pub(crate) fn mark_lease(out: &mut [f64], d: &throttlegate::Decision) -> Option<
 /// What `wireBegin` returns when the limiter has no wire (use `enqueue`).
 const NO_WIRE: i32 = -3;
 
-/// `wireBegin(handle, attributes, packed, flags, options, id, ...strings)`: start a
+/// `wireBegin(attributes, packed, flags, options, id, ...strings)`: start a
 /// check (or a peek) on the limiter's own connection (`Hot::wire`): -1 when
 /// its command is queued for `_wireOutput` and its answer will come under
-/// `id`; 0 (or `OVERFLOW`) when it was answered at once, as `checkNow`
+/// `id`; `undefined` (or `OVERFLOW`) when it was answered at once, as `checkNow`
 /// answers; `NO_WIRE` when the limiter has none, or the call has a reserved
 /// rule (then index.js queues it for `_flush`). Bad arguments are thrown,
 /// with `code`.
 fn wire_begin(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
     let a = unsafe { args(env, info) }?;
-    let id = u32_arg(env, a.argv[5], "cannot read the call id")?;
+    let id = u32_arg(env, a.argv[4], "cannot read the call id")?;
     let attrs = a.attributes_kept()?;
     let opts = a.options()?;
-    let answer = match &mut *a.hot.wire.borrow_mut() {
+    let mut answer = match &mut *a.hot.wire.borrow_mut() {
         None => return status_value(env, NO_WIRE),
         // A reserved rule's calls take the general path (the limiter's reservations).
         Some(wire) if wire.reserved(&*attrs, &opts, a.peek) => return status_value(env, NO_WIRE),
         Some(wire) => wire.begin(id, &*attrs, &opts, a.peek),
     };
     drop(attrs);
+    // Matched in place: a decision is written from where the core put it, not moved.
     let status = match answer {
         None => -1,
-        Some(answer) => write_scratch(&a.hot, answer?),
+        Some(Err(e)) => return Err(e),
+        Some(Ok(ref mut d)) => write_scratch(&a.hot, d),
     };
-    status_value(env, status)
+    answer_value(env, status)
 }
 
 /// What `checkNow` returns when the record is in `Hot::overflow`.
 const OVERFLOW: i32 = -2;
+
+/// What `checkNow` and `wireBegin` return for `status`: `undefined` for 0
+/// (the decision is in the scratch buffer, the common case: no number is
+/// made), else the number.
+fn answer_value(env: sys::napi_env, status: i32) -> Result<sys::napi_value, Error> {
+    if status == 0 {
+        // A callback's null result is `undefined` in JavaScript.
+        return Ok(ptr::null_mut());
+    }
+    status_value(env, status)
+}
 
 fn status_value(env: sys::napi_env, status: i32) -> Result<sys::napi_value, Error> {
     let mut out = ptr::null_mut();
@@ -670,7 +789,7 @@ fn set_scratch(
     Ok(out)
 }
 
-/// `enqueue(handle, attributes, packed, flags, options, _, ...strings)`: queue a check
+/// `enqueue(attributes, packed, flags, options, _, ...strings)`: queue a check
 /// (or a peek) for the next `_flush`. Bad arguments are thrown at once, with
 /// `code`, and queue nothing.
 fn enqueue(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
@@ -813,16 +932,58 @@ macro_rules! node_callback {
     }};
 }
 
-/// `{ checkNow, setScratch, enqueue, wireBegin, wireReceived, wireOutput }`,
-/// the fast paths as JavaScript functions.
+/// `bind(handle)`: `{ checkNow, checkValues, enqueue, wireBegin }` for the limiter
+/// behind `handle`, each holding it (weakly: a call after the limiter is
+/// gone fails) as its data, so a call names no limiter and none is looked
+/// up. index.js makes them once per limiter.
+fn bind(env: sys::napi_env, info: sys::napi_callback_info) -> Result<sys::napi_value, Error> {
+    let (_, argv) = call_args::<1>(env, info)?;
+    let hot = hot_of(env, argv[0])?;
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 4] = [
+        (c"checkNow", node_callback!(check_now)),
+        (c"checkValues", node_callback!(check_values)),
+        (c"enqueue", node_callback!(enqueue)),
+        (c"wireBegin", node_callback!(wire_begin)),
+    ];
+    let mut out = ptr::null_mut();
+    check!(sys::napi_create_object(env, &mut out), "cannot make the fast paths");
+    for (name, cb) in entries {
+        let data = Box::into_raw(Box::new(Rc::downgrade(&hot))).cast::<std::ffi::c_void>();
+        let mut f = ptr::null_mut();
+        let made = unsafe {
+            sys::napi_create_function(env, name.as_ptr(), name.to_bytes().len() as isize, cb, data, &mut f)
+        };
+        if made != sys::Status::napi_ok
+            || unsafe { sys::napi_add_finalizer(env, f, data, Some(drop_bound), ptr::null_mut(), ptr::null_mut()) }
+                != sys::Status::napi_ok
+        {
+            // SAFETY: made by `Box::into_raw` above, and no finalizer holds it.
+            drop(unsafe { Box::from_raw(data.cast::<Weak<Hot>>()) });
+            return Err(internal("cannot make the fast paths"));
+        }
+        check!(
+            sys::napi_set_named_property(env, out, name.as_ptr(), f),
+            "cannot make the fast paths"
+        );
+    }
+    Ok(out)
+}
+
+/// The finalizer of a function made by `bind`: its data let go.
+unsafe extern "C" fn drop_bound(_env: sys::napi_env, data: *mut std::ffi::c_void, _hint: *mut std::ffi::c_void) {
+    // SAFETY: `bind` made `data` by `Box::into_raw` and gave it to this finalizer alone.
+    drop(unsafe { Box::from_raw(data.cast::<Weak<Hot>>()) });
+}
+
+/// `{ bind, setScratch, wireReceived, wireOutput }`, the fast paths as
+/// JavaScript functions (`checkNow`, `checkValues`, `enqueue` and
+/// `wireBegin` come from `bind`, per limiter).
 pub(crate) unsafe fn functions(env: sys::napi_env) -> napi::Result<sys::napi_value> {
     let mut out = ptr::null_mut();
     napi::check_status!(unsafe { sys::napi_create_object(env, &mut out) })?;
-    let entries: [(&std::ffi::CStr, sys::napi_callback); 6] = [
-        (c"checkNow", node_callback!(check_now)),
+    let entries: [(&std::ffi::CStr, sys::napi_callback); 4] = [
+        (c"bind", node_callback!(bind)),
         (c"setScratch", node_callback!(set_scratch)),
-        (c"enqueue", node_callback!(enqueue)),
-        (c"wireBegin", node_callback!(wire_begin)),
         (c"wireReceived", node_callback!(wire_received)),
         (c"wireOutput", node_callback!(wire_output)),
     ];

@@ -604,7 +604,7 @@ impl Drop for Limiter {
     }
 }
 
-/// `{ checkNow, setScratch, enqueue }`: the per-call entry points of `check` and `peek`
+/// `{ bind, setScratch, wireReceived, wireOutput }`: the per-call entry points of `check` and `peek`
 /// (see `fast`), as plain functions.
 #[napi(js_name = "_hotPaths", skip_typescript)]
 pub fn hot_paths(env: &Env) -> Result<Unknown<'_>> {

@@ -30,6 +30,46 @@ describe('checkSync', () => {
     await b.close();
   });
 
+  it('reads each call\'s attributes under their own names, however the names change from call to call', async () => {
+    const policy = {
+      rules: [
+        { name: 'ip', key: 'ip:{ip}', limit: 5, window: '1m', algorithm: 'fixed_window' },
+        { name: 'user', key: 'user:{user}', limit: 5, window: '1m', algorithm: 'fixed_window' },
+      ],
+    };
+    const l = new Limiter(policy, { clock: new ManualClock(START) });
+    const other = new Limiter(policy, { clock: new ManualClock(START) });
+    const applied = (d) => d.results.map((r) => `${r.rule}:${r.remaining}`).join(',');
+    // The same names twice, then others of the same number, then in another order.
+    assert.equal(applied(l.checkSync({ ip: 'a' })), 'ip:4');
+    assert.equal(applied(l.checkSync({ ip: 'a' })), 'ip:3');
+    assert.equal(applied(l.checkSync({ user: 'a' })), 'user:4');
+    assert.equal(applied(other.checkSync({ ip: 'a' })), 'ip:4');
+    assert.equal(applied(l.checkSync({ user: 'a' })), 'user:3');
+    assert.equal(applied(l.checkSync({ user: 'b', ip: 'a' })), 'ip:2,user:4');
+    assert.equal(applied(l.checkSync({ ip: 'a', user: 'b' })), 'ip:1,user:3');
+    assert.equal(applied(l.checkSync({ ip: 'a', user: 'b' }, { cost: 1 })), 'ip:0,user:2');
+    // A peek says what a check would leave, and consumes nothing.
+    assert.equal(applied(await l.peek({ user: 'b' })), 'user:1');
+    assert.equal(applied(await l.check({ user: 'b', region: 'x' })), 'user:1');
+    assert.equal(applied(l.checkSync({ user: 'b', region: 'x' })), 'user:0');
+    // A value that is not a string is reported under its own name.
+    assert.throws(() => l.checkSync({ user: 5 }), /attributes\.user: expected a string/);
+    assert.equal(applied(l.checkSync({ ip: 'c' })), 'ip:4');
+    // An option's getter that checks other names on the same limiter, during the call.
+    const options = {
+      get cost() {
+        assert.equal(applied(l.checkSync({ user: 'c' })), 'user:4');
+        return 1;
+      },
+    };
+    assert.equal(applied(l.checkSync({ ip: 'c' }, options)), 'ip:3');
+    assert.equal(applied(l.checkSync({ ip: 'c' })), 'ip:2');
+    assert.equal(applied(l.checkSync({ user: 'c' })), 'user:3');
+    await l.close();
+    await other.close();
+  });
+
   it('takes a cost as a number or in the options of check', async () => {
     const l = new Limiter(POLICY, { clock: new ManualClock(START) });
     assert.equal(l.checkSync({ ip: 'a' }, 2).remaining, 1);
