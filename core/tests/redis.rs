@@ -169,6 +169,30 @@ async fn denial_consumes_nothing_from_any_rule() {
     assert_eq!(snapshot(&server), before);
 }
 
+/// 64 tasks, task `t` on `limiters[t % len]`, each checking key "one" 4
+/// times: how many of the 256 checks were admitted.
+async fn admitted_by_64_tasks(limiters: &[Limiter]) -> u32 {
+    let tasks: Vec<_> = (0..64)
+        .map(|t| {
+            let l = limiters[t % limiters.len()].clone();
+            tokio::spawn(async move {
+                let mut admitted = 0u32;
+                for _ in 0..4 {
+                    if l.check(&[("k", "one")], 1).await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    total
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_tasks_admit_exactly_the_limit() {
     let server = RedisServer::start();
@@ -182,23 +206,7 @@ async fn concurrent_tasks_admit_exactly_the_limit() {
         .on_backend_error(FailureMode::Error)
         .build()
         .unwrap();
-        let mut tasks = Vec::new();
-        for _ in 0..64 {
-            let l = l.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0u32;
-                for _ in 0..4 {
-                    if l.check(&[("k", "one")], 1).await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
-        }
-        let mut total = 0;
-        for t in tasks {
-            total += t.await.unwrap();
-        }
+        let total = admitted_by_64_tasks(&[l]).await;
         assert_eq!(total, 100, "repetition {rep}: {total} admitted out of 256");
     }
 }
@@ -227,23 +235,7 @@ async fn concurrent_tasks_on_stacked_logs_admit_exactly_the_tighter_limit() {
             .unwrap()
         };
         let limiters = [build(), build()];
-        let mut tasks = Vec::new();
-        for t in 0..64 {
-            let l = limiters[t % 2].clone();
-            tasks.push(tokio::spawn(async move {
-                let mut admitted = 0u32;
-                for _ in 0..4 {
-                    if l.check(&[("k", "one")], 1).await.unwrap().allowed {
-                        admitted += 1;
-                    }
-                }
-                admitted
-            }));
-        }
-        let mut total = 0;
-        for t in tasks {
-            total += t.await.unwrap();
-        }
+        let total = admitted_by_64_tasks(&limiters).await;
         assert_eq!(total, 100, "repetition {rep}: {total} admitted out of 256");
         let keys = limiters[0].keys(&[("k", "one")]);
         assert_eq!((log_units(&server, &keys[0]), log_units(&server, &keys[1])), (100, 100), "repetition {rep}");

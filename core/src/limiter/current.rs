@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard};
 
-use super::stats::{self, OWNED};
+use super::stats::{self, StripeRef, OWNED};
 
 /// The policy in force (an [`ArcSwap`]), with a copy per held counter
 /// stripe (see [`stats::stripe`]) for the embedded backend's checks.
@@ -63,16 +63,17 @@ impl<T> Current<T> {
         self.swap.load_full()
     }
 
-    /// `f` of the value in force, read from this thread's slot when the
-    /// thread holds a stripe and no store happened since it filled it. The
+    /// `f` of the value in force and this thread's stripe (for its
+    /// counters), the value read from the thread's slot when the thread
+    /// holds a stripe and no store happened since it filled it. The
     /// `Arc` is taken out of the slot for the time of `f`, so a call made
     /// from within `f` (an attribute read that checks again) finds the slot
     /// empty and loads for itself.
     #[inline]
-    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+    pub fn with<R>(&self, f: impl FnOnce(&T, StripeRef) -> R) -> R {
         let stripe = stats::stripe();
         let Some(slot) = stripe.held().then(|| &self.slots[stripe.index]) else {
-            return f(&self.swap.load());
+            return f(&self.swap.load(), stripe);
         };
         let version = self.version.load(Ordering::Acquire);
         // SAFETY: this thread holds the stripe, so nothing else touches the slot (see `Slot`).
@@ -81,7 +82,7 @@ impl<T> Current<T> {
             Some((v, value)) if v == version => value,
             _ => self.swap.load_full(),
         };
-        let answer = f(&value);
+        let answer = f(&value, stripe);
         // SAFETY: as above; `f` has returned, and a call from within it has put back what it took.
         unsafe { *slot.0.get() = Some((version, value)) };
         answer
@@ -97,17 +98,17 @@ mod tests {
     #[test]
     fn with_reads_the_value_in_force_after_every_store() {
         let c = Current::new(1u64);
-        assert_eq!(c.with(|v| *v), 1);
-        assert_eq!(c.with(|v| *v), 1);
+        assert_eq!(c.with(|v, _| *v), 1);
+        assert_eq!(c.with(|v, _| *v), 1);
         c.store(Arc::new(2));
-        assert_eq!(c.with(|v| *v), 2);
-        assert_eq!(c.with(|outer| (*outer, c.with(|inner| *inner))), (2, 2));
+        assert_eq!(c.with(|v, _| *v), 2);
+        assert_eq!(c.with(|outer, _| (*outer, c.with(|inner, _| *inner))), (2, 2));
         std::thread::scope(|s| {
             for t in 0..(2 * OWNED as u64) {
                 let c = &c;
                 s.spawn(move || {
                     for i in 0..200u64 {
-                        let seen = c.with(|v| *v);
+                        let seen = c.with(|v, _| *v);
                         assert!(seen >= 2, "thread {t} read {seen}");
                         if t == 0 && i % 50 == 0 {
                             c.store(Arc::new(3 + i));
@@ -119,10 +120,10 @@ mod tests {
         c.store(Arc::new(1_000));
         std::thread::scope(|s| {
             for _ in 0..(2 * OWNED) {
-                s.spawn(|| assert_eq!(c.with(|v| *v), 1_000));
+                s.spawn(|| assert_eq!(c.with(|v, _| *v), 1_000));
             }
         });
-        assert_eq!(c.with(|v| *v), 1_000);
+        assert_eq!(c.with(|v, _| *v), 1_000);
         assert_eq!(*c.load_full(), 1_000);
     }
 }

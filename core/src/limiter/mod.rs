@@ -443,7 +443,11 @@ impl Limiter {
     /// Count a decision in the totals and, when on, per rule (in the
     /// counters of the policy that decided it).
     fn count(&self, g: &Generation, d: &Decision, degraded: bool) {
-        let s = stats::stripe();
+        self.count_in(stats::stripe(), g, d, degraded);
+    }
+
+    /// [`Limiter::count`] in this thread's stripe `s`, already looked up.
+    fn count_in(&self, s: stats::StripeRef, g: &Generation, d: &Decision, degraded: bool) {
         self.inner.counters.count(s, d);
         if let Some(m) = &g.metrics {
             m.count(s, &d.results, degraded);
@@ -527,14 +531,14 @@ impl Limiter {
         let memory = self.inner.memory.as_ref()?;
         // The decision is written in place: a large value is moved once less.
         let mut answer = None;
-        self.inner.current.with(|g| self.embedded(memory, g, attrs, cost, call_id, mode, &mut answer));
+        self.inner.current.with(|g, s| self.embedded(memory, g, s, attrs, cost, call_id, mode, &mut answer));
         answer
     }
 
     /// [`Limiter::in_process`] on the embedded backend, under the policy
     /// `g`: the answer is written into `out`.
     #[allow(clippy::too_many_arguments)]
-    fn embedded(&self, memory: &MemoryBackend, g: &Generation, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode, out: &mut Option<Result<Decision>>) {
+    fn embedded(&self, memory: &MemoryBackend, g: &Generation, s: stats::StripeRef, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode, out: &mut Option<Result<Decision>>) {
         if let (Some(rule), None) = (g.rules.lone(), call_id) {
             // The commonest shape, decided without a plan, its decision
             // made where it is returned.
@@ -547,15 +551,16 @@ impl Limiter {
                 }
             };
             if let Ok(d) = answer {
-                self.count(g, d, false);
+                self.count_in(s, g, d, false);
             }
             return;
         }
-        *out = Some(self.planned(memory, g, attrs, cost, call_id, mode));
+        *out = Some(self.planned(memory, g, s, attrs, cost, call_id, mode));
     }
 
     /// [`Limiter::embedded`] of a policy that needs a plan.
-    fn planned(&self, memory: &MemoryBackend, g: &Generation, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Result<Decision> {
+    #[allow(clippy::too_many_arguments)]
+    fn planned(&self, memory: &MemoryBackend, g: &Generation, s: stats::StripeRef, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Result<Decision> {
         g.rules.plan(attrs, cost, call_id, |k| memory.digest(k)).and_then(|plan| {
             let mut d = if plan.keys.is_empty() {
                 Decision::unlimited()
@@ -566,7 +571,7 @@ impl Limiter {
                 self.ticket(&mut d, call_id, cost, || g.rules.keys(attrs), || plan.rules.iter().map(|r| g.rules.locate(r)).collect());
                 self.lease_ticket(&mut d, g, &plan.rules, plan.lease.as_deref(), || g.rules.keys(attrs));
             }
-            self.count(g, &d, false);
+            self.count_in(s, g, &d, false);
             Ok(d)
         })
     }
