@@ -214,7 +214,6 @@ impl Log {
 
 const MICRO: u64 = 1_000_000;
 
-/// Mirror of `tb_wait`: microseconds until `need` micro-tokens are refilled.
 /// `x.floor()`, without the library call that `f64::floor` is on the
 /// baseline x86-64 target (no SSE4.1): for `0 <= x < 2^63` truncating is
 /// flooring, and exact (every double that large is an integer).
@@ -242,6 +241,16 @@ fn ceil_f64(x: f64) -> f64 {
     }
 }
 
+/// Mirror of `tb_wait`: microseconds until `need` micro-tokens are refilled,
+/// `w = ceil(need / rate)`, plus one when `floor(w * rate) < need`, in
+/// doubles as the Lua computes it.
+///
+/// Computed with fewer dependent steps, to the same bit: `floor(x) < n` is
+/// `x < n` for an integer `n`, so the product is compared as it is; and
+/// below 2^52 (143 years of microseconds) the ceiling is taken on the
+/// integer, where adding one is exact. Anything else takes the steps as
+/// written ([`tb_wait_as_written`]).
+#[inline]
 pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
     if need == 0 {
         return 0;
@@ -249,6 +258,18 @@ pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
     // Below 2^63 (every count of micro-tokens), a signed conversion gives
     // the same double in fewer instructions than an unsigned one.
     let need_f = if need <= i64::MAX as u64 { need as i64 as f64 } else { need as f64 };
+    let q = need_f / rate;
+    if (0.0..4.0e15).contains(&q) {
+        let t = q as i64;
+        let w = t + ((t as f64) < q) as i64;
+        return w + ((w as f64) * rate < need_f) as i64;
+    }
+    tb_wait_as_written(need_f, rate)
+}
+
+/// [`tb_wait`] step by step, as `lua/token_bucket.lua` writes it.
+#[cold]
+fn tb_wait_as_written(need_f: f64, rate: f64) -> i64 {
     let mut wait = ceil_f64(need_f / rate);
     if floor_f64(wait * rate) < need_f {
         wait += 1.0;
@@ -284,7 +305,10 @@ impl Bucket {
         if let Some(b) = state {
             tokens = b.tokens;
             if now > b.last {
-                let refill = floor_f64((now - b.last) as f64 * rate);
+                // `refill = floor(elapsed * rate)`; `floor(x) >= n` is
+                // `x >= n` for an integer `n`, and below that bound (and
+                // above zero) the floor is the truncation.
+                let refill = (now - b.last) as f64 * rate;
                 if refill >= (full - tokens) as f64 {
                     tokens = full;
                 } else {
@@ -802,6 +826,75 @@ mod tests {
         assert!(o.allowed);
         let (o, _) = Bucket::decide(Some(&b), 333_333, 1, 10, 3.0);
         assert!(!o.allowed);
+    }
+
+    /// `tb_wait` and the refill as `lua/token_bucket.lua` writes them, step
+    /// by step: what the shorter forms must equal to the bit.
+    fn tb_wait_lua(need: u64, rate: f64) -> i64 {
+        if need == 0 {
+            return 0;
+        }
+        let need_f = need as f64;
+        let mut wait = (need_f / rate).ceil();
+        if (wait * rate).floor() < need_f {
+            wait += 1.0;
+        }
+        wait as i64
+    }
+
+    fn refilled_lua(tokens: i64, elapsed: i64, full: i64, rate: f64) -> i64 {
+        let refill = (elapsed as f64 * rate).floor();
+        if refill >= (full - tokens) as f64 {
+            full
+        } else {
+            tokens + refill as i64
+        }
+    }
+
+    #[test]
+    fn bucket_arithmetic_is_the_luas_to_the_bit() {
+        // xorshift64*: a fixed sequence, so a failure repeats.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let mut rates = vec![3.0, 1_000_000.0 / 60.0, 1000.0 / 60.0, 100_000.0, 1.0 / 3600.0, 0.1, 7.0, 1e-9, 1e9];
+        for _ in 0..200 {
+            // Rates from 1e-6 to 1e7 tokens per second, any mantissa.
+            let e = (next() % 14) as i32 - 6;
+            rates.push(10f64.powi(e) * (1.0 + (next() >> 11) as f64 / (1u64 << 53) as f64 * 9.0));
+        }
+        let mut checked = 0u64;
+        for &rate in &rates {
+            for i in 0..5_000u64 {
+                // Needs of every size, and needs right at a multiple of the
+                // rate (where the ceiling and the correction decide).
+                let need = match i % 4 {
+                    0 => next() % 1_000_000_000,
+                    1 => next() >> (next() % 64),
+                    2 => {
+                        let k = (next() % 100_000_000) as f64;
+                        ((k * rate).floor() as u64).saturating_add(next() % 3).saturating_sub(1)
+                    }
+                    _ => next() % 4_000_000,
+                };
+                assert_eq!(tb_wait(need, rate), tb_wait_lua(need, rate), "need {need} rate {rate:e}");
+                let full = (1 + next() % 10_000_000) as i64 * 1_000_000;
+                let tokens = full - (next() % (full as u64 * 2)) as i64;
+                let elapsed = (next() >> (next() % 64)) as i64 & i64::MAX;
+                let b = Bucket { tokens, last: 0, ids: Vec::new() };
+                let (o, left) = Bucket::decide(Some(&b), elapsed.max(1), 1, (full / 1_000_000) as u64, rate);
+                let now = refilled_lua(tokens, elapsed.max(1), full, rate);
+                assert_eq!(o.allowed, now >= 1_000_000, "tokens {tokens} elapsed {elapsed} rate {rate:e}");
+                let expect = if o.allowed { now - 1_000_000 } else { now.max(0) };
+                assert_eq!(left as i64, expect, "tokens {tokens} elapsed {elapsed} rate {rate:e}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 1_000_000);
     }
 
     #[test]
