@@ -267,6 +267,30 @@ pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
     tb_wait_as_written(need_f, rate)
 }
 
+/// [`tb_wait`] with `inv = 1 / rate` computed beforehand (off the chain of
+/// steps that waits for the bucket's state): the quotient is taken as
+/// `need * inv`, which is within 3 ulp of `need / rate`, so wherever it is
+/// further than that from an integer the two have the same ceiling. Nearer
+/// one, the division decides.
+#[inline]
+pub(crate) fn tb_wait_inv(need: u64, rate: f64, inv: f64) -> i64 {
+    if need == 0 {
+        return 0;
+    }
+    let need_f = if need <= i64::MAX as u64 { need as i64 as f64 } else { need as f64 };
+    let q = need_f * inv;
+    if (0.0..4.0e15).contains(&q) {
+        let t = q as i64;
+        let frac = q - t as f64;
+        let tol = q * (1.0 / (1u64 << 49) as f64);
+        if frac > tol && frac < 1.0 - tol {
+            let w = t + 1;
+            return w + ((w as f64) * rate < need_f) as i64;
+        }
+    }
+    tb_wait(need, rate)
+}
+
 /// [`tb_wait`] step by step, as `lua/token_bucket.lua` writes it.
 #[cold]
 fn tb_wait_as_written(need_f: f64, rate: f64) -> i64 {
@@ -301,6 +325,7 @@ impl Bucket {
         rate: f64,
     ) -> (Outcome, u64) {
         let full = (capacity * MICRO) as i64;
+        let inv = 1.0 / rate;
         let mut tokens = full;
         if let Some(b) = state {
             tokens = b.tokens;
@@ -324,7 +349,7 @@ impl Bucket {
                     allowed: true,
                     remaining: left as u64 / MICRO,
                     retry_after_us: 0,
-                    reset_after_us: tb_wait((full - left) as u64, rate),
+                    reset_after_us: tb_wait_inv((full - left) as u64, rate, inv),
                     limit: 0,
                     blocked: false,
                 },
@@ -335,8 +360,8 @@ impl Bucket {
                 Outcome {
                     allowed: false,
                     remaining: tokens.max(0) as u64 / MICRO,
-                    retry_after_us: tb_wait((want - tokens) as u64, rate),
-                    reset_after_us: tb_wait((full - tokens) as u64, rate),
+                    retry_after_us: tb_wait_inv((want - tokens) as u64, rate, inv),
+                    reset_after_us: tb_wait_inv((full - tokens) as u64, rate, inv),
                     limit: 0,
                     blocked: false,
                 },
@@ -882,6 +907,7 @@ mod tests {
                     _ => next() % 4_000_000,
                 };
                 assert_eq!(tb_wait(need, rate), tb_wait_lua(need, rate), "need {need} rate {rate:e}");
+                assert_eq!(tb_wait_inv(need, rate, 1.0 / rate), tb_wait_lua(need, rate), "need {need} rate {rate:e}");
                 let full = (1 + next() % 10_000_000) as i64 * 1_000_000;
                 let tokens = full - (next() % (full as u64 * 2)) as i64;
                 let elapsed = (next() >> (next() % 64)) as i64 & i64::MAX;
