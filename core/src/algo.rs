@@ -317,6 +317,7 @@ pub(crate) struct Bucket {
 impl Bucket {
     /// Mirror of `tb_decide`; the second value is the micro-tokens left after
     /// the request (for `commit`).
+    #[inline]
     pub fn decide(
         state: Option<&Bucket>,
         now: i64,

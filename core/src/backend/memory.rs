@@ -106,6 +106,7 @@ pub(crate) struct MemoryBackend {
     index: Mutex<std::collections::BTreeMap<(String, String), Override>>,
 }
 
+#[inline]
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A panic while holding a shard cannot leave it half-written (every write
     // happens after all decisions), so a poisoned lock is still consistent.
@@ -297,20 +298,20 @@ impl MemoryBackend {
 
     /// [`MemoryBackend::eval`] of the commonest plan, one key without
     /// overrides, blocks or a call id: one shard locked, no lists built.
+    #[inline]
     pub(crate) fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
-        use std::collections::hash_map::Entry as Slot;
         let mut shard = lock(&self.shards[Self::shard_of(digest)]);
-        // One lookup, whether the key exists or not: a live entry is pruned,
-        // decided and written in place; an expired one is decided as absent
-        // and written over; a new one is made only when admitted.
-        let o = match shard.map.entry(digest) {
-            Slot::Occupied(mut slot) => {
-                let entry = slot.get_mut();
+        // A live entry is pruned, decided and written in place; an expired
+        // one is decided as absent and written over; a new one is made only
+        // when admitted (hashed a second time then, off the path of a key
+        // seen before).
+        let o = match shard.map.get_mut(&digest) {
+            Some(entry) => {
                 let live = entry.expires_at > now;
                 if let (true, State::Log(log), RuleArgs::Window { window_us, .. }) = (live, &mut entry.state, args) {
                     log.prune(now, window_us);
                 }
-                let (o, left) = decide_rule(live.then_some(&entry.state), args, now, cost);
+                let (o, left) = decide_rule_here(live.then_some(&entry.state), args, now, cost);
                 if mode == Mode::Check && o.allowed {
                     if !live {
                         entry.state = State::Absent;
@@ -319,10 +320,10 @@ impl MemoryBackend {
                 }
                 o
             }
-            Slot::Vacant(slot) => {
+            None => {
                 let (o, left) = decide_rule(None, args, now, cost);
                 if mode == Mode::Check && o.allowed {
-                    let entry = slot.insert(Entry { state: State::Absent, expires_at: now });
+                    let entry = shard.map.entry(digest).or_insert(Entry { state: State::Absent, expires_at: now });
                     commit_entry(entry, args, &o, left, now, cost, None, 0);
                 }
                 o
@@ -547,6 +548,15 @@ pub(crate) fn with_override(args: RuleArgs, limit: u64) -> RuleArgs {
 /// the figure its commit needs: a bucket's micro-tokens left, or a period
 /// counter's period end.
 fn decide_rule(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (Outcome, u64) {
+    decide_rule_here(state, args, now, cost)
+}
+
+/// [`decide_rule`] made where it is called: the outcome stays in registers
+/// on the way to the caller's commit and answer, rather than being written
+/// to memory and read back (which, written field by field and read back in
+/// wider loads, waits for the stores to retire).
+#[inline(always)]
+fn decide_rule_here(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (Outcome, u64) {
     match args {
         RuleArgs::Lease { limit, lease_us, .. } => {
             let o = match state {
