@@ -1,6 +1,7 @@
 //! The policy in force, swapped whole by a reload and read by every check.
 
 use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -82,10 +83,27 @@ impl<T> Current<T> {
             Some((v, value)) if v == version => value,
             _ => self.swap.load_full(),
         };
-        let answer = f(&value, stripe);
-        // SAFETY: as above; `f` has returned, and a call from within it has put back what it took.
-        unsafe { *slot.0.get() = Some((version, value)) };
-        answer
+        // Put back when `f` has returned (or unwound), by a guard, so that
+        // `f`'s answer is its caller's: made in place, not moved after.
+        let back = PutBack { slot, version, value: ManuallyDrop::new(value) };
+        f(&back.value, stripe)
+    }
+}
+
+/// [`Current::with`]'s value, put back into its slot when dropped.
+struct PutBack<'a, T> {
+    slot: &'a Slot<T>,
+    version: u64,
+    value: ManuallyDrop<Arc<T>>,
+}
+
+impl<T> Drop for PutBack<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the value is taken once, here, and not used after.
+        let value = unsafe { ManuallyDrop::take(&mut self.value) };
+        // SAFETY: as in `with`; `f` has returned, and a call from within it has put back what it took.
+        unsafe { *self.slot.0.get() = Some((self.version, value)) };
     }
 }
 

@@ -529,33 +529,36 @@ impl Limiter {
             return Some(Err(Error::closed()));
         }
         let memory = self.inner.memory.as_ref()?;
-        // The decision is written in place: a large value is moved once less.
-        let mut answer = None;
-        self.inner.current.with(|g, s| self.embedded(memory, g, s, attrs, cost, call_id, mode, &mut answer));
-        answer
+        // Each call returns its callee's answer as it is (no moves in
+        // between), so the decision is made where the caller reads it.
+        self.inner.current.with(|g, s| self.embedded(memory, g, s, attrs, cost, call_id, mode))
     }
 
-    /// [`Limiter::in_process`] on the embedded backend, under the policy
-    /// `g`: the answer is written into `out`.
+    /// [`Limiter::in_process`] on the embedded backend, under the policy `g`
+    /// (always `Some`).
     #[allow(clippy::too_many_arguments)]
-    fn embedded(&self, memory: &MemoryBackend, g: &Generation, s: stats::StripeRef, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode, out: &mut Option<Result<Decision>>) {
+    fn embedded(&self, memory: &MemoryBackend, g: &Generation, s: stats::StripeRef, attrs: &dyn Attributes, cost: u64, call_id: Option<&str>, mode: Mode) -> Option<Result<Decision>> {
         if let (Some(rule), None) = (g.rules.lone(), call_id) {
-            // The commonest shape, decided without a plan, its decision
-            // made where it is returned.
-            let answer = match g.rules.lone_digest(rule, attrs, cost) {
-                Err(e) => out.insert(Err(e)),
-                Ok(None) => out.insert(Ok(Decision::unlimited())),
+            // The commonest shape, decided without a plan, counted from
+            // its rule's result.
+            return match g.rules.lone_digest(rule, attrs, cost) {
+                Err(e) => Some(Err(e)),
+                Ok(None) => {
+                    self.count_in(s, g, &Decision::unlimited(), false);
+                    Some(Ok(Decision::unlimited()))
+                }
                 Ok(Some(digest)) => {
                     let o = memory.eval_one(digest, rule.args, mode, cost, self.local_now());
-                    out.insert(Ok(Decision::from_one(crate::plan::result(rule, &o), false)))
+                    let r = crate::plan::result(rule, &o);
+                    self.inner.counters.count_one(s, r.allowed || r.shadow);
+                    if let Some(m) = &g.metrics {
+                        m.count(s, std::slice::from_ref(&r), false);
+                    }
+                    Some(Ok(Decision::from_one(r, false)))
                 }
             };
-            if let Ok(d) = answer {
-                self.count_in(s, g, d, false);
-            }
-            return;
         }
-        *out = Some(self.planned(memory, g, s, attrs, cost, call_id, mode));
+        Some(self.planned(memory, g, s, attrs, cost, call_id, mode))
     }
 
     /// [`Limiter::embedded`] of a policy that needs a plan.

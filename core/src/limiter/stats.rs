@@ -156,9 +156,15 @@ pub(crate) struct Counters {
 impl Counters {
     /// Count an answer (`allowed` is derived: calls less denials).
     pub fn count(&self, stripe: StripeRef, d: &Decision) {
+        self.count_one(stripe, d.allowed);
+    }
+
+    /// [`Counters::count`] of a decision that is `allowed` or not, before it is made.
+    #[inline]
+    pub fn count_one(&self, stripe: StripeRef, allowed: bool) {
         let c = &self.stripes[stripe.index];
         stripe.add(&c.calls, 1);
-        if !d.allowed {
+        if !allowed {
             stripe.add(&c.denied, 1);
         }
     }
