@@ -325,8 +325,24 @@ impl Bucket {
         capacity: u64,
         rate: f64,
     ) -> (Outcome, u64) {
+        let (mut o, left) = Bucket::decide_needs(state, now, cost, capacity, rate);
+        Bucket::waits(&mut o, rate);
+        (o, left)
+    }
+
+    /// [`Bucket::decide`] with its waits left for [`Bucket::waits`]: the
+    /// outcome's `retry_after_us` and `reset_after_us` hold the micro-tokens
+    /// each waits for. The waits are a function of those alone, so a check
+    /// may take them once it no longer holds the state's lock.
+    #[inline]
+    pub fn decide_needs(
+        state: Option<&Bucket>,
+        now: i64,
+        cost: u64,
+        capacity: u64,
+        rate: f64,
+    ) -> (Outcome, u64) {
         let full = (capacity * MICRO) as i64;
-        let inv = 1.0 / rate;
         let mut tokens = full;
         if let Some(b) = state {
             tokens = b.tokens;
@@ -350,7 +366,7 @@ impl Bucket {
                     allowed: true,
                     remaining: left as u64 / MICRO,
                     retry_after_us: 0,
-                    reset_after_us: tb_wait_inv((full - left) as u64, rate, inv),
+                    reset_after_us: full - left,
                     limit: 0,
                     blocked: false,
                 },
@@ -361,14 +377,22 @@ impl Bucket {
                 Outcome {
                     allowed: false,
                     remaining: tokens.max(0) as u64 / MICRO,
-                    retry_after_us: tb_wait_inv((want - tokens) as u64, rate, inv),
-                    reset_after_us: tb_wait_inv((full - tokens) as u64, rate, inv),
+                    retry_after_us: want - tokens,
+                    reset_after_us: full - tokens,
                     limit: 0,
                     blocked: false,
                 },
                 tokens.max(0) as u64,
             )
         }
+    }
+
+    /// The waits of an outcome of [`Bucket::decide_needs`], in place.
+    #[inline]
+    pub fn waits(o: &mut Outcome, rate: f64) {
+        let inv = 1.0 / rate;
+        o.retry_after_us = tb_wait_inv(o.retry_after_us as u64, rate, inv);
+        o.reset_after_us = tb_wait_inv(o.reset_after_us as u64, rate, inv);
     }
 
     /// Mirror of `settle_bucket` (`lua/settle.lua`): when call `id` is among

@@ -304,14 +304,23 @@ impl MemoryBackend {
         // A live entry is pruned, decided and written in place; an expired
         // one is decided as absent and written over; a new one is made only
         // when admitted (hashed a second time then, off the path of a key
-        // seen before).
+        // seen before). A bucket that writes nothing takes its waits once
+        // the lock is given back: they are arithmetic on the outcome alone.
+        let mut waits_later = false;
         let o = match shard.map.get_mut(&digest) {
             Some(entry) => {
                 let live = entry.expires_at > now;
                 if let (true, State::Log(log), RuleArgs::Window { window_us, .. }) = (live, &mut entry.state, args) {
                     log.prune(now, window_us);
                 }
-                let (o, left) = decide_rule_here(live.then_some(&entry.state), args, now, cost);
+                let (mut o, left) = decide_rule_here::<true>(live.then_some(&entry.state), args, now, cost);
+                if let RuleArgs::Bucket { rate, .. } = args {
+                    if mode == Mode::Check && o.allowed {
+                        Bucket::waits(&mut o, rate);
+                    } else {
+                        waits_later = true;
+                    }
+                }
                 if mode == Mode::Check && o.allowed {
                     if !live {
                         entry.state = State::Absent;
@@ -331,6 +340,11 @@ impl MemoryBackend {
         };
         if mode == Mode::Check && (o.allowed || args.shadow()) {
             shard.maybe_sweep(now);
+        }
+        drop(shard);
+        let mut o = o;
+        if let (true, RuleArgs::Bucket { rate, .. }) = (waits_later, args) {
+            Bucket::waits(&mut o, rate);
         }
         o
     }
@@ -548,15 +562,18 @@ pub(crate) fn with_override(args: RuleArgs, limit: u64) -> RuleArgs {
 /// the figure its commit needs: a bucket's micro-tokens left, or a period
 /// counter's period end.
 fn decide_rule(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (Outcome, u64) {
-    decide_rule_here(state, args, now, cost)
+    decide_rule_here::<false>(state, args, now, cost)
 }
 
 /// [`decide_rule`] made where it is called: the outcome stays in registers
 /// on the way to the caller's commit and answer, rather than being written
 /// to memory and read back (which, written field by field and read back in
 /// wider loads, waits for the stores to retire).
+///
+/// With `WAITS_LATER`, a bucket's waits are left for [`Bucket::waits`]
+/// (see [`Bucket::decide_needs`]).
 #[inline(always)]
-fn decide_rule_here(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (Outcome, u64) {
+fn decide_rule_here<const WAITS_LATER: bool>(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) -> (Outcome, u64) {
     match args {
         RuleArgs::Lease { limit, lease_us, .. } => {
             let o = match state {
@@ -577,7 +594,11 @@ fn decide_rule_here(state: Option<&State>, args: RuleArgs, now: i64, cost: u64) 
                 Some(State::Bucket(b)) => Some(b),
                 _ => None,
             };
-            Bucket::decide(state, now, cost, capacity, rate)
+            if WAITS_LATER {
+                Bucket::decide_needs(state, now, cost, capacity, rate)
+            } else {
+                Bucket::decide(state, now, cost, capacity, rate)
+            }
         }
         RuleArgs::Counters { limit, window_us, precision_us, .. } => {
             let o = match state {
