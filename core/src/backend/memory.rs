@@ -300,15 +300,17 @@ impl MemoryBackend {
     /// overrides, blocks or a call id: one shard locked, no lists built.
     #[inline]
     pub(crate) fn eval_one(&self, digest: Digest, args: RuleArgs, mode: Mode, cost: u64, now: i64) -> Outcome {
+        use std::collections::hash_map::Entry as Slot;
         let mut shard = lock(&self.shards[Self::shard_of(digest)]);
-        // A live entry is pruned, decided and written in place; an expired
-        // one is decided as absent and written over; a new one is made only
-        // when admitted (hashed a second time then, off the path of a key
-        // seen before). A bucket that writes nothing takes its waits once
-        // the lock is given back: they are arithmetic on the outcome alone.
+        // One lookup, whether the key exists or not: a live entry is pruned,
+        // decided and written in place; an expired one is decided as absent
+        // and written over; a new one is made only when admitted. A bucket
+        // that writes nothing takes its waits once the lock is given back:
+        // they are arithmetic on the outcome alone.
         let mut waits_later = false;
-        let o = match shard.map.get_mut(&digest) {
-            Some(entry) => {
+        let o = match shard.map.entry(digest) {
+            Slot::Occupied(mut slot) => {
+                let entry = slot.get_mut();
                 let live = entry.expires_at > now;
                 if let (true, State::Log(log), RuleArgs::Window { window_us, .. }) = (live, &mut entry.state, args) {
                     log.prune(now, window_us);
@@ -329,10 +331,10 @@ impl MemoryBackend {
                 }
                 o
             }
-            None => {
+            Slot::Vacant(slot) => {
                 let (o, left) = decide_rule(None, args, now, cost);
                 if mode == Mode::Check && o.allowed {
-                    let entry = shard.map.entry(digest).or_insert(Entry { state: State::Absent, expires_at: now });
+                    let entry = slot.insert(Entry { state: State::Absent, expires_at: now });
                     commit_entry(entry, args, &o, left, now, cost, None, 0);
                 }
                 o
