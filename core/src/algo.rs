@@ -247,8 +247,8 @@ fn ceil_f64(x: f64) -> f64 {
 ///
 /// Computed with fewer dependent steps, to the same bit: `floor(x) < n` is
 /// `x < n` for an integer `n`, so the product is compared as it is; and
-/// below 2^52 (143 years of microseconds) the ceiling is taken on the
-/// integer, where adding one is exact. Anything else takes the steps as
+/// below 4 * 10^15 (126 years of microseconds, under 2^52) the ceiling is
+/// taken on the integer, where adding one is exact. Anything else takes the steps as
 /// written ([`tb_wait_as_written`]).
 #[inline]
 pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
@@ -270,8 +270,8 @@ pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
 /// [`tb_wait`] with `inv = 1 / rate` computed beforehand (off the chain of
 /// steps that waits for the bucket's state): the quotient is taken as
 /// `need * inv`, which is within 3 ulp of `need / rate`, so wherever it is
-/// further than that from an integer the two have the same ceiling. Nearer
-/// one, the division decides.
+/// further than 8 ulp (2^-49 of itself) from an integer the two have the
+/// same ceiling. Nearer one, the division decides.
 #[inline]
 pub(crate) fn tb_wait_inv(need: u64, rate: f64, inv: f64) -> i64 {
     if need == 0 {
