@@ -314,7 +314,7 @@ impl MemoryBackend {
         // that writes nothing takes its waits once the lock is given back:
         // they are arithmetic on the outcome alone.
         let mut waits_later = false;
-        let o = match shard.map.entry(digest) {
+        let mut o = match shard.map.entry(digest) {
             Slot::Occupied(mut slot) => {
                 let entry = slot.get_mut();
                 let live = entry.expires_at > now;
@@ -350,7 +350,6 @@ impl MemoryBackend {
             shard.maybe_sweep(now);
         }
         drop(shard);
-        let mut o = o;
         if let (true, RuleArgs::Bucket { rate, .. }) = (waits_later, args) {
             Bucket::waits(&mut o, rate);
         }

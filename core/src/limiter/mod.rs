@@ -448,9 +448,15 @@ impl Limiter {
 
     /// [`Limiter::count`] in this thread's stripe `s`, already looked up.
     fn count_in(&self, s: stats::StripeRef, g: &Generation, d: &Decision, degraded: bool) {
-        self.inner.counters.count(s, d);
+        self.count_results(s, g, d.allowed, &d.results, degraded);
+    }
+
+    /// [`Limiter::count_in`] of a decision not made yet: whether it admits, and its rule results.
+    #[inline]
+    fn count_results(&self, s: stats::StripeRef, g: &Generation, allowed: bool, results: &[RuleResult], degraded: bool) {
+        self.inner.counters.count_one(s, allowed);
         if let Some(m) = &g.metrics {
-            m.count(s, &d.results, degraded);
+            m.count(s, results, degraded);
         }
     }
 
@@ -544,16 +550,15 @@ impl Limiter {
             return match g.rules.lone_digest(rule, attrs, cost) {
                 Err(e) => Some(Err(e)),
                 Ok(None) => {
-                    self.count_in(s, g, &Decision::unlimited(), false);
-                    Some(Ok(Decision::unlimited()))
+                    let d = Decision::unlimited();
+                    self.count_in(s, g, &d, false);
+                    Some(Ok(d))
                 }
                 Ok(Some(digest)) => {
                     let o = memory.eval_one(digest, rule.args, mode, cost, self.local_now());
                     let r = crate::plan::result(rule, &o);
-                    self.inner.counters.count_one(s, r.allowed || r.shadow);
-                    if let Some(m) = &g.metrics {
-                        m.count(s, std::slice::from_ref(&r), false);
-                    }
+                    // As `Decision::from_one` will answer: a shadow rule admits.
+                    self.count_results(s, g, r.allowed || r.shadow, std::slice::from_ref(&r), false);
                     Some(Ok(Decision::from_one(r, false)))
                 }
             };
