@@ -255,9 +255,7 @@ pub(crate) fn tb_wait(need: u64, rate: f64) -> i64 {
     if need == 0 {
         return 0;
     }
-    // Below 2^63 (every count of micro-tokens), a signed conversion gives
-    // the same double in fewer instructions than an unsigned one.
-    let need_f = if need <= i64::MAX as u64 { need as i64 as f64 } else { need as f64 };
+    let need_f = micro_f64(need);
     let q = need_f / rate;
     if (0.0..4.0e15).contains(&q) {
         let t = q as i64;
@@ -277,7 +275,7 @@ pub(crate) fn tb_wait_inv(need: u64, rate: f64, inv: f64) -> i64 {
     if need == 0 {
         return 0;
     }
-    let need_f = if need <= i64::MAX as u64 { need as i64 as f64 } else { need as f64 };
+    let need_f = micro_f64(need);
     let q = need_f * inv;
     if (0.0..4.0e15).contains(&q) {
         let t = q as i64;
@@ -289,6 +287,17 @@ pub(crate) fn tb_wait_inv(need: u64, rate: f64, inv: f64) -> i64 {
         }
     }
     tb_wait(need, rate)
+}
+
+/// `need` as a double: below 2^63 (every count of micro-tokens), a signed
+/// conversion gives the same double in fewer instructions than an unsigned one.
+#[inline]
+fn micro_f64(need: u64) -> f64 {
+    if need <= i64::MAX as u64 {
+        need as i64 as f64
+    } else {
+        need as f64
+    }
 }
 
 /// [`tb_wait`] step by step, as `lua/token_bucket.lua` writes it.
